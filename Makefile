@@ -1,0 +1,27 @@
+# Build helper: `make run` (the main job) and `make test` (the test suite) create .venv if missing.
+PY := .venv/bin/python
+STAMP := .venv/.tfdp-installed
+
+.PHONY: run test test-all venv clean-venv
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt setup.py
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps cleverhans==4.0.0
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+run: $(STAMP)
+	.venv/bin/tfdp-train $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests $(ARGS)
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -m "slow or not slow" tests $(ARGS)
+
+clean-venv:
+	rm -rf .venv

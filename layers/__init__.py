@@ -1,0 +1,1 @@
+"""Keras 3 layers of tfdp: noise injection, bounding and normalisation layers."""

@@ -1,0 +1,57 @@
+"""Shared test set-up: two logical CPUs, real-data location, fast TF logging."""
+
+import os
+import shutil
+import tarfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+# Two logical CPU devices, so MirroredStrategy tests run on a CPU-only machine. This must
+# happen before TensorFlow initialises its devices.
+_cpus = tf.config.list_physical_devices("CPU")
+try:
+    tf.config.set_logical_device_configuration(
+        _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+except RuntimeError:  # devices already initialised by an earlier import
+    pass
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SHARED_DATA = os.path.join(os.path.dirname(_ROOT), "shared", "data")
+
+
+def _prepare_local_data_dir() -> str | None:
+    """Builds .cache/testdata from ../shared/data (MNIST link, CIFAR-10 JPEG extracted)."""
+    if not os.path.isdir(os.path.join(_SHARED_DATA, "mnist")):
+        return None
+    target = os.path.join(_ROOT, ".cache", "testdata")
+    os.makedirs(target, exist_ok=True)
+    mnist = os.path.join(target, "mnist")
+    if not os.path.exists(mnist):
+        os.symlink(os.path.join(_SHARED_DATA, "mnist"), mnist)
+    cifar = os.path.join(target, "cifar10")
+    tarball = os.path.join(_SHARED_DATA, "cifar10-jpeg.tar.gz")
+    if not os.path.isdir(os.path.join(cifar, "test")) and os.path.exists(tarball):
+        tmp = cifar + ".partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        with tarfile.open(tarball) as t:
+            t.extractall(tmp, filter="data")
+        os.replace(tmp, cifar)
+    return target
+
+
+@pytest.fixture(scope="session")
+def real_data_dir() -> str:
+    """Directory holding real `mnist/` and `cifar10/` data.
+
+    TFDP_DATA_DIR if set (CI sets it), else a cache built from ../shared/data. In CI a
+    missing data directory is a failure, never a skip.
+    """
+    path = os.environ.get("TFDP_DATA_DIR") or _prepare_local_data_dir()
+    if not path or not os.path.isdir(os.path.join(path, "mnist")):
+        if os.environ.get("CI"):
+            pytest.fail("real data not found: set TFDP_DATA_DIR (see .ci/run)")
+        pytest.skip("real MNIST/CIFAR-10 not available: set TFDP_DATA_DIR")
+    return path

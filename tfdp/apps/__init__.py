@@ -1,0 +1,1 @@
+"""absl entry points of tfdp: train, evaluate, audit, bench."""

@@ -1,0 +1,1 @@
+"""Training methods over one shared loop (tf.distribute, checkpoints, run directory)."""
