@@ -1,1 +1,17 @@
 """Keras 3 layers of tfdp: noise injection, bounding and normalisation layers."""
+
+from layers.bounding import BoundedLRN, Clip, MinMaxBound
+from layers.control import set_inference_noise
+from layers.noise import (NOISE_MODES, GaussianNoise, HeterogeneousGaussianNoise,
+                          LaplaceNoise)
+
+__all__ = [
+    "NOISE_MODES",
+    "BoundedLRN",
+    "Clip",
+    "GaussianNoise",
+    "HeterogeneousGaussianNoise",
+    "LaplaceNoise",
+    "MinMaxBound",
+    "set_inference_noise",
+]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
@@ -46,9 +46,26 @@ class Method(abc.ABC):
     The loop calls, in order: `validate` (before any work), `setup` (host side, once per
     run, not on resume), `build_model` (inside `strategy.scope()`), then `train_step`
     inside `strategy.run` for every batch, `after_epoch` after every epoch.
+
+    Distribution contract (one code path for every strategy): `train_step` runs once per
+    replica on that replica's slice of the global batch. Compute the loss as the replica's
+    share of the global mean (`tf.nn.compute_average_loss(per_example_loss,
+    global_batch_size=global_batch_size)`) and hand the gradients to
+    `optimizer.apply_gradients`; the Keras 3 optimizer sums gradients across replicas
+    (cross-replica SUM), so the update equals the single-device update on the global batch.
+    Noise that must be added once per global batch is added on the first replica only
+    (`tfdp.train.replica.is_first_replica()`), drawn from `self.step_seed()`, which is the
+    same on every replica. Returned metrics are per-replica shares, summed across replicas.
+
+    On resume, `setup` is not re-run when `setup_state()` returned a non-empty dict (it is
+    saved next to the checkpoints and handed back through `restore_setup_state`); otherwise it
+    is re-run with the same `rng` seed, and the loop checks that the ledger did not change.
     """
 
     name: str = ""
+    # Per-method defaults of the generic flags (epochs, batch_size, learning_rate, optimizer,
+    # epsilon, delta) used when the flag is not given on the command line.
+    default_flags: ClassVar[dict] = {}
 
     def __init__(self, config: TrainConfig):
         self.config = config
@@ -79,3 +96,35 @@ class Method(abc.ABC):
     def certification_config(self) -> dict | None:
         """What `tfdp.certify` needs to certify this model (None if it cannot be certified)."""
         return None
+
+    # Optional hooks (defaults keep the behaviour described above).
+
+    def max_steps(self) -> int | None:
+        """Hard cap on training steps (e.g. DP-SGD's budget); None for no cap."""
+        return None
+
+    def setup_state(self) -> dict:
+        """Host-side results of `setup` to save with the checkpoints (name -> numpy array)."""
+        return {}
+
+    def restore_setup_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """Restores what `setup_state` returned, instead of re-running `setup` on resume."""
+        del state
+
+    def checkpoint_objects(self) -> dict:
+        """Extra trackables (tf.Variable / tf.Module) to checkpoint besides model and optimizer.
+
+        The default collects the method's own tf.Variable and tf.Module attributes, so noise a
+        method keeps outside its model is restored on resume too.
+        """
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        return {k: v for k, v in sorted(vars(self).items())
+                if isinstance(v, (tf.Variable, tf.Module)) and not k.startswith("__")}
+
+    def step_seed(self, salt: int = 0):
+        """The current step's stateless seed (int64 [2]), identical on every replica.
+
+        Only valid inside `train_step` (see `tfdp.train.replica.step_seed`).
+        """
+        from tfdp.train import replica  # pylint: disable=import-outside-toplevel
+        return replica.step_seed(salt)

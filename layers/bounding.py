@@ -1,0 +1,158 @@
+"""Keras bounding layers: AdLM's bounded LRN, per-batch min-max normalisation, and clipping."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+
+def _finite(value: Any, name: str) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    try:
+        out = float(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name} must be a number, got {value!r}") from e
+    if not np.isfinite(out):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return out
+
+
+@keras.saving.register_keras_serializable(package="tfdp")
+class BoundedLRN(keras.layers.Layer):
+    """Bounded local response normalisation over the last (channel) axis (AdLM Eq. 22).
+
+    hn_k = h_k / max(|h_k|, (bias + alpha * sum_{m=k-r..k+r} h_m^2)^beta),
+
+    with the window clipped at the first and last channel. For the non-negative inputs the
+    paper uses (after a ReLU) this is exactly Eq. 22, h / max(h, .), and the output lies in
+    [0, 1]; taking |h| in the guard keeps signed inputs in [-1, 1]. The defaults are the
+    paper's q = 2, l = 5 (radius 2), alpha = 1e-4, beta = 0.75 (AdLM §3.5). Unlike
+    `tf.nn.local_response_normalization` (same window, same unscaled alpha) the guard
+    bounds the output.
+
+    Args:
+        depth_radius: half-width r of the channel window (window 2r + 1), int >= 0.
+        bias: q > 0.
+        alpha: alpha >= 0.
+        beta: beta > 0.
+        **kwargs: Keras layer arguments.
+
+    Raises:
+        ValueError: on a bad argument, naming it.
+    """
+
+    def __init__(self, depth_radius: int = 2, bias: float = 2.0, alpha: float = 1e-4,
+                 beta: float = 0.75, **kwargs: Any) -> None:
+        if isinstance(depth_radius, bool) or not isinstance(depth_radius, (int, np.integer)) \
+                or depth_radius < 0:
+            raise ValueError(f"depth_radius must be an int >= 0, got {depth_radius!r}")
+        self.depth_radius = int(depth_radius)
+        self.bias = _finite(bias, "bias")
+        if self.bias <= 0:
+            raise ValueError(f"bias must be > 0, got {bias!r}")
+        self.alpha = _finite(alpha, "alpha")
+        if self.alpha < 0:
+            raise ValueError(f"alpha must be >= 0, got {alpha!r}")
+        self.beta = _finite(beta, "beta")
+        if self.beta <= 0:
+            raise ValueError(f"beta must be > 0, got {beta!r}")
+        super().__init__(**kwargs)
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        h = tf.convert_to_tensor(inputs)
+        sq = tf.square(h)
+        r = self.depth_radius
+        rank = h.shape.rank
+        if r > 0:
+            paddings = [[0, 0]] * (rank - 1) + [[r, r]]
+            padded = tf.pad(sq, paddings)
+            channels = h.shape[-1] if h.shape[-1] is not None else tf.shape(h)[-1]
+            # Window sum of squares over channels k-r..k+r (AdLM Eq. 22), zero outside.
+            window = tf.add_n([padded[..., i:i + channels] for i in range(2 * r + 1)])
+        else:
+            window = sq
+        den = tf.pow(self.bias + self.alpha * window, self.beta)  # (q + alpha sum h^2)^beta
+        return h / tf.maximum(tf.abs(h), den)  # AdLM Eq. 22 guard max(h, .)
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return input_shape
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"depth_radius": self.depth_radius, "bias": self.bias,
+                       "alpha": self.alpha, "beta": self.beta})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tfdp")
+class MinMaxBound(keras.layers.Layer):
+    """Per-batch min-max normalisation of every unit to [0, 1] (AdLM §3.5, fully connected).
+
+    hn = (h - chi) / (phi - chi + epsilon), with chi and phi the unit's minimum and maximum
+    over the current batch (axis 0). A constant unit maps to 0 (no NaN). The statistics come
+    from the batch at hand, also at inference (AdLM §3.8: use large fixed test batches), and
+    under a tf.distribute strategy from each replica's shard.
+
+    Args:
+        epsilon: small constant > 0 added to the denominator.
+        **kwargs: Keras layer arguments.
+
+    Raises:
+        ValueError: if epsilon is not a finite number > 0.
+    """
+
+    def __init__(self, epsilon: float = 1e-6, **kwargs: Any) -> None:
+        self.epsilon = _finite(epsilon, "epsilon")
+        if self.epsilon <= 0:
+            raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+        super().__init__(**kwargs)
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        h = tf.convert_to_tensor(inputs)
+        chi = tf.reduce_min(h, axis=0, keepdims=True)
+        phi = tf.reduce_max(h, axis=0, keepdims=True)
+        return (h - chi) / (phi - chi + self.epsilon)  # AdLM §3.5 per-batch min-max
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return input_shape
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["epsilon"] = self.epsilon
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tfdp")
+class Clip(keras.layers.Layer):
+    """Clips every value to [low, high] (AdLM bn_clip mode, StoBatch's h1 and h_pi in [-1, 1]).
+
+    Args:
+        low: lower bound (finite).
+        high: upper bound (finite, > low).
+        **kwargs: Keras layer arguments.
+
+    Raises:
+        ValueError: if a bound is not finite or low >= high.
+    """
+
+    def __init__(self, low: float = -1.0, high: float = 1.0, **kwargs: Any) -> None:
+        self.low = _finite(low, "low")
+        self.high = _finite(high, "high")
+        if not self.low < self.high:
+            raise ValueError(f"low must be < high, got low={low!r}, high={high!r}")
+        super().__init__(**kwargs)
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        return tf.clip_by_value(inputs, self.low, self.high)
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return input_shape
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"low": self.low, "high": self.high})
+        return config

@@ -1,0 +1,380 @@
+"""Keras noise layers: Laplace input/affine perturbation, Gaussian and heterogeneous Gaussian noise."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any, Optional, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfdp import mechanisms
+
+NOISE_MODES = ("per_example", "per_batch", "once")
+
+# Tags folded into the stateless seed so the three uses of one layer seed never collide.
+_TAG_FRESH = 1
+_TAG_ONCE = 2
+_TAG_INFERENCE = 3
+
+
+def _check_mode(noise_mode: Any) -> str:
+    if noise_mode not in NOISE_MODES:
+        raise ValueError(f"noise_mode must be one of {NOISE_MODES}, got {noise_mode!r}")
+    return noise_mode
+
+
+def _check_seed(seed: Any) -> Optional[int]:
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an int or None, got {seed!r}")
+    seed = int(seed)
+    if not 0 <= seed < 2**63:
+        raise ValueError(f"seed must lie in [0, 2**63), got {seed}")
+    return seed
+
+
+def _check_nonneg_float(value: Any, name: str, *, positive: bool = False) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    try:
+        out = float(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name} must be a number, got {value!r}") from e
+    if not np.isfinite(out) or out < 0.0 or (positive and out == 0.0):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+    return out
+
+
+def _check_scale(scale: Any, name: str) -> np.ndarray:
+    try:
+        arr = np.asarray(scale, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name} must be a number or a numeric array, got {scale!r}") from e
+    if arr.size == 0:
+        raise ValueError(f"{name} must not be empty")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0.0):
+        raise ValueError(f"{name} must be finite and >= 0 everywhere")
+    return arr
+
+
+def _check_shared_axes(shared_axes: Any) -> tuple[int, ...]:
+    if shared_axes is None:
+        return ()
+    if isinstance(shared_axes, (int, np.integer)):
+        shared_axes = (shared_axes,)
+    try:
+        axes = tuple(int(a) for a in shared_axes)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"shared_axes must be an int or a sequence of ints, got {shared_axes!r}") from e
+    if any(a < 1 for a in axes) or len(set(axes)) != len(axes):
+        raise ValueError(
+            f"shared_axes must be distinct feature axes >= 1 (axis 0 is the batch), got {shared_axes!r}")
+    return tuple(sorted(axes))
+
+
+class _NoiseLayer(keras.layers.Layer):
+    """Shared machinery of the tfdp noise layers: modes, seeds, stored draws, inference switch.
+
+    Subclasses set `self._noise_scale` (float64 array broadcasting to the per-example noise
+    shape, already divided by `batch_divisor`) and implement `_sample`.
+    """
+
+    def __init__(self, *, noise_mode: str = "per_example", seed: Optional[int] = None,
+                 inference_noise: bool = False, batch_divisor: float = 1.0,
+                 shared_axes: Optional[Sequence[int]] = None,
+                 inference_fresh_scale: float = 1.0, inference_fixed_noise: bool = True,
+                 **kwargs: Any) -> None:
+        self.noise_mode = _check_mode(noise_mode)
+        self.seed = _check_seed(seed)
+        if not isinstance(inference_noise, (bool, np.bool_)):
+            raise ValueError(f"inference_noise must be a bool, got {inference_noise!r}")
+        self.batch_divisor = _check_nonneg_float(batch_divisor, "batch_divisor", positive=True)
+        self.shared_axes = _check_shared_axes(shared_axes)
+        self.inference_fresh_scale = _check_nonneg_float(inference_fresh_scale,
+                                                         "inference_fresh_scale")
+        if not isinstance(inference_fixed_noise, (bool, np.bool_)):
+            raise ValueError(f"inference_fixed_noise must be a bool, got {inference_fixed_noise!r}")
+        self.inference_fixed_noise = bool(inference_fixed_noise)
+        super().__init__(**kwargs)
+        self.inference_noise = bool(inference_noise)
+        # Without a seed the stream comes from OS entropy; that seed is never saved.
+        self._base_seed = self.seed if self.seed is not None else secrets.randbits(63)
+        self._feature_shape: Optional[tuple[int, ...]] = None
+        self._scale_t: Optional[tf.Tensor] = None
+        self.supports_masking = True
+
+    # ------------------------------------------------------------------ building
+
+    def _noise_feature_shape(self, input_shape: Sequence[Optional[int]]) -> tuple[int, ...]:
+        dims = list(input_shape[1:])
+        rank = len(input_shape)
+        for a in self.shared_axes:
+            if a >= rank:
+                raise ValueError(f"shared_axes entry {a} is out of range for input rank {rank}")
+            dims[a - 1] = 1
+        if any(d is None for d in dims):
+            raise ValueError(
+                f"the non-shared feature dimensions must be known, got input shape {tuple(input_shape)}")
+        return tuple(int(d) for d in dims)
+
+    def _check_scale_shape(self, scale: np.ndarray, name: str) -> np.ndarray:
+        """Checks `scale` broadcasts to the per-example noise shape; returns it full-shaped."""
+        shape = self._feature_shape
+        try:
+            out = np.broadcast_shapes(scale.shape, shape)
+        except ValueError as e:
+            raise ValueError(f"{name} of shape {scale.shape} does not broadcast to the noise "
+                             f"shape {shape}") from e
+        if out != shape:
+            raise ValueError(f"{name} of shape {scale.shape} does not broadcast to the noise "
+                             f"shape {shape}")
+        return np.broadcast_to(scale, shape)
+
+    def _resolve_scale(self) -> np.ndarray:
+        """Returns the per-example noise scale (float64, broadcasting to the noise shape)."""
+        raise NotImplementedError
+
+    def build(self, input_shape: Sequence[Optional[int]]) -> None:
+        self._feature_shape = self._noise_feature_shape(input_shape)
+        scale = self._resolve_scale() / self.batch_divisor  # AdLM Alg. 1 l.13 / StoBatch §2.3: noise/|L|
+        self._noise_scale = np.ascontiguousarray(scale, dtype=np.float64)
+        # Counter of fresh draws; every replica reads the same value, so per-batch noise is
+        # shared by the global batch, and restoring a checkpoint resumes the stream.
+        self.draw_counter = self.add_weight(
+            shape=(), initializer="zeros", dtype="int64", trainable=False,
+            aggregation="only_first_replica", name="draw_counter")
+        if self.noise_mode == "once":
+            once_seed = tf.constant([self._base_seed, _TAG_ONCE], dtype=tf.int64)
+
+            def _init(shape: Any, dtype: Any = None) -> tf.Tensor:
+                return self._sample(shape, once_seed, dtype=tf.float32)
+
+            # Design principle 3: noise drawn once is state, saved with the model.
+            self.fixed_noise = self.add_weight(
+                shape=(1,) + self._feature_shape, initializer=_init, dtype="float32",
+                trainable=False, name="fixed_noise")
+        super().build(input_shape)
+
+    # ------------------------------------------------------------------ sampling
+
+    def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
+        """Draws noise of `shape` with the layer's per-feature scale times `factor`."""
+        raise NotImplementedError
+
+    def _next_seed(self, tag: int, per_replica: bool) -> tf.Tensor:
+        """A fresh stateless seed [2]; distinct per call, and per replica if asked."""
+        counter = self.draw_counter.value
+        seed = tf.random.experimental.stateless_fold_in(
+            tf.constant([self._base_seed, tag], dtype=tf.int64), counter)
+        if per_replica:
+            ctx = tf.distribute.get_replica_context()
+            if ctx is not None and ctx.num_replicas_in_sync > 1:
+                seed = tf.random.experimental.stateless_fold_in(
+                    seed, tf.cast(ctx.replica_id_in_sync_group, tf.int64))
+        self.draw_counter.assign_add(1)
+        return seed
+
+    def _fresh_per_example(self, inputs: tf.Tensor, tag: int, factor: float) -> tf.Tensor:
+        batch = tf.shape(inputs)[:1]
+        shape = tf.concat([batch, tf.constant(self._feature_shape, dtype=tf.int32)], axis=0)
+        return self._sample(shape, self._next_seed(tag, per_replica=True), inputs.dtype, factor)
+
+    # ------------------------------------------------------------------ call
+
+    def call(self, inputs: Any, training: Optional[bool] = None) -> tf.Tensor:
+        inputs = tf.convert_to_tensor(inputs)
+        if training:
+            if self.noise_mode == "once":
+                noise = tf.cast(self.fixed_noise.value, inputs.dtype)
+            elif self.noise_mode == "per_batch":
+                # AdLM §3.4 batch_shared_per_step: one draw shared by the whole batch.
+                shape = (1,) + self._feature_shape
+                noise = self._sample(shape, self._next_seed(_TAG_FRESH, per_replica=False),
+                                     inputs.dtype)
+            else:
+                noise = self._fresh_per_example(inputs, _TAG_FRESH, 1.0)
+            return inputs + noise
+        if not self.inference_noise:
+            return inputs
+        # Inference noise: every row gets an independent fresh draw (one Monte-Carlo draw per
+        # row), scaled by inference_fresh_scale (StoBatch §2.11: 1/psi), plus the stored
+        # draw in "once" mode if inference_fixed_noise (StoBatch §2.11; HGM §8 A5 uses False).
+        out = inputs
+        if self.noise_mode == "once" and self.inference_fixed_noise:
+            out = out + tf.cast(self.fixed_noise.value, inputs.dtype)
+        if self.inference_fresh_scale > 0.0:
+            out = out + self._fresh_per_example(inputs, _TAG_INFERENCE, self.inference_fresh_scale)
+        return out
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return input_shape
+
+    def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+        return mask
+
+    @property
+    def noise_scale(self) -> np.ndarray:
+        """Per-example noise scale (float64, after `batch_divisor`); available once built."""
+        if self._feature_shape is None:
+            raise ValueError("the layer is not built yet: call it on an input first")
+        return np.broadcast_to(self._noise_scale, self._feature_shape).copy()
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({
+            "noise_mode": self.noise_mode,
+            "seed": self.seed,
+            "inference_noise": self.inference_noise,
+            "batch_divisor": self.batch_divisor,
+            "shared_axes": list(self.shared_axes) or None,
+            "inference_fresh_scale": self.inference_fresh_scale,
+            "inference_fixed_noise": self.inference_fixed_noise,
+        })
+        return config
+
+
+def _as_config_value(arr: np.ndarray) -> Any:
+    return float(arr) if arr.ndim == 0 else arr.tolist()
+
+
+@keras.saving.register_keras_serializable(package="tfdp")
+class LaplaceNoise(_NoiseLayer):
+    """Adds Laplace noise: AdLM's input / first-affine-layer perturbation and StoBatch's chi1, chi2.
+
+    Perturbing the input of an affine layer perturbs its output, (x + n) W = x W + n W
+    (AdLM §3.4), so placing this layer before the first dense/conv layer realises the
+    "noisy affine transformation"; placing it after the affine layer adds noise to the
+    pre-activation (StoBatch §2.4, h1_bar = h1 + 2 chi2 / m: pass scale = 2 Delta_R / eps1
+    and batch_divisor = m).
+
+    Noise is applied when the layer is called with `training=True`, or at inference when
+    `inference_noise` is on (see `set_inference_noise`). Modes:
+
+    * "per_example": an independent draw for every example on every call (fresh per
+      replica under a tf.distribute strategy).
+    * "per_batch": one draw per call shared by the whole (global) batch; AdLM's
+      batch_shared_per_step with `batch_divisor = |L|`.
+    * "once": drawn when the layer is built and kept in the non-trainable weight
+      `fixed_noise`, so checkpoints and `.keras` files carry it and a restore never
+      redraws it (AdLM shared_fixed, StoBatch chi1 / chi2).
+
+    Args:
+        scale: Laplace scale b >= 0 (density exp(-|v|/b)/2b); a scalar or a per-feature
+            array broadcasting to the input's feature shape (with `shared_axes` set to 1),
+            e.g. AdLM's Delta_h0 / (beta_j eps2).
+        noise_mode: "per_example", "per_batch" or "once".
+        seed: int for reproducible noise, None for OS entropy. Give every layer its own seed.
+        inference_noise: whether noise is also applied when not training.
+        batch_divisor: the noise is divided by this factor (AdLM |L|, StoBatch m).
+        shared_axes: feature axes (1-based, axis 0 is the batch) along which one draw is
+            shared, e.g. (3,) to share a pixel's noise across RGB channels (AdLM CIFAR code).
+        inference_fresh_scale: multiplier on the fresh inference noise (StoBatch 1/psi); 0
+            draws none.
+        inference_fixed_noise: in "once" mode, whether the stored draw is also added at
+            inference.
+        **kwargs: Keras layer arguments (name, dtype, ...).
+
+    Raises:
+        ValueError: on a bad argument, naming it.
+    """
+
+    def __init__(self, scale: Any, **kwargs: Any) -> None:
+        self.scale = _check_scale(scale, "scale")
+        super().__init__(**kwargs)
+
+    def _resolve_scale(self) -> np.ndarray:
+        return self._check_scale_shape(self.scale, "scale")
+
+    def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
+        return mechanisms.tf_laplace(shape, self._noise_scale * factor, seed=seed, dtype=dtype)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["scale"] = _as_config_value(self.scale)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tfdp")
+class GaussianNoise(_NoiseLayer):
+    """Adds N(0, stddev^2) noise (PixelDP-style robustness noise, uniform HGM).
+
+    Same modes and switches as `LaplaceNoise`; unlike `keras.layers.GaussianNoise` it
+    supports per-feature standard deviations, the "once" mode and inference noise.
+
+    Args:
+        stddev: standard deviation >= 0; a scalar or per-feature array.
+        **kwargs: the `LaplaceNoise` keyword arguments (noise_mode, seed, ...).
+
+    Raises:
+        ValueError: on a bad argument, naming it.
+    """
+
+    def __init__(self, stddev: Any, **kwargs: Any) -> None:
+        self.stddev = _check_scale(stddev, "stddev")
+        super().__init__(**kwargs)
+
+    def _resolve_scale(self) -> np.ndarray:
+        return self._check_scale_shape(self.stddev, "stddev")
+
+    def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
+        return mechanisms.tf_gaussian(shape, self._noise_scale * factor, seed=seed, dtype=dtype)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["stddev"] = _as_config_value(self.stddev)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tfdp")
+class HeterogeneousGaussianNoise(_NoiseLayer):
+    """Adds heterogeneous Gaussian noise: unit k gets std sigma * sqrt(K r_k) (HGM Theorem 3).
+
+    Secure-SGD puts this noise on the pre-activation of the first hidden layer (HGM §3.1):
+    place the layer right after the first convolution (bias included), before the ReLU.
+    K is the number of noised units, i.e. the size of `r` (all positions x channels).
+    `sigma` is the calibrated noise multiplier, e.g. sigma_r = mult_HGM(eps_r, delta_r) *
+    Delta_f * L from `tfdp.mechanisms.hgm_sigma` (HGM §3.4). HGM's recommended training
+    noise is fresh per example ("per_example"); the paper/code's single draw is "once"
+    (HGM §8 A5). For certification, turn inference noise on with
+    `inference_fixed_noise=False` (test-time noise is always fresh, HGM §4.4).
+
+    Args:
+        sigma: noise multiplier sigma >= 0.
+        r: redistribution vector (entries > 0 summing to 1), shaped like the noised
+            features or flat with that many entries; None means uniform r (std sigma).
+        **kwargs: the `LaplaceNoise` keyword arguments (noise_mode, seed, ...).
+
+    Raises:
+        ValueError: on a bad argument, naming it.
+    """
+
+    def __init__(self, sigma: float, r: Any = None, **kwargs: Any) -> None:
+        self.sigma = _check_nonneg_float(sigma, "sigma")
+        if r is None:
+            self.r = None
+        else:
+            self.r = mechanisms.check_redistribution(r, "r")  # entries > 0, sum 1 (HGM §2.4)
+        super().__init__(**kwargs)
+
+    def _resolve_scale(self) -> np.ndarray:
+        if self.r is None:
+            return np.full(self._feature_shape, self.sigma)  # uniform r: HGM reduces to EGM (§2.4)
+        size = int(np.prod(self._feature_shape))
+        if self.r.size != size:
+            raise ValueError(f"r has {self.r.size} entries, but the layer noises {size} units "
+                             f"(noise shape {self._feature_shape})")
+        std = mechanisms.heterogeneous_stddevs(sigma=self.sigma, r=self.r.reshape(-1))  # HGM Thm 3
+        return np.asarray(std, dtype=np.float64).reshape(self._feature_shape)
+
+    def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
+        return mechanisms.tf_gaussian(shape, self._noise_scale * factor, seed=seed, dtype=dtype)
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["sigma"] = self.sigma
+        config["r"] = None if self.r is None else self.r.tolist()
+        return config

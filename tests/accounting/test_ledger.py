@@ -1,0 +1,144 @@
+"""PrivacyLedger: composition, claimed vs. sound totals, idempotent adds, JSON round trip."""
+
+import json
+import math
+
+import pytest
+
+from tfdp.accounting import PrivacyLedger
+
+
+def _adlm_ledger():
+    # AdLM spec §3.9 / §3.10, MNIST ref-code configuration: claimed eps1 + eps2 + eps3 = 0.3;
+    # the per-record diagnostic is |L| d eps2 / Delta_h0 for the inputs, 2 |L| eps3 / Delta_F
+    # for the labels.
+    eps_rec_x = 1800 * 784 * 0.075 / 9800
+    eps_rec_y = 2 * 1800 * 0.15 / 1812.5
+    led = PrivacyLedger()
+    led.add("relevance", mechanism="laplace", epsilon=0.075, protects="training records")
+    led.add("first_layer", mechanism="laplace", epsilon=eps_rec_x, claimed_epsilon=0.075,
+            protects="training records", note="per_example_fixed, per-record diagnostic")
+    led.add("loss_coefficients", mechanism="functional", epsilon=eps_rec_y, claimed_epsilon=0.15,
+            protects="training records")
+    return led, eps_rec_x, eps_rec_y
+
+
+def test_sequential_and_claimed_totals_adlm():
+    led, ex, ey = _adlm_ledger()
+    assert ex == pytest.approx(10.8, abs=1e-9)
+    eps, delta = led.total()
+    assert eps == pytest.approx(0.075 + ex + ey, rel=1e-12) and delta == 0.0
+    assert eps == pytest.approx(11.2, abs=0.03)
+    assert led.claimed_total() == (pytest.approx(0.3, rel=1e-12), 0.0)
+    d = led.to_dict()
+    assert d["differs"] is True and d["claimed_epsilon"] == pytest.approx(0.3)
+    assert [e["name"] for e in d["entries"]] == ["relevance", "first_layer", "loss_coefficients"]
+    assert "paper claims" in led.summary() and "differs" in led.summary()
+
+
+def test_claimed_equals_sound_when_nothing_claimed():
+    led = PrivacyLedger()
+    led.add("a", mechanism="gaussian", epsilon=1.0, delta=1e-5)
+    led.add("b", mechanism="laplace", epsilon=0.5)
+    assert led.total() == (1.5, 1e-5)
+    assert led.claimed_total() == led.total()
+    assert led.to_dict()["differs"] is False
+
+
+def test_parallel_groups_compose_by_max():
+    # StoBatch spec §2.9: disjoint batches compose in parallel; the groups then add.
+    led = PrivacyLedger()
+    for i, (e, d) in enumerate([(0.5, 1e-6), (0.7, 1e-7), (0.6, 2e-6)]):
+        led.add(f"batch{i}", mechanism="laplace", epsilon=e, delta=d, composition="parallel",
+                group="batches")
+    led.add("other0", mechanism="laplace", epsilon=0.1, composition="parallel", group="g2")
+    led.add("other1", mechanism="laplace", epsilon=0.3, composition="parallel", group="g2")
+    led.add("seq", mechanism="laplace", epsilon=1.0)
+    eps, delta = led.total()
+    assert eps == pytest.approx(0.7 + 0.3 + 1.0, rel=1e-15)
+    assert delta == pytest.approx(2e-6, rel=1e-15)
+
+
+def test_stobatch_theorem4_total():
+    # StoBatch spec §2.9 with the MNIST gamma_x = 4950/2499 and an illustrative gamma = 2.
+    eps1, eps2, gamma_x, gamma = 0.5, 0.1, 4950 / 2499, 2.0
+    led = PrivacyLedger()
+    led.add("autoencoder", mechanism="functional", epsilon=eps1)
+    led.add("inputs", mechanism="laplace", epsilon=eps1 / gamma_x)
+    led.add("first_layer", mechanism="laplace", epsilon=eps1 / gamma)
+    led.add("output_coefficients", mechanism="functional", epsilon=eps2)
+    assert led.total()[0] == pytest.approx(eps1 + eps1 / gamma_x + eps1 / gamma + eps2, rel=1e-15)
+
+
+def test_separate_entries_are_recorded_not_composed():
+    led = PrivacyLedger()
+    led.add("dpsgd", mechanism="dpsgd_rdp", epsilon=2.0, delta=1e-5)
+    led.add("robustness", mechanism="hgm", epsilon=8.0, delta=1e-5, composition="separate",
+            protects="input pixels (l_inf radius L)")
+    assert led.total() == (2.0, 1e-5)
+    assert "robustness" in led and len(led) == 2
+
+
+def test_identical_readd_is_noop_conflict_raises():
+    led = PrivacyLedger()
+    first = led.add("x", mechanism="laplace", epsilon=0.5, note="n")
+    again = led.add("x", mechanism="laplace", epsilon=0.5, note="n")
+    assert first == again and len(led) == 1 and led.total() == (0.5, 0.0)
+    with pytest.raises(ValueError, match="name"):
+        led.add("x", mechanism="laplace", epsilon=0.6, note="n")
+    with pytest.raises(ValueError, match="name"):
+        led.add("x", mechanism="laplace", epsilon=0.5, note="other")
+    assert led.total() == (0.5, 0.0)
+
+
+def test_json_round_trip(tmp_path):
+    led, _, _ = _adlm_ledger()
+    led.add("unbounded", mechanism="laplace", epsilon=math.inf, claimed_epsilon=0.0,
+            composition="parallel", group="shared")
+    led.add("robust", mechanism="hgm", epsilon=1.0, delta=1e-5, composition="separate")
+    path = led.save(str(tmp_path / "sub" / "ledger.json"))
+    back = PrivacyLedger.load(path)
+    assert back.to_dict() == led.to_dict()
+    assert back.total()[0] == math.inf
+    assert back.claimed_total() == led.claimed_total()
+    # A resumed run re-adding the same entries does not double count.
+    for e in led.entries:
+        back.add(e["name"], **{k: v for k, v in e.items() if k != "name"})
+    assert back.to_dict() == led.to_dict()
+    assert not [p for p in (tmp_path / "sub").iterdir() if p.name.startswith(".tmp")]
+    assert PrivacyLedger.from_dict(json.loads(json.dumps(led.to_dict()))).to_dict() == led.to_dict()
+
+
+def test_from_dict_rejects_inconsistent_totals():
+    led = PrivacyLedger()
+    led.add("a", mechanism="laplace", epsilon=1.0)
+    d = led.to_dict()
+    d["epsilon"] = 0.5
+    with pytest.raises(ValueError, match="epsilon"):
+        PrivacyLedger.from_dict(d)
+    with pytest.raises(ValueError, match="data"):
+        PrivacyLedger.from_dict({"entries": [{"name": "a", "bogus": 1}]})
+    with pytest.raises(ValueError, match="data"):
+        PrivacyLedger.from_dict([])
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    (dict(epsilon=-1.0), "epsilon"),
+    (dict(epsilon=float("nan")), "epsilon"),
+    (dict(epsilon=1.0, delta=1.0), "delta"),
+    (dict(epsilon=1.0, delta=-1e-5), "delta"),
+    (dict(epsilon=1.0, composition="advanced"), "composition"),
+    (dict(epsilon=1.0, composition="parallel"), "group"),
+    (dict(epsilon=1.0, claimed_epsilon=-0.1), "claimed_epsilon"),
+    (dict(epsilon=1.0, claimed_delta=2.0), "claimed_delta"),
+    (dict(epsilon=1.0, mechanism=""), "mechanism"),
+])
+def test_bad_entries(kwargs, word):
+    kw = dict(mechanism="laplace")
+    kw.update(kwargs)
+    with pytest.raises(ValueError, match=word):
+        PrivacyLedger().add("e", **kw)
+    with pytest.raises(ValueError, match="name"):
+        PrivacyLedger().add("", mechanism="laplace", epsilon=1.0)
+    with pytest.raises(ValueError, match="name"):
+        PrivacyLedger().get("missing")

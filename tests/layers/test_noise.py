@@ -1,0 +1,278 @@
+"""Tests of the tfdp noise layers: modes, samplers, seeds, inference switch, bad input."""
+
+import numpy as np
+import pytest
+import scipy.stats
+import tensorflow as tf
+import keras
+
+import layers
+
+
+def _laplace_ks(v: np.ndarray) -> float:
+    return scipy.stats.kstest(v.ravel(), scipy.stats.laplace.cdf).pvalue
+
+
+def _normal_ks(v: np.ndarray) -> float:
+    return scipy.stats.kstest(v.ravel(), scipy.stats.norm.cdf).pvalue
+
+
+# ----------------------------------------------------------------------------- Laplace sampler
+
+
+@pytest.mark.parametrize("scale", [0.1, 1.0, 72.59])
+def test_laplace_per_example_statistics(scale):
+    # AdLM §8.1 item 1 with n = 200,000 draws (400 examples x 500 features).
+    # mean: sd of the sample mean is sqrt(2) s / sqrt(n) = 0.0032 s, so 0.02 s is > 6 sd.
+    # variance: Var(v^2) = E v^4 - (2s^2)^2 = 24 s^4 - 4 s^4 = 20 s^4, so the sd of the sample
+    # variance is sqrt(20/n) s^2 = 0.01 s^2 = 0.5% of 2 s^2; 3% is 6 sd.
+    # mean|v|: |v| ~ Exp(s), sd of the mean is s/sqrt(n) = 0.22% of s; 2% is 9 sd.
+    layer = layers.LaplaceNoise(scale, seed=11)
+    x = tf.zeros((400, 500))
+    v = layer(x, training=True).numpy().astype(np.float64)
+    assert abs(v.mean()) < 0.02 * scale
+    assert abs(v.var() / (2 * scale**2) - 1) < 0.03
+    assert abs(np.abs(v).mean() / scale - 1) < 0.02
+    assert _laplace_ks(v / scale) > 1e-3
+
+
+def test_laplace_per_feature_scales_and_divisor():
+    # AdLM §8.1 item 1: feature j has scale Delta_h0/(beta_j eps2), divided by |L| when asked.
+    beta = np.array([0.25, 0.5, 1.0, 2.0, 1.25])
+    delta_h0, eps2, batch = 9800.0, 0.075, 1800
+    per_feature = delta_h0 / (beta * eps2)
+    layer = layers.LaplaceNoise(per_feature, batch_divisor=batch, seed=5)
+    v = layer(tf.zeros((40000, 5)), training=True).numpy().astype(np.float64)
+    expected = per_feature / batch
+    np.testing.assert_allclose(layer.noise_scale, expected, rtol=1e-12)
+    # mean|v| per feature: relative sd 1/sqrt(40000) = 0.5%; 3% is 6 sd.
+    np.testing.assert_allclose(np.abs(v).mean(axis=0), expected, rtol=0.03)
+    assert _laplace_ks(v / expected) > 1e-3
+    # The MNIST ref-code per-example input scale 72.5926/beta_j (AdLM §3.10).
+    np.testing.assert_allclose(delta_h0 / (eps2 * batch), 72.5926, atol=1e-4)
+
+
+def test_shared_axes_share_noise_across_channels():
+    # AdLM CIFAR code: one draw per pixel, copied to the 3 channels.
+    layer = layers.LaplaceNoise(1.0, shared_axes=[3], seed=2)
+    v = layer(tf.zeros((4, 6, 6, 3)), training=True).numpy()
+    assert np.all(v[..., 0] == v[..., 1]) and np.all(v[..., 1] == v[..., 2])
+    assert not np.all(v[0] == v[1])
+
+
+# ----------------------------------------------------------------------------- modes
+
+
+def test_per_example_fresh_per_row_and_per_call():
+    layer = layers.LaplaceNoise(1.0, noise_mode="per_example", seed=1)
+    x = tf.zeros((8, 10))
+    a = layer(x, training=True).numpy()
+    b = layer(x, training=True).numpy()
+    assert len({row.tobytes() for row in a}) == 8
+    assert not np.any(a == b)
+    assert int(layer.draw_counter.numpy()) == 2
+
+
+def test_per_batch_shared_within_batch_fresh_between_calls():
+    # AdLM §8.1 item 12 (batch_shared_per_step).
+    layer = layers.LaplaceNoise(2.0, noise_mode="per_batch", batch_divisor=4.0, seed=3)
+    x = tf.zeros((6, 20000))
+    a = layer(x, training=True).numpy()
+    b = layer(x, training=True).numpy()
+    assert np.all(a == a[0]) and np.all(b == b[0])
+    assert not np.any(a[0] == b[0])
+    # One draw of 20,000 iid features, scale 2/4.
+    assert _laplace_ks(a[0] / 0.5) > 1e-3
+
+
+def test_once_is_fixed_and_laplace_distributed():
+    # StoBatch §8.1 items 7-8 and AdLM item 12 (shared_fixed): drawn once, identical everywhere.
+    layer = layers.LaplaceNoise(3.0, noise_mode="once", batch_divisor=1.5, seed=4)
+    x = tf.zeros((5, 30000))
+    a = layer(x, training=True).numpy()
+    b = layer(x, training=True).numpy()
+    assert np.array_equal(a, b) and np.all(a == a[0])
+    np.testing.assert_array_equal(a[0], layer.fixed_noise.numpy()[0])
+    assert int(layer.draw_counter.numpy()) == 0
+    assert _laplace_ks(a[0] / 2.0) > 1e-3
+    assert any(w is layer.fixed_noise for w in layer.non_trainable_weights)
+    assert not layer.trainable_weights
+
+
+def test_same_seed_same_stream_other_seed_differs():
+    x = tf.zeros((3, 50))
+    a = layers.LaplaceNoise(1.0, seed=9)
+    b = layers.LaplaceNoise(1.0, seed=9)
+    c = layers.LaplaceNoise(1.0, seed=10)
+    for _ in range(2):
+        va, vb, vc = (l(x, training=True).numpy() for l in (a, b, c))
+        np.testing.assert_array_equal(va, vb)
+        assert not np.any(va == vc)
+    o1 = layers.LaplaceNoise(1.0, noise_mode="once", seed=7)
+    o2 = layers.LaplaceNoise(1.0, noise_mode="once", seed=7)
+    np.testing.assert_array_equal(o1(x, training=True), o2(x, training=True))
+    # Without a seed the stream comes from OS entropy.
+    n1, n2 = layers.LaplaceNoise(1.0), layers.LaplaceNoise(1.0)
+    assert not np.any(n1(x, training=True).numpy() == n2(x, training=True).numpy())
+
+
+def test_fresh_noise_inside_tf_function():
+    layer = layers.LaplaceNoise(1.0, seed=8)
+    x = tf.zeros((2, 16))
+
+    @tf.function
+    def step(inp):
+        return layer(inp, training=True)
+
+    a, b = step(x).numpy(), step(x).numpy()
+    assert not np.any(a == b)
+
+
+# ----------------------------------------------------------------------------- Gaussian / HGM
+
+
+def test_gaussian_per_feature_stddev():
+    std = np.array([0.5, 1.0, 3.0])
+    layer = layers.GaussianNoise(std, seed=12)
+    v = layer(tf.zeros((40000, 3)), training=True).numpy().astype(np.float64)
+    # sd of the sample std is std/sqrt(2n) = 0.35% of std; 2% is > 5 sd.
+    np.testing.assert_allclose(v.std(axis=0), std, rtol=0.02)
+    assert _normal_ks(v / std) > 1e-3
+
+
+def test_hgm_per_unit_stddev_and_total_energy():
+    # HGM §9.1 item 18: empirical per-unit std of gamma equals sigma sqrt(K r_k) within 3%.
+    rng = np.random.default_rng(0)
+    r = rng.dirichlet(np.ones(12)).reshape(2, 2, 3)
+    sigma = 0.8
+    layer = layers.HeterogeneousGaussianNoise(sigma, r, seed=13)
+    v = layer(tf.zeros((30000, 2, 2, 3)), training=True).numpy().astype(np.float64)
+    expected = sigma * np.sqrt(12 * r)
+    np.testing.assert_allclose(layer.noise_scale, expected, rtol=1e-12)
+    # sd of the sample std is 1/sqrt(2 * 30000) = 0.41%; 3% is > 7 sd.
+    np.testing.assert_allclose(v.std(axis=0), expected, rtol=0.03)
+    assert _normal_ks(v / expected) > 1e-3
+    # HGM §2.4: total variance K sigma^2 whatever r is.
+    np.testing.assert_allclose(np.sum(layer.noise_scale**2), 12 * sigma**2, rtol=1e-12)
+
+
+def test_hgm_uniform_r_reduces_to_sigma_and_flat_r_accepted():
+    u = layers.HeterogeneousGaussianNoise(1.5, None, seed=1)
+    u(tf.zeros((1, 4, 4, 2)))
+    np.testing.assert_allclose(u.noise_scale, 1.5)
+    flat = layers.HeterogeneousGaussianNoise(1.5, np.full(32, 1 / 32), seed=1)
+    flat(tf.zeros((1, 4, 4, 2)))
+    np.testing.assert_allclose(flat.noise_scale, 1.5, rtol=1e-12)
+
+
+def test_hgm_fresh_vs_fixed_once():
+    # HGM §9.1 item 18: fresh -> two passes differ; fixed_once -> they agree.
+    r = np.full((3, 4), 1 / 12)
+    x = tf.ones((2, 3, 4))
+    fresh = layers.HeterogeneousGaussianNoise(1.0, r, noise_mode="per_example", seed=3)
+    fixed = layers.HeterogeneousGaussianNoise(1.0, r, noise_mode="once", seed=3)
+    assert not np.allclose(fresh(x, training=True), fresh(x, training=True))
+    np.testing.assert_array_equal(fixed(x, training=True), fixed(x, training=True))
+
+
+# ----------------------------------------------------------------------------- inference
+
+
+def test_no_noise_at_inference_by_default():
+    # AdLM §8.1 item 14: two passes on the same batch are identical and equal to the input.
+    for mode in layers.NOISE_MODES:
+        layer = layers.LaplaceNoise(1.0, noise_mode=mode, seed=1)
+        x = tf.random.stateless_uniform((4, 7), seed=[1, 2])
+        np.testing.assert_array_equal(layer(x), x)
+        np.testing.assert_array_equal(layer(x, training=False), x)
+        assert int(layer.draw_counter.numpy()) == 0
+
+
+def test_inference_noise_fresh_per_row_and_scaled():
+    layer = layers.LaplaceNoise(2.0, noise_mode="per_batch", seed=1, inference_noise=True,
+                                inference_fresh_scale=0.5)
+    x = tf.zeros((30000, 2))
+    v = layer(x).numpy().astype(np.float64)
+    assert len({row.tobytes() for row in v[:100]}) == 100  # one MC draw per row
+    # Fresh scale 2 * 0.5 = 1; mean|v| relative sd 1/sqrt(60000) = 0.4%; 3% is > 7 sd.
+    assert abs(np.abs(v).mean() - 1.0) < 0.03
+
+
+def test_inference_once_fixed_plus_fresh():
+    # StoBatch §2.11: stored draw plus fresh noise shrunk by psi; psi -> inf leaves the
+    # stored draw only (StoBatch §8.1 item 26).
+    x = tf.zeros((3, 10))
+    only_fixed = layers.LaplaceNoise(1.0, noise_mode="once", seed=2, inference_noise=True,
+                                     inference_fresh_scale=0.0)
+    out = only_fixed(x).numpy()
+    np.testing.assert_array_equal(out, np.broadcast_to(only_fixed.fixed_noise.numpy(), out.shape))
+    fresh_only = layers.LaplaceNoise(1.0, noise_mode="once", seed=2, inference_noise=True,
+                                     inference_fixed_noise=False)
+    v = fresh_only(tf.zeros((20000, 10))).numpy()
+    assert abs(np.mean(v)) < 0.05  # fresh zero-mean noise, not the fixed draw (sd 0.01)
+
+
+def test_set_inference_noise_nested_model_and_retrace():
+    inner_in = keras.Input((6,))
+    h = layers.LaplaceNoise(1.0, seed=1)(inner_in)
+    h = keras.layers.Dense(4)(h)
+    h = layers.GaussianNoise(0.5, noise_mode="once", seed=2)(h)
+    inner = keras.Model(inner_in, h)
+    outer_in = keras.Input((6,))
+    y = layers.HeterogeneousGaussianNoise(1.0, None, seed=3)(inner(outer_in))
+    y = layers.Clip(-5.0, 5.0)(y)
+    model = keras.Model(outer_in, y)
+    x = np.ones((3, 6), np.float32)
+    clean = model.predict(x, verbose=0)
+    np.testing.assert_array_equal(clean, model.predict(x, verbose=0))
+    assert layers.set_inference_noise(model, True) == 3
+    noisy1, noisy2 = model.predict(x, verbose=0), model.predict(x, verbose=0)
+    assert not np.allclose(noisy1, clean) and not np.allclose(noisy1, noisy2)
+    assert layers.set_inference_noise(model, False) == 3
+    np.testing.assert_array_equal(model.predict(x, verbose=0), clean)
+    assert layers.set_inference_noise(model.layers[1], True) == 2  # the inner model only
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(scale=-1.0), "scale"),
+    (dict(scale=float("nan")), "scale"),
+    (dict(scale=[]), "scale"),
+    (dict(scale=1.0, noise_mode="per_step"), "noise_mode"),
+    (dict(scale=1.0, seed=-3), "seed"),
+    (dict(scale=1.0, seed=1.5), "seed"),
+    (dict(scale=1.0, inference_noise="yes"), "inference_noise"),
+    (dict(scale=1.0, batch_divisor=0.0), "batch_divisor"),
+    (dict(scale=1.0, shared_axes=[0]), "shared_axes"),
+    (dict(scale=1.0, inference_fresh_scale=-0.1), "inference_fresh_scale"),
+    (dict(scale=1.0, inference_fixed_noise=None), "inference_fixed_noise"),
+])
+def test_laplace_bad_arguments(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        layers.LaplaceNoise(**kwargs)
+
+
+def test_scale_shape_mismatch_raises_at_build():
+    layer = layers.LaplaceNoise(np.ones(4))
+    with pytest.raises(ValueError, match="scale"):
+        layer(tf.zeros((2, 5)), training=True)
+
+
+def test_hgm_bad_arguments():
+    with pytest.raises(ValueError, match="sigma"):
+        layers.HeterogeneousGaussianNoise(-1.0, None)
+    with pytest.raises(ValueError, match="r"):
+        layers.HeterogeneousGaussianNoise(1.0, [0.5, 0.6])
+    with pytest.raises(ValueError, match="r"):
+        layers.HeterogeneousGaussianNoise(1.0, [1.0, 0.0])
+    layer = layers.HeterogeneousGaussianNoise(1.0, np.full(5, 0.2))
+    with pytest.raises(ValueError, match="r has 5 entries"):
+        layer(tf.zeros((1, 6)))
+    with pytest.raises(ValueError, match="stddev"):
+        layers.GaussianNoise(-0.5)
+    with pytest.raises(ValueError, match="enabled"):
+        layers.set_inference_noise(layer, 1)
+    with pytest.raises(ValueError, match="model_or_layer"):
+        layers.set_inference_noise("model", True)

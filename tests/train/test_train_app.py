@@ -1,0 +1,132 @@
+"""tfdp-train: flag validation before any work, the command line end to end, flags.txt."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfdp import rundir
+from tfdp.apps import train as train_app
+from tfdp.train import loop, registry
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _values(tmp_path, **kw):
+    values = {"method": "nonprivate", "dataset": "sample", "model_dir": str(tmp_path / "run")}
+    values.update(kw)
+    return values
+
+
+@pytest.mark.parametrize("kw, flag", [
+    ({"method": "nosuchmethod"}, "--method"),
+    ({"dataset": "imagenet22k"}, "--dataset"),
+    ({"method": "dpsgd", "epsilon": 0.0}, "--epsilon"),
+    ({"method": "dpsgd", "epsilon": -1.0}, "--epsilon"),
+    ({"method": "dpsgd", "epsilon": math.nan}, "--epsilon"),
+    ({"method": "dpsgd", "epsilon": math.inf}, "--epsilon"),
+    ({"method": "dpsgd", "delta": 1.0}, "--delta"),
+    ({"method": "dpsgd", "delta": -0.1}, "--delta"),
+    ({"batch_size": 0}, "--batch_size"),
+    ({"epochs": 0}, "--epochs"),
+    ({"learning_rate": -1.0}, "--learning_rate"),
+    ({"optimizer": "rmsprop"}, "--optimizer"),
+    ({"strategy": "tpu"}, "--strategy"),
+    ({"num_train": 0}, "--num_train"),
+    ({"value_range": ["1", "-1"]}, "--value_range"),
+    ({"checkpoint_every": 0}, "--checkpoint_every"),
+    ({"strategy": "multi_worker"}, "--seed"),
+    ({"epsilon": 1.0}, "--epsilon"),  # nonprivate spends no budget
+])
+def test_bad_flags_name_the_flag(tmp_path, kw, flag):
+    with pytest.raises(ValueError) as err:
+        train_app.resolve(_values(tmp_path, **kw))
+    assert flag in str(err.value)
+    assert not os.path.exists(tmp_path / "run")  # nothing was written
+
+
+def test_bad_method_options_name_the_flag(tmp_path):
+    with pytest.raises(ValueError, match="--dpsgd_l2_clip"):
+        train_app.resolve(_values(tmp_path, method="dpsgd"), {"dpsgd_l2_clip": 0.0})
+    with pytest.raises(ValueError, match="--dpsgd_noise_multiplier"):
+        train_app.resolve(_values(tmp_path, method="dpsgd"), {"dpsgd_noise_multiplier": -2.0})
+
+
+def test_run_directory_rules(tmp_path):
+    existing = tmp_path / "run"
+    existing.mkdir()
+    train_app.resolve(_values(tmp_path))  # an empty directory is fine
+    (existing / "flags.txt").write_text("--method=nonprivate\n")
+    with pytest.raises(ValueError, match="--model_dir"):
+        train_app.resolve(_values(tmp_path))
+    with pytest.raises(ValueError, match="--resume"):  # exists but holds no checkpoint
+        train_app.resolve(_values(tmp_path, resume=True))
+    with pytest.raises(ValueError, match="--resume"):
+        train_app.resolve(_values(tmp_path, resume=True, model_dir=str(tmp_path / "missing")))
+
+
+def test_defaults_come_from_the_method(tmp_path):
+    spec = train_app.resolve(_values(tmp_path, method="dpsgd"))
+    assert spec.config.epsilon == 2.0 and spec.config.delta == 1e-5
+    spec = train_app.resolve(_values(tmp_path, method="dpsgd", epsilon=0.5, epochs=3))
+    assert spec.config.epsilon == 0.5 and spec.config.epochs == 3
+    assert spec.config.value_range == (-1.0, 1.0)
+
+
+def test_default_model_dir_is_under_runs(tmp_path):
+    spec = train_app.resolve({"method": "nonprivate"})
+    assert spec.config.model_dir.startswith(os.path.join("runs", "nonprivate-sample-"))
+
+
+def test_registry_is_loud():
+    assert registry.METHODS["nonprivate"] == "tfdp.train.nonprivate:NonPrivate"
+    assert registry.METHODS["dpsgd"] == "tfdp.train.dpsgd:DPSGD"
+    with pytest.raises(ValueError, match="method"):
+        registry.get_method_class("nope")
+    registry.METHODS["broken_for_test"] = "tfdp.train.no_such_module:Nothing"
+    try:
+        with pytest.raises(ImportError):
+            registry.get_method_class("broken_for_test")
+    finally:
+        del registry.METHODS["broken_for_test"]
+
+
+def _cli(*args, timeout=300):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-m", "tfdp.apps.train", *args], cwd=_ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_rejects_bad_flags_before_training(tmp_path):
+    out = _cli("--method=dpsgd", "--epsilon=-1", f"--model_dir={tmp_path / 'run'}")
+    assert out.returncode != 0
+    assert "--epsilon" in out.stderr
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_cli_nonprivate_end_to_end_and_flagfile_rerun(tmp_path):
+    first = tmp_path / "first"
+    out = _cli("--method=nonprivate", "--dataset=sample", f"--model_dir={first}", "--epochs=1",
+               "--num_train=640", "--num_test=200", "--seed=3")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "test accuracy" in out.stdout and str(first) in out.stdout
+    assert "privacy ledger" in out.stdout
+    metrics = json.load(open(first / rundir.METRICS_FILE))
+    assert metrics["epochs_completed"] == 1
+    # 640 sample images, one epoch: well above chance (0.1) on the 200 test images.
+    assert metrics["test_accuracy"] > 0.3
+    flags_txt = (first / rundir.FLAGS_FILE).read_text()
+    assert "--method=nonprivate" in flags_txt and "--seed=3" in flags_txt
+    # flags.txt re-creates the run: same seed, same data, same result.
+    second = tmp_path / "second"
+    out = _cli(f"--flagfile={first / rundir.FLAGS_FILE}", f"--model_dir={second}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.load(open(second / rundir.METRICS_FILE))["test_accuracy"] == \
+        metrics["test_accuracy"]
+    # The same directory again without --resume is refused.
+    out = _cli(f"--flagfile={first / rundir.FLAGS_FILE}")
+    assert out.returncode != 0 and "--model_dir" in out.stderr
+    assert loop.has_checkpoint(str(first))

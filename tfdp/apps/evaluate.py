@@ -1,0 +1,75 @@
+"""tfdp-evaluate: accuracy under attack and certified accuracy of a trained run directory."""
+
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags, logging
+
+from tfdp import evaluate as evaluate_lib
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model_dir", None, "Run directory written by tfdp-train.")
+flags.DEFINE_list("attacks", ["fgsm", "ifgsm", "mim", "madry"],
+                  "Attacks, comma-separated, from fgsm, ifgsm, mim, madry (empty: clean only).")
+flags.DEFINE_list("attack_sizes", ["0.1", "0.2"],
+                  "l_inf attack sizes, comma-separated, on --attack_size_range.")
+flags.DEFINE_list("attack_size_range", None,
+                  "low,high of the range the sizes refer to, e.g. 0,1 for sizes on [0,1] of a "
+                  "model trained on [-1,1] (a size doubles). Default: the data's own range.")
+flags.DEFINE_integer("nb_iter", 10, "Iterations of ifgsm, mim and madry (T_a).")
+flags.DEFINE_integer("eot_draws", 1, "> 1: attack the noisy model, averaging gradients over "
+                     "this many noise draws (expectation over transformation).")
+flags.DEFINE_bool("use_true_labels", False,
+                  "Craft against the true labels instead of the model's predictions.")
+flags.DEFINE_bool("certify", False, "Monte-Carlo prediction and certified accuracy.")
+flags.DEFINE_integer("num_draws", None, "Monte-Carlo draws per input (default: the run's "
+                     "certification config, else 1000).")
+flags.DEFINE_float("alpha", None, "Failure probability of the bounds, in (0, 1) (default "
+                   "0.05, i.e. 95% confidence).")
+flags.DEFINE_enum("bound", None, ["clopper_pearson", "hoeffding", "bernstein"],
+                  "Confidence bound (default: Clopper-Pearson on argmax counts).")
+flags.DEFINE_integer("num_examples", None, "Evaluate only the first N test examples.")
+flags.DEFINE_integer("batch_size", 100, "Examples per batch.")
+flags.DEFINE_integer("draws_per_step", 256, "Monte-Carlo draws per forward pass.")
+flags.DEFINE_integer("seed", None, "Seed of the Madry random starts (unset: OS entropy).")
+flags.DEFINE_string("data_dir", None, "Data root (default: the run's data_dir).")
+
+
+def _options() -> evaluate_lib.EvalOptions:
+    return evaluate_lib.EvalOptions(
+        attacks=tuple(FLAGS.attacks), attack_sizes=tuple(FLAGS.attack_sizes),
+        size_range=tuple(FLAGS.attack_size_range) if FLAGS.attack_size_range else None,
+        nb_iter=FLAGS.nb_iter, eot_draws=FLAGS.eot_draws,
+        use_true_labels=FLAGS.use_true_labels, certify=FLAGS.certify,
+        num_draws=FLAGS.num_draws, alpha=FLAGS.alpha, bound=FLAGS.bound,
+        num_examples=FLAGS.num_examples, batch_size=FLAGS.batch_size,
+        draws_per_step=FLAGS.draws_per_step, seed=FLAGS.seed, data_dir=FLAGS.data_dir)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not FLAGS.model_dir:
+        raise app.UsageError("--model_dir is required")
+    try:
+        options = evaluate_lib.validate_options(_options())
+    except ValueError as e:
+        raise app.UsageError(str(e)) from e
+    summary = evaluate_lib.evaluate_run(FLAGS.model_dir, options)
+    logging.info("clean accuracy %.4f", summary["clean_accuracy"])
+    for name, entry in summary["attacks"].items():
+        for size, res in entry.items():
+            cert = res["certified_accuracy"]
+            logging.info("%s @ %s: accuracy %.4f, certified %s", name, size, res["accuracy"],
+                         "n/a" if cert is None else f"{cert:.4f}")
+    print(f"wrote {summary['model_dir']}/evaluation.json")
+
+
+def run() -> None:
+    """Console-script entry point."""
+    app.run(main, argv=sys.argv)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,204 @@
+"""GPM experiments on histograms: the key holder's attack, L2 error, bounds and precision."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Iterable
+
+import numpy as np
+from scipy import stats
+
+from tfdp.mechanisms import pancake
+
+_CHUNK_ELEMENTS = 1 << 22  # rows per chunk * d: about 32 MB per float64 matrix
+
+
+def clopper_pearson(successes: int, trials: int, confidence: float = 0.95
+                    ) -> tuple[float, float]:
+    """Two-sided Clopper-Pearson interval for a binomial proportion (scipy, exact method)."""
+    if trials <= 0:
+        raise ValueError(f"trials must be > 0, got {trials}")
+    if not 0 <= successes <= trials:
+        raise ValueError(f"successes must be in [0, trials], got {successes}")
+    ci = stats.binomtest(int(successes), int(trials)).proportion_ci(confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def _check_common(d: int, epsilon: float, beta: float, trials: int, seed: int, delta: float
+                  ) -> None:
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
+        raise ValueError(f"d must be an integer >= 2, got {d!r}")
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
+        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
+    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
+        raise ValueError(f"trials must be a positive integer, got {trials!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    if not (isinstance(delta, float) and 0.0 < delta < 1.0):
+        raise ValueError(f"delta must be a float in (0, 1), got {delta!r}")
+
+
+def hist_experiment(d: int, epsilon: float, beta: float, trials: int, seed: int,
+                    delta: float = 1e-10, gamma: float | None = None, *,
+                    n_records: int = 1_000_000, fresh_data: bool = True,
+                    fixed_key: bool = False, dg_method: str = "cks") -> dict:
+    """DP-hist distinguishing game of GPM Sec. 5 (Figure 5, Table 4).
+
+    Each trial: records uniform on d bins (n_records of them; D1 = D0 minus its last record,
+    so q(D1) - q(D0) = -e_j, Delta = 1), a fresh key (unless fixed_key), a fair coin b, the
+    release y = q(D_b) + GPM noise with sigma from the paper's Thm 2.3 calibration for
+    (epsilon, delta), and the key holder's guess. A GM release with the same sigma is drawn
+    alongside for the L2 error and for the key attack's baseline on genuine noise.
+
+    Args:
+      d: number of bins (query dimension).
+      epsilon: the claimed epsilon* of the imitated Gaussian mechanism.
+      beta: GPM pancake width parameter.
+      trials: number of games.
+      seed: integer seed of the numpy Generator.
+      delta: the claimed delta* (the paper uses 1e-10).
+      gamma: spacing parameter; default 2 sqrt(d) (GPM Sec. 5.1).
+      n_records: records per database (the authors' code: 1e6; spec A9).
+      fresh_data: draw a new database each trial (as the authors do); False draws it once.
+        The attack depends on the data only through q(D1) - q(D0), which is -e_j either way.
+      fixed_key: one key for all trials (the threat model) instead of a fresh key per trial
+        (the authors' measurements; spec A5).
+      dg_method: discrete Gaussian sampler, "cks" or "table".
+
+    Returns:
+      dict with d, epsilon, beta, gamma, sigma, delta, trials, successes, success_rate,
+      ci_low / ci_high (95% Clopper-Pearson), oracle (arctan formula), oracle_exact
+      (integrated over the key), gm_baseline_success_rate (the key attack on GM outputs),
+      l2_error_gm, l2_error_gpm (RMS of ||noise||), l2_error_expected (sigma sqrt(d)).
+    """
+    _check_common(d, epsilon, beta, trials, seed, delta)
+    if gamma is None:
+        gamma = pancake.covert_gamma(d)
+    if isinstance(n_records, bool) or not isinstance(n_records, (int, np.integer)) or n_records < 2:
+        raise ValueError(f"n_records must be an integer >= 2, got {n_records!r}")
+    beta, gamma = pancake.check_parameters(d, beta, gamma, require_covertness=False)
+    sigma = pancake.gm_sigma(epsilon, delta, 1.0)  # GPM Thm 2.3, Delta = 1 (add/remove one)
+    rng = np.random.default_rng(seed)
+    probs = np.full(d, 1.0 / d)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pancake.GPMResearchWarning)
+        key = pancake.generate_key(d, rng=rng) if fixed_key else None
+        if not fresh_data:
+            base = rng.multinomial(n_records - 1, probs).astype(np.float64)
+            last = int(rng.integers(d))
+        successes = gm_successes = 0
+        sq_gm = sq_gpm = 0.0
+        rows = max(1, min(trials, _CHUNK_ELEMENTS // d))
+        done = 0
+        while done < trials:
+            m = min(rows, trials - done)
+            if fresh_data:
+                q1 = rng.multinomial(n_records - 1, probs, size=m).astype(np.float64)
+                j = rng.integers(d, size=m)
+            else:
+                q1 = np.broadcast_to(base, (m, d)).copy()
+                j = np.full(m, last)
+            q0 = q1.copy()
+            q0[np.arange(m), j] += 1.0  # D0 = D1 plus its last record
+            w = key if fixed_key else pancake.generate_key(d, rng=rng, num=m)
+            b = rng.integers(2, size=m)
+            q_b = np.where(b[:, None] == 1, q1, q0)
+            noise = pancake.pancake_noise(w, sigma, beta, gamma, m, rng=rng,
+                                          dg_method=dg_method)
+            y = q_b + noise
+            guess = pancake.distinguish(y, q0, q1, w, sigma, beta, gamma)
+            successes += int(np.sum(guess == b))
+            sq_gpm += float(np.sum((y - q_b) ** 2))
+            gm_noise = sigma * rng.standard_normal((m, d))
+            y_gm = q_b + gm_noise
+            gm_successes += int(np.sum(
+                pancake.distinguish(y_gm, q0, q1, w, sigma, beta, gamma) == b))
+            sq_gm += float(np.sum(gm_noise ** 2))
+            done += m
+    lo, hi = clopper_pearson(successes, trials)
+    return {
+        "d": int(d), "epsilon": float(epsilon), "beta": float(beta), "gamma": float(gamma),
+        "sigma": sigma, "delta": float(delta), "trials": int(trials), "seed": int(seed),
+        "fresh_data": bool(fresh_data), "fixed_key": bool(fixed_key),
+        "successes": successes, "success_rate": successes / trials,
+        "ci_low": lo, "ci_high": hi,
+        "oracle": pancake.success_averaged(1.0, sigma, beta, gamma, d),
+        "oracle_exact": (pancake.success_averaged(1.0, sigma, beta, gamma, d, exact=True)
+                         if d >= 3 else float("nan")),
+        "gm_baseline_success_rate": gm_successes / trials,
+        "l2_error_gm": math.sqrt(sq_gm / trials),
+        "l2_error_gpm": math.sqrt(sq_gpm / trials),
+        "l2_error_expected": sigma * math.sqrt(d),
+    }
+
+
+def hist_grid(ds: Iterable[int], epsilons: Iterable[float], betas: Iterable[float],
+              trials: int, seed: int, **kwargs) -> list[dict]:
+    """Runs `hist_experiment` over a grid; cell seeds are derived from seed and the cell index."""
+    out = []
+    for i, (d, eps, beta) in enumerate((d, e, b) for d in ds for e in epsilons for b in betas):
+        cell_seed = int(np.random.SeedSequence([seed, i]).generate_state(1)[0])
+        out.append(hist_experiment(int(d), float(eps), float(beta), trials, cell_seed, **kwargs))
+    return out
+
+
+def precision_check(d: int = 1_000_000, beta: float = 1e-5, gamma: float = 2e3,
+                    sigma: float = 3.19, dq_norm: float = 0.0625, trials: int = 40,
+                    seed: int = 0) -> dict:
+    """Key attack on float64 vs float32 releases (GPM spec Sec. 8.1 #13, A7).
+
+    Each trial: fresh key, random neighbours q0 (standard normal) and q1 = q0 + dq with a
+    random direction of norm dq_norm, GPM release in float64, then the same release rounded
+    to float32. The float32 path is informational: it shows the loss of resolution.
+
+    Returns:
+      dict with success_float64, success_float32 and the parameters.
+    """
+    rng = np.random.default_rng(seed)
+    ok64 = ok32 = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pancake.GPMResearchWarning)
+        for _ in range(trials):
+            w = pancake.generate_key(d, rng=rng)
+            q0 = rng.standard_normal(d)
+            u = rng.standard_normal(d)
+            q1 = q0 + dq_norm * u / np.linalg.norm(u)
+            b = int(rng.integers(2))
+            y = pancake.gpm(q1 if b else q0, w, sigma, beta, gamma, rng=rng)
+            ok64 += int(pancake.distinguish(y, q0, q1, w, sigma, beta, gamma) == b)
+            y32 = y.astype(np.float32)
+            ok32 += int(pancake.distinguish(y32, q0, q1, w, sigma, beta, gamma,
+                                            allow_float32=True) == b)
+    return {"d": d, "beta": beta, "gamma": gamma, "sigma": sigma, "dq_norm": dq_norm,
+            "trials": trials, "success_float64": ok64 / trials,
+            "success_float32": ok32 / trials}
+
+
+def bounds_curves(deltas: np.ndarray | None = None,
+                  sigmas: Iterable[float] = (0.25, 1.0, 4.0, 16.0, 64.0),
+                  betas: Iterable[float] = (1e-3, 1e-5), gammas: Iterable[float] = (1e2, 1e4),
+                  t: float = 0.25, sensitivity: float = 1.0) -> list[dict]:
+    """Figure 4 data: GM eps (Thm 2.3), GPM lower (Thm 4.2) and upper (Thm 4.4) bounds vs delta.
+
+    Returns:
+      rows with delta, sigma, beta, gamma, gm_eps, gpm_eps_lower, gpm_eps_upper.
+    """
+    if deltas is None:
+        deltas = np.logspace(-15, -1, 57)
+    rows = []
+    for delta in np.asarray(deltas, dtype=np.float64):
+        for sigma in sigmas:
+            for beta in betas:
+                for gamma in gammas:
+                    rows.append({
+                        "delta": float(delta), "sigma": float(sigma), "beta": float(beta),
+                        "gamma": float(gamma),
+                        "gm_eps": pancake.gm_eps(sigma, float(delta), sensitivity),
+                        "gpm_eps_lower": pancake.eps_lower(t, beta, gamma, float(delta)),
+                        "gpm_eps_upper": pancake.eps_upper(float(delta), sigma, beta, gamma,
+                                                           sensitivity),
+                    })
+    return rows

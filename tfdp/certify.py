@@ -1,0 +1,748 @@
+"""Certified robustness: Monte-Carlo prediction, confidence bounds and robustness radii.
+
+The certificate follows PixelDP (Lecuyer et al. 2019): a scorer whose noise makes it
+(eps', delta')-DP for perturbations in a norm ball satisfies Eq. 4,
+
+    E_lb f_k(x) > exp(2 eps') max_{i != k} E_ub f_i(x) + (1 + exp(eps')) delta',
+
+and then its argmax cannot change inside the ball. The radius of the ball is a property
+of the noise that was actually added; each mechanism below turns (eps', delta') into a
+radius.
+
+The run directory's `config.json` carries a `"certification"` entry that says how the
+model can be certified. It is `null` for models without robustness noise, or a dict:
+
+    {"mechanism": "pixeldp_laplace", "construction_bound": L, "epsilon": eps_r}
+        Laplace noise of scale Delta_f * L / eps_r after the sensitivity-bounded layer.
+    {"mechanism": "pixeldp_gaussian", "construction_bound": L, "epsilon": eps_r,
+     "delta": delta_r}
+        classical Gaussian mechanism, sigma = sqrt(2 ln(1.25/delta_r)) Delta_f L / eps_r,
+        eps_r <= 1; certificates use eps' <= 1.
+    {"mechanism": "hgm", "construction_bound": L, "epsilon": eps_r, "delta": delta_r}
+        heterogeneous Gaussian mechanism (HGM Theorem 2/3); any eps' > 0.
+    {"mechanism": "agm", "construction_bound": L, "epsilon": eps_r, "delta": delta_r}
+        analytic Gaussian mechanism (Balle & Wang 2018), Secure-SGD-AGM baseline.
+    {"mechanism": "stobatch", "sensitivity": Delta_R, "batch_size": m, "epsilon1": eps1,
+     "d_cert": d, "delta_rh": Delta_r^h, "psi": psi,
+     "delta_rx_mode": "unit" | "mu_a" | "mu_train", "mu_train": 0.05,
+     "radius_psi_correction": true, "radius_divisor": 1.0,
+     "passes": [[names of the input-noise layers], [names of the latent-noise layers]]}
+        StoBatch Eq. 13 with the options of StoBatch spec §7 A1 and A19. `passes` lists,
+        per Monte-Carlo pass, the noise layers that get fresh noise; the passes' softmax
+        outputs are multiplied (StoBatch Theorem 5 / Corollary 1).
+
+Every dict may also hold the optional keys "eps_cap" (float; largest eps' searched),
+"bound" (one of BOUNDS), "alpha" and "num_draws" (defaults for the evaluation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+import scipy.special
+import scipy.stats
+import tensorflow as tf
+
+BOUNDS = ("clopper_pearson", "hoeffding", "bernstein")
+MECHANISMS = ("pixeldp_laplace", "pixeldp_gaussian", "hgm", "agm", "stobatch")
+DELTA_RX_MODES = ("unit", "mu_a", "mu_train")
+
+# PixelDP code release: delta' grid {0.001, ..., 0.299} for the Gaussian certificate search
+# (HGM spec §4.3); it keeps delta' below HGM's 0.48394 validity limit.
+DEFAULT_DELTA_GRID = np.round(np.arange(1, 300) * 1e-3, 6)
+
+# Score functions map a batch of inputs to a (batch, num_classes) tensor.
+ScoreFn = Callable[[tf.Tensor], tf.Tensor]
+
+
+# ------------------------------------------------------------------ Monte-Carlo prediction
+
+
+@dataclasses.dataclass(frozen=True)
+class MonteCarloResult:
+    """Monte-Carlo statistics of a noisy scorer, per input.
+
+    Attributes:
+        counts: (batch, K) int64, how often each class was the argmax of a draw's scores.
+        mean_scores: (batch, K) float64, mean of the scores over the draws.
+        var_scores: (batch, K) float64, unbiased sample variance of the scores.
+        num_draws: draws per input.
+    """
+
+    counts: np.ndarray
+    mean_scores: np.ndarray
+    var_scores: np.ndarray
+    num_draws: int
+
+
+class MonteCarloPredictor:
+    """Runs n noisy forward passes per input inside one TensorFlow graph.
+
+    The inputs are tiled `draws_per_step` times along the batch axis, so one forward pass
+    evaluates many draws at once; a graph `while` loop runs ceil(n / draws_per_step) such
+    passes. The noise is whatever `score_fn` draws itself (e.g. a model whose noise layers
+    were switched on with `layers.set_inference_noise(model, True)`); each tiled copy gets
+    its own draw when the noise is drawn element-wise.
+
+    Args:
+        score_fn: maps a batch (b, ...) to logits (if `from_logits`) or scores in [0, 1]
+            of shape (b, K).
+        from_logits: apply a softmax to `score_fn`'s output (PixelDP scores are softmax
+            outputs, which lie in [0, 1] as Lemma 1 needs).
+        draws_per_step: draws evaluated per forward pass; bounds memory.
+    """
+
+    def __init__(self, score_fn: ScoreFn, from_logits: bool = True,
+                 draws_per_step: int = 256):
+        if not callable(score_fn):
+            raise ValueError("score_fn must be callable")
+        if int(draws_per_step) < 1:
+            raise ValueError(f"draws_per_step must be >= 1, got {draws_per_step!r}")
+        self._score_fn = score_fn
+        self._from_logits = bool(from_logits)
+        self._draws_per_step = int(draws_per_step)
+        self._fn = tf.function(self._run, reduce_retracing=True)
+
+    def _scores(self, x: tf.Tensor) -> tf.Tensor:
+        out = self._score_fn(x)
+        return tf.nn.softmax(out, axis=-1) if self._from_logits else out
+
+    def _run(self, x: tf.Tensor, num_draws: tf.Tensor, num_classes: int):
+        batch = tf.shape(x)[0]
+        step = tf.constant(self._draws_per_step, tf.int32)
+        num_steps = (num_draws + step - 1) // step
+        ones = tf.ones([tf.rank(x) - 1], tf.int32)
+        counts = tf.zeros([batch, num_classes], tf.int64)
+        total = tf.zeros([batch, num_classes], tf.float64)
+        total_sq = tf.zeros([batch, num_classes], tf.float64)
+        for i in tf.range(num_steps):
+            k = tf.minimum(step, num_draws - i * step)
+            tiled = tf.tile(x, tf.concat([[k], ones], 0))  # draw-major: (k * b, ...)
+            scores = tf.reshape(tf.cast(self._scores(tiled), tf.float64),
+                                [k, batch, num_classes])
+            winners = tf.one_hot(tf.argmax(scores, axis=-1), num_classes, dtype=tf.int64)
+            counts += tf.reduce_sum(winners, axis=0)
+            total += tf.reduce_sum(scores, axis=0)
+            total_sq += tf.reduce_sum(tf.square(scores), axis=0)
+        return counts, total, total_sq
+
+    def __call__(self, x: Any, num_draws: int, num_classes: Optional[int] = None
+                 ) -> MonteCarloResult:
+        """Monte-Carlo statistics of `num_draws` noisy passes for every input of `x`.
+
+        Args:
+            x: batch of inputs (b, ...).
+            num_draws: n >= 1 draws per input.
+            num_classes: K; found from one forward pass when None.
+
+        Returns:
+            a MonteCarloResult.
+
+        Raises:
+            ValueError: if num_draws < 1 or x is empty.
+        """
+        n = _check_num_draws(num_draws)
+        x = tf.convert_to_tensor(x, tf.float32)
+        if x.shape.rank is None or x.shape.rank < 1 or int(tf.shape(x)[0]) == 0:
+            raise ValueError("x must be a non-empty batch")
+        if num_classes is None:
+            num_classes = int(self._scores(x[:1]).shape[-1])
+        counts, total, total_sq = self._fn(x, tf.constant(n, tf.int32), int(num_classes))
+        mean = total.numpy() / n
+        if n > 1:
+            var = np.maximum(total_sq.numpy() - n * mean ** 2, 0.0) / (n - 1)
+        else:
+            var = np.zeros_like(mean)
+        return MonteCarloResult(counts.numpy(), mean, var, n)
+
+
+def monte_carlo_predict(score_fn: ScoreFn, x: Any, num_draws: int, *,
+                        from_logits: bool = True, draws_per_step: int = 256,
+                        num_classes: Optional[int] = None) -> MonteCarloResult:
+    """One-off Monte-Carlo prediction; see MonteCarloPredictor (reuse it for many batches).
+
+    Args:
+        score_fn: maps a batch to logits (or scores when from_logits=False).
+        x: batch of inputs.
+        num_draws: n >= 1 noise draws per input.
+        from_logits: apply a softmax to score_fn's output.
+        draws_per_step: draws per forward pass.
+        num_classes: K, or None to infer.
+
+    Returns:
+        a MonteCarloResult with class counts and mean / variance of the softmax scores.
+
+    Raises:
+        ValueError: if num_draws < 1.
+    """
+    _check_num_draws(num_draws)
+    return MonteCarloPredictor(score_fn, from_logits, draws_per_step)(x, num_draws,
+                                                                      num_classes)
+
+
+def product_of_softmax(model_fns: Sequence[ScoreFn]) -> ScoreFn:
+    """Scorer whose output is the element-wise product of the models' softmax outputs.
+
+    StoBatch Theorem 5 / Corollary 1: the composed score of S independently randomised
+    mechanisms is prod_s f^s(x), where f^s is the network with only mechanism s freshly
+    randomised. Use the result with `from_logits=False`.
+
+    Args:
+        model_fns: one logits function per mechanism.
+
+    Returns:
+        a score function.
+
+    Raises:
+        ValueError: if model_fns is empty.
+    """
+    fns = list(model_fns)
+    if not fns or not all(callable(f) for f in fns):
+        raise ValueError("model_fns must be a non-empty list of callables")
+
+    def score(x: tf.Tensor) -> tf.Tensor:
+        out = tf.nn.softmax(fns[0](x), axis=-1)
+        for f in fns[1:]:
+            out = out * tf.nn.softmax(f(x), axis=-1)
+        return out
+
+    return score
+
+
+# ------------------------------------------------------------------------ confidence bounds
+
+
+def clopper_pearson_bounds(counts: Any, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-class Clopper-Pearson bounds on argmax probabilities, Bonferroni over classes.
+
+    Each bound is one-sided at level alpha / K, so all statements used by the
+    certificate (lower bound of the top class, upper bounds of the others) hold together
+    with probability >= 1 - alpha. PixelDP code release convention (HGM spec §4.4).
+
+    Args:
+        counts: (..., K) non-negative integer counts summing to n over the last axis.
+        alpha: failure probability in (0, 1).
+
+    Returns:
+        (lower, upper), float64 arrays shaped like counts.
+
+    Raises:
+        ValueError: on alpha outside (0, 1) or negative counts.
+    """
+    alpha = _check_alpha(alpha)
+    c = np.asarray(counts, dtype=np.float64)
+    if c.ndim < 1 or c.shape[-1] < 2:
+        raise ValueError("counts must have a class axis of length >= 2")
+    if np.any(c < 0) or not np.all(np.isfinite(c)):
+        raise ValueError("counts must be finite and >= 0")
+    n = c.sum(axis=-1, keepdims=True)
+    if np.any(n < 1):
+        raise ValueError("counts must sum to n >= 1")
+    a = alpha / c.shape[-1]
+    # Clopper & Pearson (1934): lower = Beta.ppf(a; c, n-c+1), upper = Beta.ppf(1-a; c+1, n-c)
+    with np.errstate(invalid="ignore"):
+        lower = np.where(c > 0, scipy.stats.beta.ppf(a, np.maximum(c, 1e-300), n - c + 1), 0.0)
+        upper = np.where(c < n, scipy.stats.beta.ppf(1 - a, c + 1, np.maximum(n - c, 1e-300)),
+                         1.0)
+    return lower, upper
+
+
+def hoeffding_bounds(mean_scores: Any, num_draws: int, alpha: float
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Hoeffding bounds on expected scores in [0, 1], Bonferroni over classes.
+
+    HGM spec §4.4: E_lb/ub = E_hat -/+ sqrt(ln(K/alpha) / (2n)) (Hoeffding 1963, one-sided
+    at level alpha / K).
+
+    Args:
+        mean_scores: (..., K) Monte-Carlo means of scores in [0, 1].
+        num_draws: n >= 1.
+        alpha: failure probability in (0, 1).
+
+    Returns:
+        (lower, upper), clipped to [0, 1].
+
+    Raises:
+        ValueError: on bad n or alpha.
+    """
+    n = _check_num_draws(num_draws)
+    alpha = _check_alpha(alpha)
+    mean = np.asarray(mean_scores, dtype=np.float64)
+    k = mean.shape[-1]
+    half = math.sqrt(math.log(k / alpha) / (2.0 * n))
+    return np.clip(mean - half, 0.0, 1.0), np.clip(mean + half, 0.0, 1.0)
+
+
+def empirical_bernstein_bounds(mean_scores: Any, var_scores: Any, num_draws: int,
+                               alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Empirical Bernstein bounds on expected scores in [0, 1], Bonferroni over classes.
+
+    Maurer & Pontil (2009), Theorem 4: with probability >= 1 - a,
+    E <= mean + sqrt(2 V ln(2/a) / n) + 7 ln(2/a) / (3 (n - 1)), V the unbiased sample
+    variance; here a = alpha / K per one-sided bound.
+
+    Args:
+        mean_scores: (..., K) Monte-Carlo means of scores in [0, 1].
+        var_scores: (..., K) unbiased sample variances.
+        num_draws: n >= 2.
+        alpha: failure probability in (0, 1).
+
+    Returns:
+        (lower, upper), clipped to [0, 1].
+
+    Raises:
+        ValueError: on n < 2, bad alpha or negative variances.
+    """
+    n = _check_num_draws(num_draws)
+    if n < 2:
+        raise ValueError(f"num_draws must be >= 2 for the empirical Bernstein bound, got {n}")
+    alpha = _check_alpha(alpha)
+    mean = np.asarray(mean_scores, dtype=np.float64)
+    var = np.asarray(var_scores, dtype=np.float64)
+    if mean.shape != var.shape:
+        raise ValueError("var_scores must have the shape of mean_scores")
+    if np.any(var < 0):
+        raise ValueError("var_scores must be >= 0")
+    log_term = math.log(2.0 * mean.shape[-1] / alpha)
+    half = np.sqrt(2.0 * var * log_term / n) + 7.0 * log_term / (3.0 * (n - 1))
+    return np.clip(mean - half, 0.0, 1.0), np.clip(mean + half, 0.0, 1.0)
+
+
+def top_two_bounds(result: MonteCarloResult, bound: str = "clopper_pearson",
+                   alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Prediction, lower bound of its class and upper bound of the runner-up, per input.
+
+    The prediction is the argmax of the counts for Clopper-Pearson and of the mean scores
+    for Hoeffding / Bernstein (HGM spec §4.4: the rule matches the bound type). The
+    runner-up bound is the largest upper bound among the other classes.
+
+    Args:
+        result: Monte-Carlo statistics.
+        bound: one of BOUNDS.
+        alpha: failure probability in (0, 1).
+
+    Returns:
+        (prediction int64 (b,), lower (b,), upper (b,)).
+
+    Raises:
+        ValueError: on an unknown bound or bad alpha.
+    """
+    bound = _check_bound(bound)
+    alpha = _check_alpha(alpha)
+    if bound == "clopper_pearson":
+        lower, upper = clopper_pearson_bounds(result.counts, alpha)
+        pred = np.argmax(result.counts, axis=-1)
+    elif bound == "hoeffding":
+        lower, upper = hoeffding_bounds(result.mean_scores, result.num_draws, alpha)
+        pred = np.argmax(result.mean_scores, axis=-1)
+    else:
+        lower, upper = empirical_bernstein_bounds(result.mean_scores, result.var_scores,
+                                                  result.num_draws, alpha)
+        pred = np.argmax(result.mean_scores, axis=-1)
+    rows = np.arange(pred.shape[0])
+    lower_top = lower[rows, pred]
+    others = upper.copy()
+    others[rows, pred] = -np.inf
+    return pred.astype(np.int64), lower_top, others.max(axis=-1)
+
+
+# ------------------------------------------------------------------- noise multipliers
+
+
+def _gm_multiplier(delta: np.ndarray) -> np.ndarray:
+    # HGM spec §2.2 (Dwork & Roth Theorem A.1): m_GM(delta) = sqrt(2 ln(1.25/delta))
+    return np.sqrt(2.0 * np.log(1.25 / delta))
+
+
+def _hgm_multiplier(eps: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    # HGM Theorem 2 (spec §2.6): max(cond1, cond2), s = ln(sqrt(2/pi)/delta)
+    eps = np.asarray(eps, np.float64)
+    s = np.log(math.sqrt(2.0 / math.pi) / np.asarray(delta, np.float64))
+    cond1 = (1.0 + np.sqrt(1.0 + 2.0 * eps)) / (2.0 * eps)
+    s_pos = np.maximum(s, 0.0)
+    cond2 = (np.sqrt(s_pos) + np.sqrt(s_pos + eps)) / (math.sqrt(2.0) * eps)
+    return np.where(s < 0, cond1, np.maximum(cond1, cond2))
+
+
+def _agm_delta(sigma: np.ndarray, eps: np.ndarray) -> np.ndarray:
+    # Balle & Wang 2018 Theorem 8 (HGM spec §2.8), Delta = 1:
+    # Phi(1/(2s) - eps s) - exp(eps) Phi(-1/(2s) - eps s)
+    a = 0.5 / sigma - eps * sigma
+    b = -0.5 / sigma - eps * sigma
+    return scipy.special.ndtr(a) - np.exp(eps + scipy.special.log_ndtr(b))
+
+
+def _agm_multiplier(eps: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """Smallest sigma (Delta = 1) meeting the analytic Gaussian condition; bisection."""
+    eps, delta = np.broadcast_arrays(np.asarray(eps, np.float64),
+                                     np.asarray(delta, np.float64))
+    lo = np.full(eps.shape, -12.0)  # log sigma
+    hi = np.full(eps.shape, 12.0)
+    for _ in range(100):  # the left side decreases in sigma (HGM spec §2.8)
+        mid = 0.5 * (lo + hi)
+        ok = _agm_delta(np.exp(mid), eps) <= delta
+        hi = np.where(ok, mid, hi)
+        lo = np.where(ok, lo, mid)
+    return np.exp(hi)
+
+
+# ------------------------------------------------------------------------- radii
+
+
+def max_epsilon(lower: Any, upper: Any, delta: Any = 0.0) -> np.ndarray:
+    """Largest eps' for which the PixelDP robustness check (Eq. 4) holds; 0 if none.
+
+    PixelDP Eq. 4 / HGM spec §4.1: lower > exp(2 eps') upper + (1 + exp(eps')) delta.
+    With t = exp(eps') this is upper t^2 + delta t + (delta - lower) < 0, a quadratic,
+    so the supremum is t* = (-delta + sqrt(delta^2 + 4 upper (lower - delta))) / (2 upper)
+    (t* = (lower - delta) / delta when upper = 0). Exact, so no bisection is needed.
+
+    Args:
+        lower: lower bound(s) of the top class's expected score.
+        upper: upper bound(s) of the runner-up's expected score.
+        delta: delta' (broadcasts).
+
+    Returns:
+        eps' >= 0 (float64 array); 0 means the check fails for every eps' > 0.
+    """
+    lo, up, d = np.broadcast_arrays(np.asarray(lower, np.float64),
+                                    np.asarray(upper, np.float64),
+                                    np.asarray(delta, np.float64))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        disc = d * d + 4.0 * up * (lo - d)
+        t_quad = (-d + np.sqrt(np.maximum(disc, 0.0))) / (2.0 * up)
+        t_lin = (lo - d) / d
+        t = np.where(up > 0, t_quad, np.where(d > 0, t_lin, np.inf))
+        eps = np.where(t > 1.0, np.log(np.maximum(t, 1.0)), 0.0)
+    return np.where(lo - d > 0, eps, 0.0)
+
+
+def laplace_radius(lower: Any, upper: Any, noise_to_sensitivity: float) -> np.ndarray:
+    """Radius certified by Laplace noise of scale b = noise_to_sensitivity * Delta.
+
+    PixelDP code release: size = L ln(p_lb / p_ub) / (2 eps) with b = Delta L / eps, i.e.
+    radius = (b / Delta) * eps*, eps* = ln(p_lb / p_ub) / 2 (Eq. 4 with delta = 0).
+
+    Args:
+        lower: lower bound(s) of the top class.
+        upper: upper bound(s) of the runner-up.
+        noise_to_sensitivity: b / Delta > 0.
+
+    Returns:
+        radii (0 = abstain).
+
+    Raises:
+        ValueError: if noise_to_sensitivity <= 0.
+    """
+    ratio = _check_positive(noise_to_sensitivity, "noise_to_sensitivity")
+    return ratio * max_epsilon(lower, upper, 0.0)
+
+
+def gaussian_radius(lower: Any, upper: Any, noise_to_sensitivity: float, multiplier: str,
+                    eps_cap: Optional[float] = None,
+                    delta_grid: Any = DEFAULT_DELTA_GRID) -> np.ndarray:
+    """Radius certified by Gaussian noise with sigma = noise_to_sensitivity * Delta.
+
+    HGM spec §4.2-4.3: mu(eps', delta') = (sigma / Delta) / mult(eps', delta'), maximised
+    over the delta' grid, with eps' the largest value passing Eq. 4 (optionally capped).
+
+    Args:
+        lower: lower bound(s) of the top class, shape (b,) or scalar.
+        upper: upper bound(s) of the runner-up, same shape.
+        noise_to_sensitivity: sigma / Delta > 0.
+        multiplier: "gm" (classical, PixelDP), "hgm" (HGM Theorem 2) or "agm"
+            (Balle & Wang).
+        eps_cap: largest eps' allowed (1 for the classical GM), None for none.
+        delta_grid: candidate delta' values in (0, 1).
+
+    Returns:
+        radii (0 = abstain), shaped like lower.
+
+    Raises:
+        ValueError: on bad arguments.
+    """
+    ratio = _check_positive(noise_to_sensitivity, "noise_to_sensitivity")
+    if multiplier not in ("gm", "hgm", "agm"):
+        raise ValueError(f"multiplier must be 'gm', 'hgm' or 'agm', got {multiplier!r}")
+    grid = np.asarray(delta_grid, np.float64).reshape(-1)
+    if grid.size == 0 or np.any(grid <= 0) or np.any(grid >= 1):
+        raise ValueError("delta_grid must hold values in (0, 1)")
+    if eps_cap is not None:
+        eps_cap = _check_positive(eps_cap, "eps_cap")
+    lo = np.asarray(lower, np.float64)
+    up = np.asarray(upper, np.float64)
+    shape = np.broadcast(lo, up).shape
+    lo = np.broadcast_to(lo, shape).reshape(-1, 1)
+    up = np.broadcast_to(up, shape).reshape(-1, 1)
+    eps = max_epsilon(lo, up, grid[None, :])  # (b, grid)
+    if eps_cap is not None:
+        eps = np.minimum(eps, eps_cap)
+    passed = eps > 0
+    safe_eps = np.where(passed, eps, 1.0)
+    d = np.broadcast_to(grid[None, :], eps.shape)
+    if multiplier == "gm":
+        mult = _gm_multiplier(d) / safe_eps  # HGM spec §4.2, PixelDP counterpart
+    elif multiplier == "hgm":
+        mult = _hgm_multiplier(safe_eps, d)  # HGM Eq. 10 (corrected, spec §4.2)
+    else:
+        mult = np.ones_like(safe_eps)
+        if np.any(passed):
+            mult[passed] = _agm_multiplier(safe_eps[passed], d[passed])
+    radius = np.where(passed, ratio / mult, 0.0).max(axis=-1)
+    return radius.reshape(shape)
+
+
+def stobatch_radius(lower: Any, upper: Any, *, sensitivity: float, batch_size: float,
+                    epsilon1: float, d_cert: float, delta_rh: float,
+                    delta_rx_mode: str = "unit", mu_train: float = 0.05,
+                    attack_size: Optional[float] = None, psi: float = 1.0,
+                    radius_psi_correction: bool = True,
+                    radius_divisor: float = 1.0) -> np.ndarray:
+    """StoBatch's certified radius for the composed input + latent Laplace mechanisms.
+
+    StoBatch Eq. 13 (spec §2.10): eps_r* = ln(E_lb / E_ub) / 2 and
+    r = eps_r* Delta_R / (m eps1 (Delta_r^x + Delta_r^h / 2)) = kappa phi / (kappa + phi)
+    at eps_r*. Delta_r^x = mu d_cert with mu = 1, the attack size or mu_train (spec §7 A1);
+    the radius is divided by psi when `radius_psi_correction` (spec §7 A19) and by
+    `radius_divisor` (the code release's dp_epsilon, spec §7 A1 (ii)).
+
+    Args:
+        lower: lower bound(s) of the top class's expected composed score.
+        upper: upper bound(s) of the runner-up.
+        sensitivity: Delta_R.
+        batch_size: m.
+        epsilon1: eps1.
+        d_cert: input dimension used in Delta_r^x.
+        delta_rh: Delta_r^h (latent sensitivity).
+        delta_rx_mode: one of DELTA_RX_MODES.
+        mu_train: mu for delta_rx_mode="mu_train".
+        attack_size: mu_a for delta_rx_mode="mu_a".
+        psi: shrink factor of the fresh inference noise.
+        radius_psi_correction: divide the radius by psi.
+        radius_divisor: extra divisor (1.0 = paper-literal).
+
+    Returns:
+        radii (0 = abstain).
+
+    Raises:
+        ValueError: on bad arguments.
+    """
+    delta_r = _check_positive(sensitivity, "sensitivity")
+    m = _check_positive(batch_size, "batch_size")
+    eps1 = _check_positive(epsilon1, "epsilon1")
+    d_cert = _check_positive(d_cert, "d_cert")
+    delta_rh = _check_positive(delta_rh, "delta_rh")
+    psi = _check_positive(psi, "psi")
+    divisor = _check_positive(radius_divisor, "radius_divisor")
+    if delta_rx_mode == "unit":
+        mu = 1.0
+    elif delta_rx_mode == "mu_train":
+        mu = _check_positive(mu_train, "mu_train")
+    elif delta_rx_mode == "mu_a":
+        if attack_size is None:
+            raise ValueError("attack_size is required when delta_rx_mode='mu_a'")
+        mu = _check_nonnegative(attack_size, "attack_size")
+    else:
+        raise ValueError(f"delta_rx_mode must be one of {DELTA_RX_MODES}, got "
+                         f"{delta_rx_mode!r}")
+    delta_rx = mu * d_cert
+    eps_star = max_epsilon(lower, upper, 0.0)
+    # StoBatch Eq. 13
+    radius = eps_star * delta_r / (m * eps1 * (delta_rx + delta_rh / 2.0))
+    if radius_psi_correction:
+        radius = radius / psi
+    return radius / divisor
+
+
+def certified_radius(lower: Any, upper: Any, certification: Mapping[str, Any],
+                     attack_size: Optional[float] = None) -> np.ndarray:
+    """Robustness radius for the mechanism described by a run's `certification` dict.
+
+    Args:
+        lower: lower bound(s) of the predicted class's expected score.
+        upper: upper bound(s) of the runner-up.
+        certification: the dict documented in this module's docstring.
+        attack_size: the attack size being certified (only StoBatch's "mu_a" mode uses it).
+
+    Returns:
+        radii in the data's input units (0 = abstain).
+
+    Raises:
+        ValueError: on an invalid certification dict.
+    """
+    cert = validate_certification(certification)
+    mech = cert["mechanism"]
+    cap = cert.get("eps_cap")
+    if mech == "stobatch":
+        keys = ("sensitivity", "batch_size", "epsilon1", "d_cert", "delta_rh",
+                "delta_rx_mode", "mu_train", "psi", "radius_psi_correction",
+                "radius_divisor")
+        kwargs = {k: cert[k] for k in keys if k in cert}
+        radius = stobatch_radius(lower, upper, attack_size=attack_size, **kwargs)
+        if cap is not None:  # cap eps_r* through the radius's linear dependence
+            capped = stobatch_radius(np.exp(2.0 * cap), 1.0, attack_size=attack_size,
+                                     **kwargs)
+            radius = np.minimum(radius, capped)
+        return radius
+    bound_l = float(cert["construction_bound"])
+    eps_r = float(cert["epsilon"])
+    if mech == "pixeldp_laplace":
+        # PixelDP: b = Delta L / eps_r
+        ratio = bound_l / eps_r
+        if cap is not None:
+            return ratio * np.minimum(max_epsilon(lower, upper, 0.0), float(cap))
+        return laplace_radius(lower, upper, ratio)
+    delta_r = float(cert["delta"])
+    if mech == "pixeldp_gaussian":
+        # PixelDP: sigma = Delta L m_GM(delta_r) / eps_r, eps' <= 1
+        ratio = bound_l * float(_gm_multiplier(np.float64(delta_r))) / eps_r
+        cap = 1.0 if cap is None else min(float(cap), 1.0)
+        return gaussian_radius(lower, upper, ratio, "gm", eps_cap=cap)
+    if mech == "hgm":
+        # HGM Eq. 10 (corrected): sigma_r = Delta_f L mult_HGM(eps_r, delta_r)
+        ratio = bound_l * float(_hgm_multiplier(eps_r, delta_r))
+        return gaussian_radius(lower, upper, ratio, "hgm", eps_cap=cap)
+    # agm: sigma = Delta_f L sigma_AGM(eps_r, delta_r, 1) (HGM spec §4.2, AGM counterpart)
+    ratio = bound_l * float(_agm_multiplier(eps_r, delta_r))
+    return gaussian_radius(lower, upper, ratio, "agm", eps_cap=cap)
+
+
+def validate_certification(certification: Any) -> dict:
+    """Checks a `certification` dict and returns a copy with defaults filled in.
+
+    Args:
+        certification: the dict documented in this module's docstring.
+
+    Returns:
+        the checked dict.
+
+    Raises:
+        ValueError: naming the offending key.
+    """
+    if not isinstance(certification, Mapping):
+        raise ValueError("certification must be a dict with a 'mechanism' key")
+    cert = dict(certification)
+    mech = cert.get("mechanism")
+    if mech not in MECHANISMS:
+        raise ValueError(f"certification['mechanism'] must be one of {MECHANISMS}, got "
+                         f"{mech!r}")
+    if mech == "stobatch":
+        for key in ("sensitivity", "batch_size", "epsilon1", "d_cert", "delta_rh"):
+            if key not in cert:
+                raise ValueError(f"certification['{key}'] is required for stobatch")
+            _check_positive(cert[key], f"certification['{key}']")
+        cert.setdefault("delta_rx_mode", "unit")
+        cert.setdefault("mu_train", 0.05)
+        cert.setdefault("psi", 1.0)
+        cert.setdefault("radius_psi_correction", True)
+        cert.setdefault("radius_divisor", 1.0)
+        if cert["delta_rx_mode"] not in DELTA_RX_MODES:
+            raise ValueError(f"certification['delta_rx_mode'] must be one of "
+                             f"{DELTA_RX_MODES}, got {cert['delta_rx_mode']!r}")
+        passes = cert.get("passes")
+        if passes is not None and (not isinstance(passes, (list, tuple)) or not all(
+                isinstance(p, (list, tuple)) for p in passes)):
+            raise ValueError("certification['passes'] must be a list of lists of layer "
+                             "names")
+    else:
+        for key in ("construction_bound", "epsilon"):
+            if key not in cert:
+                raise ValueError(f"certification['{key}'] is required for {mech}")
+            _check_positive(cert[key], f"certification['{key}']")
+        if mech != "pixeldp_laplace":
+            if "delta" not in cert:
+                raise ValueError(f"certification['delta'] is required for {mech}")
+            delta = float(cert["delta"])
+            if not 0.0 < delta < 1.0:
+                raise ValueError(f"certification['delta'] must lie in (0, 1), got {delta!r}")
+        if mech == "pixeldp_gaussian" and float(cert["epsilon"]) > 1.0:
+            raise ValueError("certification['epsilon'] must be <= 1 for the classical "
+                             "Gaussian mechanism (HGM Theorem 1)")
+    if cert.get("eps_cap") is not None:
+        _check_positive(cert["eps_cap"], "certification['eps_cap']")
+    if "bound" in cert:
+        _check_bound(cert["bound"])
+    if "alpha" in cert:
+        _check_alpha(cert["alpha"])
+    if "num_draws" in cert:
+        _check_num_draws(cert["num_draws"])
+    return cert
+
+
+def certify(result: MonteCarloResult, certification: Mapping[str, Any], *,
+            bound: str = "clopper_pearson", alpha: float = 0.05,
+            attack_size: Optional[float] = None) -> tuple[np.ndarray, np.ndarray]:
+    """Predictions and certified radii from Monte-Carlo statistics.
+
+    Args:
+        result: Monte-Carlo statistics of the noisy model.
+        certification: the run's certification dict.
+        bound: one of BOUNDS.
+        alpha: failure probability in (0, 1) (confidence 1 - alpha).
+        attack_size: the attack size being certified (StoBatch "mu_a" mode).
+
+    Returns:
+        (prediction (b,), radius (b,)); radius 0 means the model abstains from certifying.
+
+    Raises:
+        ValueError: on bad arguments.
+    """
+    pred, lower, upper = top_two_bounds(result, bound, alpha)
+    return pred, certified_radius(lower, upper, certification, attack_size=attack_size)
+
+
+def is_robust(radius: Any, attack_size: float) -> np.ndarray:
+    """isRobust = radius >= mu_a (HGM Algorithm 1, StoBatch Alg. 3), false for radius 0.
+
+    Args:
+        radius: certified radii.
+        attack_size: mu_a >= 0.
+
+    Returns:
+        boolean array.
+
+    Raises:
+        ValueError: if attack_size < 0.
+    """
+    mu = _check_nonnegative(attack_size, "attack_size")
+    r = np.asarray(radius, np.float64)
+    return (r >= mu) & (r > 0)
+
+
+# ------------------------------------------------------------------------- validation
+
+
+def _check_num_draws(num_draws: Any) -> int:
+    if isinstance(num_draws, bool) or not float(num_draws).is_integer() or int(num_draws) < 1:
+        raise ValueError(f"num_draws must be an integer >= 1, got {num_draws!r}")
+    return int(num_draws)
+
+
+def _check_alpha(alpha: Any) -> float:
+    a = float(alpha)
+    if not 0.0 < a < 1.0:
+        raise ValueError(f"alpha must lie in the open interval (0, 1), got {alpha!r}")
+    return a
+
+
+def _check_bound(bound: Any) -> str:
+    if bound not in BOUNDS:
+        raise ValueError(f"bound must be one of {BOUNDS}, got {bound!r}")
+    return bound
+
+
+def _check_positive(value: Any, name: str) -> float:
+    v = float(value)
+    if not math.isfinite(v) or v <= 0.0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return v
+
+
+def _check_nonnegative(value: Any, name: str) -> float:
+    v = float(value)
+    if not math.isfinite(v) or v < 0.0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return v

@@ -1,0 +1,464 @@
+"""Evaluation of a trained run: accuracy clean and under attack, certified accuracy, records.
+
+Definitions (HGM spec §4.5, StoBatch spec §6.1):
+
+    conventional accuracy = (1/|test|) sum_i isCorrect(x_i)
+    certified accuracy    = (1/|test|) sum_i [isCorrect(x_i) and isRobust(x_i)],
+    isRobust(x_i)         = radius(x_i) >= mu_a,
+
+with x_i the adversarial version of test example i crafted at size mu_a. Adversarial
+examples are crafted against the noise-free network (HGM spec §4.6, StoBatch spec §6.2),
+or, with `eot_draws > 1`, against the noisy network with gradients averaged over noise
+draws. When certifying, the prediction is the Monte-Carlo prediction of the noisy network
+(argmax of the counts for Clopper-Pearson, of the mean softmax otherwise); otherwise it is
+one forward pass of the noise-free network. A run whose `config.json` has
+`"certification": null` gets `certified_accuracy: null` and a note saying why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+import attacks
+from tfdp import certify as certify_lib
+from tfdp import rundir
+
+PLOT_FILE = "accuracy_vs_attack_size.png"
+TSV_COLUMNS = ("attack", "attack_size", "index", "label", "prediction", "radius", "correct",
+               "certified", "seconds")
+
+
+@dataclasses.dataclass
+class EvalOptions:
+    """What to evaluate.
+
+    Attributes:
+        attacks: attack names (from attacks.ATTACKS).
+        attack_sizes: sizes mu_a >= 0, measured on `size_range`.
+        size_range: the (low, high) range the sizes refer to; None = the data's own range
+            (e.g. (0, 1) to give sizes on [0, 1] for a model trained on [-1, 1]: a size
+            0.1 on [0, 1] becomes 0.2 on [-1, 1]).
+        nb_iter: iterations of the iterative attacks (T_a).
+        eot_draws: > 1 attacks the noisy model, averaging gradients over that many draws.
+        use_true_labels: craft against the true labels instead of the model's predictions.
+        certify: Monte-Carlo prediction and certificates (needs a certification config).
+        num_draws: Monte-Carlo draws n per input; None = the run's or 1000.
+        alpha: failure probability of the confidence bounds (eta = 1 - alpha); None = the
+            run's or 0.05.
+        bound: confidence bound, one of certify.BOUNDS; None = the run's or Clopper-Pearson.
+        num_examples: evaluate the first N test examples (None = all).
+        batch_size: examples per attack / prediction batch.
+        draws_per_step: Monte-Carlo draws per forward pass.
+        seed: seed of the random starts of the Madry attack; None = OS entropy.
+        data_dir: where the data lives (None = the run's data_dir, then defaults).
+    """
+
+    attacks: Sequence[str] = ("fgsm", "ifgsm", "mim", "madry")
+    attack_sizes: Sequence[float] = (0.1, 0.2)
+    size_range: Optional[Sequence[float]] = None
+    nb_iter: int = 10
+    eot_draws: int = 1
+    use_true_labels: bool = False
+    certify: bool = False
+    num_draws: Optional[int] = None
+    alpha: Optional[float] = None
+    bound: Optional[str] = None
+    num_examples: Optional[int] = None
+    batch_size: int = 100
+    draws_per_step: int = 256
+    seed: Optional[int] = None
+    data_dir: Optional[str] = None
+
+
+def validate_options(options: EvalOptions) -> EvalOptions:
+    """Checks every option; returns a copy with names and sizes normalised.
+
+    Raises:
+        ValueError: naming the offending option.
+    """
+    names = [str(a).strip().lower() for a in options.attacks if str(a).strip()]
+    for name in names:
+        if name not in attacks.ATTACKS:
+            raise ValueError(f"attacks: unknown attack {name!r}; choose from {attacks.ATTACKS}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"attacks: duplicate names in {names!r}")
+    sizes = []
+    for s in options.attack_sizes:
+        try:
+            v = float(s)
+        except (TypeError, ValueError):
+            raise ValueError(f"attack_sizes: {s!r} is not a number") from None
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"attack_sizes: every size must be a finite number >= 0, got {s!r}")
+        sizes.append(v)
+    if names and not sizes:
+        raise ValueError("attack_sizes: give at least one size when attacks are requested")
+    if len(set(sizes)) != len(sizes):
+        raise ValueError(f"attack_sizes: duplicate sizes in {sizes!r}")
+    size_range = options.size_range
+    if size_range is not None:
+        size_range = tuple(float(v) for v in size_range)
+        if len(size_range) != 2 or not size_range[0] < size_range[1]:
+            raise ValueError(f"size_range must be (low, high) with low < high, got "
+                             f"{options.size_range!r}")
+    if int(options.nb_iter) < 1:
+        raise ValueError(f"nb_iter must be >= 1, got {options.nb_iter!r}")
+    if int(options.eot_draws) < 1:
+        raise ValueError(f"eot_draws must be >= 1, got {options.eot_draws!r}")
+    if options.num_draws is not None:
+        certify_lib._check_num_draws(options.num_draws)  # pylint: disable=protected-access
+    if options.alpha is not None:
+        certify_lib._check_alpha(options.alpha)  # pylint: disable=protected-access
+    if options.bound is not None:
+        certify_lib._check_bound(options.bound)  # pylint: disable=protected-access
+    if options.num_examples is not None and int(options.num_examples) < 1:
+        raise ValueError(f"num_examples must be >= 1, got {options.num_examples!r}")
+    if int(options.batch_size) < 1:
+        raise ValueError(f"batch_size must be >= 1, got {options.batch_size!r}")
+    if int(options.draws_per_step) < 1:
+        raise ValueError(f"draws_per_step must be >= 1, got {options.draws_per_step!r}")
+    return dataclasses.replace(options, attacks=tuple(names), attack_sizes=tuple(sizes),
+                               size_range=size_range)
+
+
+def size_key(size: float) -> str:
+    """The JSON key of an attack size: shortest round-trip repr (0.1 -> "0.1")."""
+    return repr(float(size))
+
+
+def load_run(model_dir: str) -> tuple[Any, dict]:
+    """Loads a run directory's model and config.
+
+    Args:
+        model_dir: the run directory.
+
+    Returns:
+        (keras model, config dict).
+
+    Raises:
+        ValueError: if the directory lacks config.json or model.keras.
+    """
+    rd = rundir.RunDir(model_dir)
+    for name in (rundir.CONFIG_FILE, rundir.MODEL_FILE):
+        if not rd.exists(name):
+            raise ValueError(f"model_dir: {rd.path} has no {name}; is it a finished run?")
+    import keras  # pylint: disable=import-outside-toplevel
+    import layers  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    config = rd.read_json(rundir.CONFIG_FILE)
+    model = keras.saving.load_model(rd.file(rundir.MODEL_FILE), compile=False)
+    return model, config
+
+
+@contextlib.contextmanager
+def _noise(model: Any, enabled: bool, fresh_layers: Optional[Sequence[str]] = None
+           ) -> Iterator[None]:
+    """Sets the inference noise of the model's noise layers for the enclosed calls.
+
+    Noise layers read their switch when a graph is traced, so this wraps the model call
+    inside the traced function. With `fresh_layers`, only the named layers draw fresh noise;
+    the others keep their stored noise ("once" mode) without a fresh draw (StoBatch spec
+    §2.11: each pass randomises one mechanism, the other keeps its fixed noise).
+    """
+    import layers as layers_lib  # pylint: disable=import-outside-toplevel
+    from layers.control import _walk  # pylint: disable=import-outside-toplevel
+    from layers.noise import _NoiseLayer  # pylint: disable=import-outside-toplevel
+    noise_layers = [l for l in _walk(model, set()) if isinstance(l, _NoiseLayer)]
+    saved = [(l, l.inference_noise, l.inference_fresh_scale) for l in noise_layers]
+    try:
+        layers_lib.set_inference_noise(model, enabled)
+        if enabled and fresh_layers is not None:
+            wanted = set(fresh_layers)
+            for layer in noise_layers:
+                if layer.name not in wanted:
+                    layer.inference_fresh_scale = 0.0
+        yield
+    finally:
+        for layer, on, scale in saved:
+            layer.inference_noise = on
+            layer.inference_fresh_scale = scale
+
+
+def model_functions(model: Any, certification: Optional[Mapping[str, Any]]
+                    ) -> tuple[Callable, Callable, bool]:
+    """The noise-free logits function, the noisy score function and whether it is logits.
+
+    Args:
+        model: a Keras model built from tfdp layers.
+        certification: the run's certification dict (or None).
+
+    Returns:
+        (noise_free_fn, noisy_score_fn, noisy_fn_returns_logits).
+    """
+    def noise_free(x):
+        with _noise(model, False):
+            return model(x, training=False)
+
+    def noisy(x):
+        with _noise(model, True):
+            return model(x, training=False)
+
+    passes = (certification or {}).get("passes")
+    if passes:
+        def make_pass(names):
+            def fn(x):
+                with _noise(model, True, fresh_layers=names):
+                    return model(x, training=False)
+            return fn
+        # StoBatch Theorem 5 / Corollary 1: product of the passes' softmax outputs
+        return noise_free, certify_lib.product_of_softmax([make_pass(p) for p in passes]), False
+    return noise_free, noisy, True
+
+
+def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Sequence[float],
+                    certification: Optional[Mapping[str, Any]], options: EvalOptions,
+                    progress: Optional[Callable[[int, int], None]] = None
+                    ) -> tuple[dict, list]:
+    """Evaluates a model on (x, y): clean and per attack and size.
+
+    Args:
+        model: a Keras model mapping inputs in `value_range` to logits.
+        x: test inputs, float32 in value_range.
+        y: int labels.
+        value_range: the data's (low, high).
+        certification: the run's certification dict, or None.
+        options: EvalOptions (validated here).
+        progress: called with (examples done, examples total) after each batch.
+
+    Returns:
+        (summary dict as written to evaluation.json, list of per-example record tuples).
+
+    Raises:
+        ValueError: on bad options or data, before any work.
+    """
+    opts = validate_options(options)
+    low, high = (float(v) for v in value_range)
+    if not low < high:
+        raise ValueError(f"value_range must be (low, high) with low < high, got {value_range!r}")
+    x = np.asarray(x, np.float32)
+    y = np.asarray(y, np.int64).reshape(-1)
+    if x.shape[0] != y.shape[0] or x.shape[0] == 0:
+        raise ValueError("x and y must hold the same non-zero number of examples")
+    if opts.num_examples is not None:
+        x, y = x[:opts.num_examples], y[:opts.num_examples]
+    if float(x.min()) < low - 1e-6 or float(x.max()) > high + 1e-6:
+        raise ValueError(f"x lies outside value_range {value_range!r}")
+
+    cert = certify_lib.validate_certification(certification) if certification else None
+    do_certify = bool(opts.certify and cert is not None)
+    num_draws = int(opts.num_draws or (cert or {}).get("num_draws") or 1000)
+    alpha = float(opts.alpha or (cert or {}).get("alpha") or 0.05)
+    bound = opts.bound or (cert or {}).get("bound") or "clopper_pearson"
+    if opts.certify and cert is None:
+        note = "config.json has no certification: the model has no robustness noise"
+    elif not opts.certify:
+        note = "certification not requested (--certify)"
+    else:
+        note = None
+    # Sizes on size_range -> the data's units.
+    if opts.size_range is None:
+        data_sizes = list(opts.attack_sizes)
+    else:
+        data_sizes = [attacks.rescale_size(s, opts.size_range, (low, high))
+                      for s in opts.attack_sizes]
+
+    noise_free, noisy, noisy_logits = model_functions(model, cert)
+    attack_fn = noisy if (opts.eot_draws > 1 and noisy_logits) else noise_free
+    if opts.eot_draws > 1 and not noisy_logits:
+        logging.warning("eot_draws: StoBatch's composed score is not a logits function; "
+                        "attacking the noise-free network")
+    predictor = (certify_lib.MonteCarloPredictor(noisy, from_logits=noisy_logits,
+                                                 draws_per_step=opts.draws_per_step)
+                 if do_certify else None)
+    det_fn = tf.function(noise_free, reduce_retracing=True)
+    rng = np.random.default_rng(opts.seed)
+    num_classes = int(noise_free(tf.constant(x[:1])).shape[-1])
+
+    def predict(xb: np.ndarray, sizes_for_radius: Sequence[float]):
+        if predictor is None:
+            pred = np.argmax(det_fn(tf.constant(xb)).numpy(), axis=-1)
+            return pred, None
+        result = predictor(xb, num_draws, num_classes)
+        pred, lower, upper = certify_lib.top_two_bounds(result, bound, alpha)
+        radii = {s: certify_lib.certified_radius(lower, upper, cert, attack_size=s)
+                 for s in sizes_for_radius}
+        return pred, radii
+
+    n = x.shape[0]
+    jobs = [("clean", 0.0, 0.0)] + [(a, s, d) for a in opts.attacks
+                                    for s, d in zip(opts.attack_sizes, data_sizes)]
+    total = n * len(jobs)
+    done = 0
+    records = []
+    correct_by_job = {}
+    certified_by_job = {}
+    clean_cert = {size_key(s): 0 for s in opts.attack_sizes}
+    for name, size, eps in jobs:
+        correct_total = 0
+        certified_total = 0
+        for start in range(0, n, opts.batch_size):
+            xb = x[start:start + opts.batch_size]
+            yb = y[start:start + opts.batch_size]
+            t0 = time.perf_counter()
+            if name != "clean":
+                labels = yb if opts.use_true_labels else None
+                xb = attacks.run_attack(name, attack_fn, xb, eps, low, high, labels,
+                                        nb_iter=opts.nb_iter, eot_draws=opts.eot_draws,
+                                        seed=rng.integers(0, 2**31 - 1, size=2)).numpy()
+            radius_sizes = [eps] if name != "clean" else (list(data_sizes) or [0.0])
+            pred, radii = predict(xb, radius_sizes)
+            seconds = (time.perf_counter() - t0) / len(yb)
+            correct = pred == yb
+            correct_total += int(correct.sum())
+            if radii is not None:
+                radius = radii[radius_sizes[0]]
+                if name == "clean":
+                    for s, d in zip(opts.attack_sizes, data_sizes):
+                        clean_cert[size_key(s)] += int(np.sum(
+                            correct & certify_lib.is_robust(radii[d], d)))
+                else:
+                    certified_total += int(np.sum(correct & certify_lib.is_robust(radius, eps)))
+            else:
+                radius = np.full(len(yb), np.nan)
+            for i in range(len(yb)):
+                certified_i = (bool(radius[i] >= eps and radius[i] > 0)
+                               if radii is not None else None)
+                records.append((name, size, start + i, int(yb[i]), int(pred[i]),
+                                float(radius[i]), bool(correct[i]), certified_i, seconds))
+            done += len(yb)
+            if progress is not None:
+                progress(done, total)
+        correct_by_job[(name, size)] = correct_total / n
+        certified_by_job[(name, size)] = certified_total / n if do_certify else None
+
+    summary: dict[str, Any] = {
+        "clean_accuracy": correct_by_job[("clean", 0.0)],
+        "clean_certified_accuracy": ({k: v / n for k, v in clean_cert.items()}
+                                     if do_certify else None),
+        "attacks": {},
+        "num_examples": int(n),
+        "value_range": [low, high],
+        "size_range": list(opts.size_range) if opts.size_range else [low, high],
+        "prediction": "monte_carlo" if do_certify else "deterministic_noise_free",
+        "attack_target": "eot_noisy" if attack_fn is not noise_free else "noise_free",
+        "attack_labels": "true" if opts.use_true_labels else "predicted",
+        "nb_iter": int(opts.nb_iter),
+        "eot_draws": int(opts.eot_draws),
+        "certification": cert,
+        "certified_accuracy_note": note,
+        "num_draws": num_draws if do_certify else None,
+        "alpha": alpha if do_certify else None,
+        "bound": bound if do_certify else None,
+        "robust_rule": "radius >= attack size, radius > 0",
+    }
+    for name in opts.attacks:
+        entry = {}
+        for s, d in zip(opts.attack_sizes, data_sizes):
+            entry[size_key(s)] = {"accuracy": correct_by_job[(name, s)],
+                                  "certified_accuracy": certified_by_job[(name, s)],
+                                  "eps_data": d}
+        summary["attacks"][name] = entry
+    return summary, records
+
+
+def write_certificates(path: str, records: Sequence[tuple]) -> str:
+    """Writes the per-example records as a TSV (header TSV_COLUMNS); returns the path."""
+    lines = ["\t".join(TSV_COLUMNS)]
+    for name, size, index, label, pred, radius, correct, certified, seconds in records:
+        lines.append("\t".join([
+            name, repr(float(size)), str(index), str(label), str(pred),
+            "nan" if math.isnan(radius) else f"{radius:.6g}", str(int(correct)),
+            "" if certified is None else str(int(certified)), f"{seconds:.6f}"]))
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, ".tmp-" + os.path.basename(path))
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def plot_accuracy(path: str, summary: Mapping[str, Any]) -> str:
+    """PNG of accuracy (solid) and certified accuracy (dashed) against attack size."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, (name, entry) in enumerate(sorted(summary["attacks"].items())):
+        sizes = sorted(entry, key=float)
+        xs = [0.0] + [float(s) for s in sizes]
+        color = f"C{i}"
+        ax.plot(xs, [summary["clean_accuracy"]] + [entry[s]["accuracy"] for s in sizes],
+                "o-", color=color, label=f"{name}")
+        cert = [entry[s]["certified_accuracy"] for s in sizes]
+        if all(c is not None for c in cert) and cert:
+            ax.plot([float(s) for s in sizes], cert, "s--", color=color,
+                    label=f"{name} (certified)")
+    lo, hi = summary["size_range"]
+    ax.set_xlabel(f"attack size (l_inf, inputs on [{lo:g}, {hi:g}])")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0.0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def evaluate_run(model_dir: str, options: EvalOptions) -> dict:
+    """Evaluates a run directory; writes evaluation.json, certificates.tsv and a PNG.
+
+    Args:
+        model_dir: a run directory left by tfdp-train (model.keras + config.json).
+        options: what to evaluate.
+
+    Returns:
+        the summary written to evaluation.json.
+
+    Raises:
+        ValueError: on bad options or an incomplete run directory, before any work.
+    """
+    opts = validate_options(options)
+    model, config = load_run(model_dir)
+    rd = rundir.RunDir(model_dir)
+    from tfdp import data as data_lib  # pylint: disable=import-outside-toplevel
+    value_range = tuple(config.get("value_range") or (-1.0, 1.0))
+    load_kwargs = {}
+    if opts.num_examples is not None:
+        load_kwargs["num_examples"] = int(opts.num_examples)
+    x, y = data_lib.load(config["dataset"], "test",
+                         data_dir=opts.data_dir or config.get("data_dir"),
+                         value_range=value_range, **load_kwargs)
+    start = time.perf_counter()
+    last = [start]
+
+    def progress(done: int, total: int) -> None:
+        now = time.perf_counter()
+        if now - last[0] >= 5.0 or done == total:
+            last[0] = now
+            rate = done / max(now - start, 1e-9)
+            eta = (total - done) / max(rate, 1e-9)
+            logging.info("evaluated %d/%d example-attacks (%.1f/s, ETA %.0f s)", done, total,
+                         rate, eta)
+
+    summary, records = evaluate_arrays(model, x, y, value_range=value_range,
+                                       certification=config.get("certification"),
+                                       options=opts, progress=progress)
+    summary["model_dir"] = rd.path
+    summary["method"] = config.get("method")
+    summary["dataset"] = config.get("dataset")
+    summary["seconds"] = time.perf_counter() - start
+    write_certificates(rd.file(rundir.CERTIFICATES_FILE), records)
+    summary["plot"] = PLOT_FILE
+    plot_accuracy(rd.file(PLOT_FILE), summary)
+    rd.write_json(rundir.EVALUATION_FILE, summary)
+    return summary

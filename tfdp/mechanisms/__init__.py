@@ -1,0 +1,71 @@
+"""Noise mechanisms: calibration (float64) and numpy / TensorFlow samplers."""
+
+from tfdp.mechanisms.budgets import (
+    adaptive_budget_weights,
+    adlm_feature_noise_scales,
+    adlm_relevance_sensitivity,
+    stobatch_autoencoder_sensitivity,
+    stobatch_epsilon1,
+    stobatch_gammas,
+    stobatch_noise_scales,
+    stobatch_total_epsilon,
+)
+from tfdp.mechanisms.gaussian import (
+    HGM_CONDITION2_DELTA,
+    analytic_gaussian_sigma,
+    classical_gaussian_multiplier,
+    classical_gaussian_sigma,
+    gaussian_delta,
+    gaussian_tail_epsilon,
+    gaussian_tail_sigma,
+    hgm_conditions,
+    hgm_multiplier,
+    hgm_s,
+    hgm_sigma,
+)
+from tfdp.mechanisms.heterogeneous import (
+    check_redistribution,
+    heterogeneous_stddevs,
+    layer_sensitivity,
+    redistribution_from_scores,
+    uniform_redistribution,
+    weighted_sensitivity,
+)
+from tfdp.mechanisms.laplace import laplace_scale
+from tfdp.mechanisms.pixeldp import pixeldp_gaussian_multiplier, pixeldp_laplace_multiplier
+from tfdp.mechanisms.sampling import sample_gaussian, sample_laplace, tf_gaussian, tf_laplace
+
+__all__ = [
+    "adaptive_budget_weights",
+    "adlm_feature_noise_scales",
+    "adlm_relevance_sensitivity",
+    "stobatch_autoencoder_sensitivity",
+    "stobatch_epsilon1",
+    "stobatch_gammas",
+    "stobatch_noise_scales",
+    "stobatch_total_epsilon",
+    "HGM_CONDITION2_DELTA",
+    "analytic_gaussian_sigma",
+    "check_redistribution",
+    "classical_gaussian_multiplier",
+    "classical_gaussian_sigma",
+    "gaussian_delta",
+    "gaussian_tail_epsilon",
+    "gaussian_tail_sigma",
+    "heterogeneous_stddevs",
+    "hgm_conditions",
+    "hgm_multiplier",
+    "hgm_s",
+    "hgm_sigma",
+    "laplace_scale",
+    "layer_sensitivity",
+    "pixeldp_gaussian_multiplier",
+    "pixeldp_laplace_multiplier",
+    "redistribution_from_scores",
+    "sample_gaussian",
+    "sample_laplace",
+    "tf_gaussian",
+    "tf_laplace",
+    "uniform_redistribution",
+    "weighted_sensitivity",
+]

@@ -1,0 +1,187 @@
+"""Laplace budget bookkeeping of AdLM (adaptive per-feature budgets) and StoBatch (Theorem 4)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from tfdp.mechanisms import _validate
+
+
+def _check_count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    out = int(value)
+    if out <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return out
+
+
+# ------------------------------------------------------------------------------ AdLM
+
+
+def adlm_relevance_sensitivity(*, num_features: int, num_examples: int) -> float:
+    """Delta_R = 2 d / |D| of the averaged relevance (AdLM Lemma 1).
+
+    Args:
+        num_features: d, the number of input features the relevance covers.
+        num_examples: |D|, the number of records averaged (must be the real count).
+
+    Returns:
+        Delta_R (float64).
+
+    Raises:
+        ValueError: if either count is not a positive integer.
+    """
+    d = _check_count(num_features, "num_features")
+    n = _check_count(num_examples, "num_examples")
+    return 2.0 * d / n  # AdLM Lemma 1
+
+
+def adaptive_budget_weights(relevance: Any, *, floor: float) -> np.ndarray:
+    """beta_j = d * max(|R_j|, floor) / sum_k max(|R_k|, floor) (AdLM Eq. 16, spec §3.3).
+
+    The floor is applied before normalising, so sum_j beta_j = d exactly and every
+    beta_j > 0 (the per-feature budget is eps_j = beta_j * eps2).
+
+    Args:
+        relevance: the (noisy) average relevance Rbar, any shape, d = size.
+        floor: r_min > 0 (ref code: 1e-5 MNIST, 1e-2 CIFAR-10).
+
+    Returns:
+        beta as float64 array of relevance's shape (mean 1).
+
+    Raises:
+        ValueError: on non-finite relevance, empty relevance, or floor <= 0.
+    """
+    try:
+        rel = np.asarray(relevance, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError("relevance must be a numeric array") from e
+    if rel.size == 0 or not np.all(np.isfinite(rel)):
+        raise ValueError("relevance must be a non-empty finite array")
+    fl = _validate.check_positive(floor, "floor")
+    r = np.maximum(np.abs(rel), fl)  # AdLM spec §3.3: floor before normalising
+    return rel.size * r / np.sum(r)  # AdLM Eq. 16
+
+
+def adlm_feature_noise_scales(*, sensitivity: float, epsilon: float, beta: Any,
+                              batch_size: Optional[int] = None) -> np.ndarray:
+    """Per-feature Laplace scales Delta_h0 / (beta_j eps2), divided by |L| when given.
+
+    AdLM Algorithm 1 lines 12-14: xbar_ij = x_ij + Lap(Delta_h0 / eps_j) / |L| with
+    eps_j = beta_j eps2.
+
+    Args:
+        sensitivity: Delta_h0 >= 0.
+        epsilon: eps2 > 0.
+        beta: adaptive weights (all > 0); 1 everywhere gives ILM.
+        batch_size: |L| for per-example noise; None gives the batch-level scale.
+
+    Returns:
+        float64 array of beta's shape.
+
+    Raises:
+        ValueError: on invalid arguments.
+    """
+    sens = _validate.check_sensitivity(sensitivity)
+    eps = _validate.check_epsilon(epsilon)
+    b = _validate.check_scale_array(beta, "beta")
+    if b.size == 0 or np.any(b <= 0.0):
+        raise ValueError("beta must be non-empty and > 0 everywhere")
+    scales = sens / (b * eps)  # AdLM Alg. 1 line 12, Lap(Delta_h0 / eps_j)
+    if batch_size is not None:
+        scales = scales / _check_count(batch_size, "batch_size")
+    return scales
+
+
+# ------------------------------------------------------------------------------ StoBatch
+
+
+def stobatch_autoencoder_sensitivity(*, fan_in: int, num_neurons: int) -> float:
+    """Delta_R = d (beta + 2) of the DP auto-encoder objective (StoBatch Lemma 2).
+
+    Args:
+        fan_in: d, the fan-in of one h1 neuron (k*k*C_in for a conv layer).
+        num_neurons: beta, neurons of h1 (one feature map for a conv layer, App. P).
+
+    Returns:
+        Delta_R (float64).
+
+    Raises:
+        ValueError: if either count is not a positive integer.
+    """
+    d = _check_count(fan_in, "fan_in")
+    beta = _check_count(num_neurons, "num_neurons")
+    return float(d * (beta + 2))  # StoBatch Lemma 2
+
+
+def stobatch_gammas(*, sensitivity: float, batch_size: int, first_layer_norm: float,
+                    input_sensitivity: float = 1.0) -> tuple[float, float]:
+    """(gamma_x, gamma) of StoBatch Lemma 3.
+
+    gamma_x = Delta_R / (m Delta_x) (Delta_x = 1) and gamma = 2 Delta_R / (m Delta_h1),
+    so the perturbed inputs are (eps1/gamma_x)-DP and the perturbed first layer
+    (eps1/gamma)-DP.
+
+    Args:
+        sensitivity: Delta_R > 0.
+        batch_size: m, the fixed DP batch size.
+        first_layer_norm: Delta_h1 > 0, the first-layer norm (see StoBatch spec §7 A2).
+        input_sensitivity: Delta_x > 0 (1 for inputs in [-1, 1]).
+
+    Returns:
+        (gamma_x, gamma).
+
+    Raises:
+        ValueError: on invalid arguments.
+    """
+    sens = _validate.check_positive(sensitivity, "sensitivity")
+    m = _check_count(batch_size, "batch_size")
+    dh1 = _validate.check_positive(first_layer_norm, "first_layer_norm")
+    dx = _validate.check_positive(input_sensitivity, "input_sensitivity")
+    return sens / (m * dx), 2.0 * sens / (m * dh1)  # StoBatch Lemma 3, §2.3-2.4
+
+
+def stobatch_noise_scales(*, sensitivity: float, epsilon1: float, batch_size: int) -> tuple[float, float]:
+    """Per-coordinate Laplace scales (b_x, b_h) of chi1/m and 2 chi2/m (StoBatch §2.3-2.4).
+
+    b_x = Delta_R / (m eps1) and b_h = 2 Delta_R / (m eps1).
+
+    Raises:
+        ValueError: on invalid arguments.
+    """
+    sens = _validate.check_sensitivity(sensitivity)
+    eps1 = _validate.check_epsilon(epsilon1, "epsilon1")
+    m = _check_count(batch_size, "batch_size")
+    b_x = sens / (m * eps1)  # StoBatch §2.3: chi1 ~ Lap(Delta_R / eps1), added as chi1 / m
+    return b_x, 2.0 * b_x  # StoBatch §2.4: 2 chi2 / m
+
+
+def stobatch_total_epsilon(*, epsilon1: float, epsilon2: float, gamma_x: float, gamma: float) -> float:
+    """eps1 + eps1/gamma_x + eps1/gamma + eps2 (StoBatch Theorem 4).
+
+    Raises:
+        ValueError: on invalid arguments.
+    """
+    e1 = _validate.check_epsilon(epsilon1, "epsilon1")
+    e2 = _validate.check_epsilon(epsilon2, "epsilon2")
+    gx = _validate.check_positive(gamma_x, "gamma_x")
+    g = _validate.check_positive(gamma, "gamma")
+    return e1 + e1 / gx + e1 / g + e2  # StoBatch Theorem 4
+
+
+def stobatch_epsilon1(*, total_epsilon: float, epsilon2: float, gamma_x: float, gamma: float) -> float:
+    """eps1 = (eps_total - eps2) / (1 + 1/gamma + 1/gamma_x) (StoBatch App. P).
+
+    Raises:
+        ValueError: on invalid arguments, or total_epsilon <= epsilon2.
+    """
+    tot = _validate.check_epsilon(total_epsilon, "total_epsilon")
+    e2 = _validate.check_epsilon(epsilon2, "epsilon2")
+    gx = _validate.check_positive(gamma_x, "gamma_x")
+    g = _validate.check_positive(gamma, "gamma")
+    if tot <= e2:
+        raise ValueError(f"total_epsilon ({tot}) must exceed epsilon2 ({e2})")
+    return (tot - e2) / (1.0 + 1.0 / g + 1.0 / gx)  # StoBatch App. P

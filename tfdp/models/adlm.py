@@ -1,0 +1,311 @@
+"""AdLM's MNIST and CIFAR-10 networks (bounded layers, Taylor-loss output) and auxiliary models."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import layers as tfdp_layers
+
+BOUND_MODES = ("paper_lrn_minmax", "bn_clip")
+ARCHITECTURES = ("mnist", "cifar10")
+AUX_KINDS = ("same", "mlp")
+
+# Names of the layers the trainer looks up.
+FIRST_LAYER = "adlm_h0"
+HIDDEN_LAYER = "adlm_hk"     # last hidden layer after bounding (h_(k))
+OUTPUT_LAYER = "adlm_logits"
+BIAS_NOISE_LAYER = "adlm_bias_noise"
+
+
+@keras.saving.register_keras_serializable(package="tfdp_adlm")
+class BiasNoise(keras.layers.Layer):
+    """Adds a fixed per-channel offset to the first layer's pre-activation while training.
+
+    AdLM Algorithm 1 line 14: bbar = b + Lap(Delta_h0/eps2)/|L|, drawn once. The offset
+    lives in a non-trainable variable (so checkpoints carry it) and is not applied at
+    inference. It is data-independent and has no privacy role (AdLM spec E11).
+
+    Args:
+        channels: number of channels (first-layer filters).
+        **kwargs: Keras layer arguments.
+    """
+
+    def __init__(self, channels: int, **kwargs: Any) -> None:
+        if not isinstance(channels, (int, np.integer)) or channels < 1:
+            raise ValueError(f"channels must be an int >= 1, got {channels!r}")
+        super().__init__(**kwargs)
+        self.channels = int(channels)
+        self.offset = self.add_weight(name="offset", shape=(self.channels,),
+                                      initializer="zeros", trainable=False)
+
+    def call(self, inputs: Any, training: bool = False) -> tf.Tensor:
+        if training:
+            return inputs + tf.cast(self.offset, inputs.dtype)
+        return inputs
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return input_shape
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["channels"] = self.channels
+        return config
+
+
+@keras.saving.register_keras_serializable(package="tfdp_adlm")
+class CropStandardize(keras.layers.Layer):
+    """Crop to `size` x `size` (random while training, central at inference), then per-image
+    standardisation (AdLM code release, CIFAR-10 input pipeline after the noise).
+
+    Args:
+        size: crop height and width.
+        seed: seed of the random crop offsets (None: OS entropy).
+        **kwargs: Keras layer arguments.
+    """
+
+    def __init__(self, size: int, seed: int | None = None, **kwargs: Any) -> None:
+        if not isinstance(size, (int, np.integer)) or size < 1:
+            raise ValueError(f"size must be an int >= 1, got {size!r}")
+        super().__init__(**kwargs)
+        self.size = int(size)
+        self.seed = seed
+        self._seed_generator = keras.random.SeedGenerator(seed)
+
+    def call(self, inputs: Any, training: bool = False) -> tf.Tensor:
+        x = tf.convert_to_tensor(inputs)
+        h, w, s = x.shape[1], x.shape[2], self.size
+        if training:
+            batch = tf.shape(x)[0]
+            oy = keras.random.randint((batch,), 0, h - s + 1, seed=self._seed_generator)
+            ox = keras.random.randint((batch,), 0, w - s + 1, seed=self._seed_generator)
+            oy = tf.cast(oy, tf.float32)
+            ox = tf.cast(ox, tf.float32)
+            # Integer-aligned boxes: crop_and_resize samples exactly the crop's pixels.
+            boxes = tf.stack([oy / (h - 1), ox / (w - 1), (oy + s - 1) / (h - 1),
+                              (ox + s - 1) / (w - 1)], axis=1)
+            x = tf.image.crop_and_resize(x, boxes, tf.range(batch), [s, s], method="nearest")
+        else:
+            top, left = (h - s) // 2, (w - s) // 2
+            x = x[:, top:top + s, left:left + s, :]
+        return tf.image.per_image_standardization(x)
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return (input_shape[0], self.size, self.size, input_shape[-1])
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"size": self.size, "seed": self.seed})
+        return config
+
+
+def _check(input_shape: Sequence[int], num_classes: int) -> tuple[int, ...]:
+    shape = tuple(int(d) for d in input_shape)
+    if len(shape) != 3 or any(d < 1 for d in shape):
+        raise ValueError(f"input_shape must be (height, width, channels), got {input_shape!r}")
+    if int(num_classes) < 2:
+        raise ValueError(f"num_classes must be >= 2, got {num_classes!r}")
+    return shape
+
+
+def _dense_init(stddev: float) -> dict:
+    return {"kernel_initializer": keras.initializers.TruncatedNormal(stddev=stddev),
+            "bias_initializer": keras.initializers.Constant(0.1)}
+
+
+def mnist_model(input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10, *,
+                bound_mode: str = "bn_clip", hidden_units: int = 25, output_bias: bool = True,
+                bias_noise: bool = False, bn_momentum: float = 0.9,
+                name: str = "adlm_mnist") -> keras.Model:
+    """AdLM's MNIST network (AdLM §4.1 and its code release, MNIST/AdLM.py).
+
+    conv 5x5/32 SAME -> ReLU -> [bounded LRN] -> max-pool 2 -> conv 5x5/64 SAME -> ReLU ->
+    [bounded LRN] -> max-pool 2 -> flatten -> FC hidden_units -> bounding -> FC num_classes.
+    Bounding of the hidden FC layer: "bn_clip" = batch norm -> ReLU -> clip [0, 1] (code
+    release, 130,831 parameters); "paper_lrn_minmax" = ReLU -> per-batch min-max (AdLM §3.5,
+    130,781 parameters) with the bounded LRN (Eq. 22) after each convolution.
+    Weights start from a truncated normal with sd 0.1 and biases at 0.1 (code release).
+
+    Args:
+        input_shape: (28, 28, 1) for MNIST; any (H, W, C) works.
+        num_classes: M.
+        bound_mode: one of BOUND_MODES.
+        hidden_units: |h_(k)| (25 in the paper).
+        output_bias: whether the output layer has a bias (the code release has one).
+        bias_noise: insert a BiasNoise layer after the first convolution (spec E11).
+        bn_momentum: batch-norm moving-average momentum (inference uses moving statistics).
+        name: model name.
+
+    Returns:
+        A keras.Model mapping clean inputs to the logits z.
+
+    Raises:
+        ValueError: on a bad argument.
+    """
+    shape = _check(input_shape, num_classes)
+    if bound_mode not in BOUND_MODES:
+        raise ValueError(f"bound_mode must be one of {BOUND_MODES}, got {bound_mode!r}")
+    paper = bound_mode == "paper_lrn_minmax"
+    inputs = keras.Input(shape=shape)
+    h = keras.layers.Conv2D(32, 5, padding="same", name=FIRST_LAYER, **_dense_init(0.1))(inputs)
+    if bias_noise:
+        h = BiasNoise(32, name=BIAS_NOISE_LAYER)(h)
+    h = keras.layers.ReLU()(h)
+    if paper:
+        h = tfdp_layers.BoundedLRN()(h)  # AdLM Eq. 22
+    h = keras.layers.MaxPooling2D(2)(h)
+    h = keras.layers.Conv2D(64, 5, padding="same", **_dense_init(0.1))(h)
+    h = keras.layers.ReLU()(h)
+    if paper:
+        h = tfdp_layers.BoundedLRN()(h)
+    h = keras.layers.MaxPooling2D(2)(h)
+    h = keras.layers.Flatten()(h)
+    h = keras.layers.Dense(int(hidden_units), **_dense_init(0.1))(h)
+    if paper:
+        h = keras.layers.ReLU()(h)
+        h = tfdp_layers.MinMaxBound(name=HIDDEN_LAYER)(h)  # AdLM §3.5 per-batch min-max
+    else:
+        # AdLM code release: batch norm (eps 1e-3) -> ReLU -> clip to [0, 1].
+        h = keras.layers.BatchNormalization(epsilon=1e-3, momentum=bn_momentum)(h)
+        h = keras.layers.ReLU()(h)
+        h = tfdp_layers.Clip(0.0, 1.0, name=HIDDEN_LAYER)(h)
+    logits = keras.layers.Dense(int(num_classes), use_bias=bool(output_bias), name=OUTPUT_LAYER,
+                                **_dense_init(0.1))(h)
+    return keras.Model(inputs, logits, name=name)
+
+
+def cifar10_model(input_shape: Sequence[int] = (32, 32, 3), num_classes: int = 10, *,
+                  bound_mode: str = "bn_clip", hidden_units: int = 30, crop: int = 20,
+                  output_bias: bool = True, bias_noise: bool = False, bn_momentum: float = 0.9,
+                  seed: int | None = None, name: str = "adlm_cifar10") -> keras.Model:
+    """AdLM's CIFAR-10 network (AdLM §4.2 and its code release, Cifar10/AdLMCNN_CIFAR.py).
+
+    (noisy 32x32 input) -> crop to crop x crop (random while training, central at
+    inference) and per-image standardisation -> conv 3x3/128 stride 2 -> ReLU -> BN ->
+    conv 5x5/128 -> ReLU -> concat with the first block (256 channels) -> BN ->
+    conv 5x5/256 -> ReLU -> BN -> avg-pool 2 -> FC hidden_units -> BN -> clip [-1, 1] ->
+    FC num_classes ("bn_clip", 2,245,648 parameters). "paper_lrn_minmax" replaces each
+    batch norm after a convolution by the bounded LRN (Eq. 22) and the FC bounding by
+    ReLU -> per-batch min-max.
+
+    Args:
+        input_shape: (32, 32, 3) for CIFAR-10.
+        num_classes: M.
+        bound_mode: one of BOUND_MODES.
+        hidden_units: |h_(k)| (30 in the paper).
+        crop: crop size (20 in the code release).
+        output_bias: whether the output layer has a bias.
+        bias_noise: insert a BiasNoise layer after the first convolution.
+        bn_momentum: batch-norm moving-average momentum.
+        seed: seed of the random crops.
+        name: model name.
+
+    Returns:
+        A keras.Model mapping clean inputs to logits.
+
+    Raises:
+        ValueError: on a bad argument.
+    """
+    shape = _check(input_shape, num_classes)
+    if bound_mode not in BOUND_MODES:
+        raise ValueError(f"bound_mode must be one of {BOUND_MODES}, got {bound_mode!r}")
+    if not 1 <= int(crop) <= min(shape[0], shape[1]):
+        raise ValueError(f"crop must lie in [1, {min(shape[:2])}], got {crop!r}")
+    paper = bound_mode == "paper_lrn_minmax"
+
+    def bound(t):
+        if paper:
+            return tfdp_layers.BoundedLRN()(t)
+        return keras.layers.BatchNormalization(epsilon=1e-3, momentum=bn_momentum)(t)
+
+    xavier = {"kernel_initializer": "glorot_uniform", "bias_initializer": "zeros"}
+    inputs = keras.Input(shape=shape)
+    h = CropStandardize(int(crop), seed=seed)(inputs)
+    h = keras.layers.Conv2D(128, 3, strides=2, padding="same", name=FIRST_LAYER, **xavier)(h)
+    if bias_noise:
+        h = BiasNoise(128, name=BIAS_NOISE_LAYER)(h)
+    h1 = bound(keras.layers.ReLU()(h))
+    h = keras.layers.Conv2D(128, 5, padding="same", **xavier)(h1)
+    h = keras.layers.ReLU()(h)
+    h = bound(keras.layers.Concatenate()([h1, h]))
+    h = keras.layers.Conv2D(256, 5, padding="same", **xavier)(h)
+    h = bound(keras.layers.ReLU()(h))
+    h = keras.layers.AveragePooling2D(2)(h)
+    h = keras.layers.Flatten()(h)
+    h = keras.layers.Dense(int(hidden_units),
+                           kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.04),
+                           bias_initializer="zeros")(h)
+    if paper:
+        h = keras.layers.ReLU()(h)
+        h = tfdp_layers.MinMaxBound(name=HIDDEN_LAYER)(h)
+    else:
+        # AdLM code release: batch norm -> identity ("maxout" with one unit per channel)
+        # -> clip to [-1, 1].
+        h = keras.layers.BatchNormalization(epsilon=1e-3, momentum=bn_momentum)(h)
+        h = tfdp_layers.Clip(-1.0, 1.0, name=HIDDEN_LAYER)(h)
+    logits = keras.layers.Dense(
+        int(num_classes), use_bias=bool(output_bias), name=OUTPUT_LAYER,
+        kernel_initializer=keras.initializers.TruncatedNormal(stddev=1.0 / 30),
+        bias_initializer="zeros")(h)
+    return keras.Model(inputs, logits, name=name)
+
+
+def architecture_for(dataset: str, input_shape: Sequence[int]) -> str:
+    """"cifar10" for colour 32x32 inputs (cifar10), else "mnist" (MNIST-like grey images)."""
+    shape = tuple(int(d) for d in input_shape)
+    if dataset == "cifar10" or (len(shape) == 3 and shape[-1] == 3):
+        return "cifar10"
+    return "mnist"
+
+
+def build(architecture: str, input_shape: Sequence[int], num_classes: int, **kwargs: Any
+          ) -> keras.Model:
+    """Builds the AdLM network `architecture` ("mnist" or "cifar10").
+
+    Raises:
+        ValueError: on an unknown architecture.
+    """
+    if architecture == "mnist":
+        return mnist_model(input_shape, num_classes, **kwargs)
+    if architecture == "cifar10":
+        return cifar10_model(input_shape, num_classes, **kwargs)
+    raise ValueError(f"architecture must be one of {ARCHITECTURES}, got {architecture!r}")
+
+
+def auxiliary_model(input_shape: Sequence[int], num_classes: int, *, kind: str = "same",
+                    architecture: str = "mnist", hidden: int = 256) -> keras.Model:
+    """A noise-free chain model for the relevance step (AdLM §3.1 step 1a).
+
+    "same": the private network's convolutional structure without bounding layers
+    (conv-ReLU-pool blocks, FC, logits; for CIFAR-10 a chain of the three convolutions);
+    "mlp": a one-hidden-layer perceptron (the paper: a simpler model works if accurate).
+    Every layer is one LRP can propagate through (tfdp.relevance.lrp).
+
+    Raises:
+        ValueError: on an unknown kind.
+    """
+    shape = _check(input_shape, num_classes)
+    if kind not in AUX_KINDS:
+        raise ValueError(f"kind must be one of {AUX_KINDS}, got {kind!r}")
+    inputs = keras.Input(shape=shape)
+    h = inputs
+    if kind == "mlp":
+        h = keras.layers.Flatten()(h)
+        h = keras.layers.Dense(int(hidden), activation="relu")(h)
+    elif architecture == "cifar10":
+        for filters in (64, 64, 128):
+            h = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(h)
+            h = keras.layers.MaxPooling2D(2)(h)
+        h = keras.layers.Flatten()(h)
+        h = keras.layers.Dense(int(hidden), activation="relu")(h)
+    else:
+        for filters in (32, 64):
+            h = keras.layers.Conv2D(filters, 5, padding="same", activation="relu")(h)
+            h = keras.layers.MaxPooling2D(2)(h)
+        h = keras.layers.Flatten()(h)
+        h = keras.layers.Dense(int(hidden), activation="relu")(h)
+    logits = keras.layers.Dense(int(num_classes))(h)
+    return keras.Model(inputs, logits, name=f"adlm_aux_{kind}")

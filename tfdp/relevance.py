@@ -1,0 +1,328 @@
+"""Layer-wise relevance propagation and its differentially private average (AdLM, ILM)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+import keras
+
+from tfdp import mechanisms
+
+# Layers that LRP treats as linear maps (epsilon rule) or passes relevance through.
+_LINEAR = (keras.layers.Dense, keras.layers.Conv2D, keras.layers.AveragePooling2D,
+           keras.layers.GlobalAveragePooling2D)
+_WINNER_TAKE_ALL = (keras.layers.MaxPooling2D, keras.layers.GlobalMaxPooling2D)
+_RESHAPE = (keras.layers.Flatten, keras.layers.Reshape)
+
+LRP_STARTS = ("true_class", "predicted")
+GRANULARITIES = ("feature", "pixel")
+TRANSFORMS = ("paper", "ref_code_mnist", "ref_code_cifar")
+
+
+# ----------------------------------------------------------------------------- LRP
+
+
+def _sign0(z: tf.Tensor) -> tf.Tensor:
+    """sign(z) with sign0(0) = +1 (AdLM Eq. 5: z >= 0 uses +mu)."""
+    return tf.where(z >= 0, tf.ones_like(z), -tf.ones_like(z))
+
+
+def _preactivation(layer: keras.layers.Layer, a: tf.Tensor) -> tf.Tensor:
+    """The linear part z = f(a) of a Dense/Conv2D/average-pooling layer (no activation)."""
+    if isinstance(layer, keras.layers.Dense):
+        z = tf.tensordot(a, tf.convert_to_tensor(layer.kernel), axes=[[a.shape.rank - 1], [0]])
+        if layer.use_bias:
+            z = z + tf.convert_to_tensor(layer.bias)
+        return z
+    if isinstance(layer, keras.layers.Conv2D):
+        if layer.data_format != "channels_last" or layer.groups != 1:
+            raise ValueError(f"layer: LRP supports channels_last, groups=1 Conv2D, got {layer.name}")
+        z = tf.nn.convolution(a, tf.convert_to_tensor(layer.kernel), strides=layer.strides,
+                              padding=layer.padding.upper(), dilations=layer.dilation_rate)
+        if layer.use_bias:
+            z = z + tf.convert_to_tensor(layer.bias)
+        return z
+    # Average pooling is linear in its input with no bias.
+    return layer(a)
+
+
+def _lrp_linear(layer: keras.layers.Layer, a: tf.Tensor, r_out: tf.Tensor, mu: float
+                ) -> tf.Tensor:
+    """LRP-epsilon through a linear layer.
+
+    AdLM Eq. 4-5: R_{p<-m} = z_pm / (z_m + mu*sign0(z_m)) * R_m, R_p = sum_m R_{p<-m}.
+    With s = R_out / (z + mu*sign0(z)) and c = J^T s (the gradient of sum(z * stop(s))
+    with respect to the input), R_in = a * c, since z_pm = a_p * w_pm.
+    """
+    with tf.GradientTape() as tape:
+        tape.watch(a)
+        z = _preactivation(layer, a)
+        s = tf.stop_gradient(r_out / (z + mu * _sign0(z)))
+        total = tf.reduce_sum(z * s)
+    c = tape.gradient(total, a)
+    return a * c
+
+
+def _lrp_max(layer: keras.layers.Layer, a: tf.Tensor, r_out: tf.Tensor) -> tf.Tensor:
+    """Winner-take-all through max pooling: relevance goes to the arg-max input (AdLM spec §3.1)."""
+    with tf.GradientTape() as tape:
+        tape.watch(a)
+        total = tf.reduce_sum(layer(a) * tf.stop_gradient(r_out))
+    return tape.gradient(total, a)
+
+
+def _chain(model: keras.Model) -> list[keras.layers.Layer]:
+    """The model's layers in order, without the input layer; each layer must have one input."""
+    out = []
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.InputLayer):
+            continue
+        out.append(layer)
+    return out
+
+
+def lrp(model: keras.Model, x: Any, y: Any = None, *, mu: float = 0.01,
+        start: str = "true_class", batch_size: int = 1000) -> np.ndarray:
+    """Input relevances of a sequential (chain) model by LRP with the epsilon rule.
+
+    The propagation starts from the score of one class (AdLM Eq. 8: F_x = z_o, the other
+    outputs set to 0) and runs the epsilon rule (AdLM Eq. 4-5) through Dense and Conv2D
+    layers (including their biases) and average pooling. Max pooling sends relevance to the
+    winning input; activations, normalisation, dropout, clipping and noise layers pass it
+    through unchanged; Flatten/Reshape reshape it (AdLM spec §3.1).
+
+    Args:
+        model: a keras model whose layers form a chain (each layer feeds the next) and whose
+            last layer outputs the class scores (logits).
+        x: inputs, shape [n, ...].
+        y: integer labels [n]; required for start="true_class".
+        mu: the epsilon-rule stabiliser, >= 0 (AdLM spec §3.1: recommended 0.01).
+        start: "true_class" (score of the label) or "predicted" (score of the arg-max class).
+        batch_size: records per propagation batch.
+
+    Returns:
+        float64 array shaped like x: relevance of every input feature of every record.
+
+    Raises:
+        ValueError: on a bad mu, start, batch_size, missing y or an unsupported layer.
+    """
+    if not (isinstance(mu, (int, float)) and math.isfinite(mu) and mu >= 0):
+        raise ValueError(f"mu must be a finite number >= 0, got {mu!r}")
+    if start not in LRP_STARTS:
+        raise ValueError(f"start must be one of {LRP_STARTS}, got {start!r}")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    x = np.asarray(x, dtype=np.float32)
+    if start == "true_class":
+        if y is None:
+            raise ValueError("y: labels are required when start='true_class'")
+        y = np.asarray(y).astype(np.int64).reshape(-1)
+        if y.shape[0] != x.shape[0]:
+            raise ValueError(f"y has {y.shape[0]} labels for {x.shape[0]} records")
+    layers = _chain(model)
+    for layer in layers:
+        if len(getattr(layer, "_inbound_nodes", [None])) > 1:
+            raise ValueError(f"model: layer {layer.name} is used more than once")
+    propagate = tf.function(lambda xb, yb: _propagate(layers, xb, yb, mu, start),
+                            reduce_retracing=True)
+    out = np.empty(x.shape, dtype=np.float64)
+    for lo in range(0, x.shape[0], batch_size):
+        hi = min(lo + batch_size, x.shape[0])
+        yb = y[lo:hi] if start == "true_class" else np.zeros(hi - lo, np.int64)
+        out[lo:hi] = propagate(tf.constant(x[lo:hi]), tf.constant(yb)).numpy()
+    return out
+
+
+def _propagate(layers: Sequence[keras.layers.Layer], x: tf.Tensor, y: tf.Tensor, mu: float,
+               start: str) -> tf.Tensor:
+    """Forward pass recording every layer input, then relevance from the top down."""
+    acts = [x]
+    a = x
+    for layer in layers:
+        a = layer(a, training=False)
+        acts.append(a)
+    logits = acts[-1]
+    num_classes = logits.shape[-1]
+    cls = tf.argmax(logits, axis=-1) if start == "predicted" else y
+    r = logits * tf.one_hot(cls, num_classes, dtype=logits.dtype)  # AdLM Eq. 8: R = F_x for class o
+    for layer, a_in in zip(reversed(layers), reversed(acts[:-1])):
+        if isinstance(layer, _LINEAR):
+            r = _lrp_linear(layer, a_in, r, mu)
+        elif isinstance(layer, _WINNER_TAKE_ALL):
+            r = _lrp_max(layer, a_in, r)
+        elif isinstance(layer, _RESHAPE):
+            r = tf.reshape(r, tf.shape(a_in))
+        elif r.shape == a_in.shape:
+            # Shape-preserving layers (activations, normalisation, dropout, clipping, noise):
+            # relevance passes through unchanged (AdLM spec §3.1).
+            pass
+        else:
+            raise ValueError(f"model: LRP has no rule for layer {layer.name} "
+                             f"({type(layer).__name__})")
+    return tf.cast(r, tf.float64)
+
+
+# ----------------------------------------------------------------------------- normalisation
+
+
+def to_granularity(relevance: Any, granularity: str = "feature") -> np.ndarray:
+    """Per-record relevance vectors of d entries.
+
+    Args:
+        relevance: [n, H, W, C] (or [n, d]) relevances.
+        granularity: "feature" (one entry per H*W*C feature) or "pixel" (mean over the
+            channel axis, one entry per H*W pixel; AdLM code release, CIFAR-10).
+
+    Returns:
+        float64 array [n, d].
+
+    Raises:
+        ValueError: on an unknown granularity.
+    """
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    r = np.asarray(relevance, dtype=np.float64)
+    if granularity == "pixel" and r.ndim == 4:
+        r = r.mean(axis=-1)  # AdLM code release (CIFAR-10): relevance averaged over channels
+    return r.reshape(r.shape[0], -1)
+
+
+def normalize_per_record(relevance: Any) -> np.ndarray:
+    """Per-record min-max normalisation into [0, 1] (AdLM spec §3.1 step 3, E7).
+
+    R_ij <- (R_ij - chi_i) / (phi_i - chi_i) with chi_i, phi_i the min and max of record i's
+    d relevances; a record whose relevances are all equal maps to 0.
+
+    Args:
+        relevance: [n, d] relevances.
+
+    Returns:
+        float64 array [n, d] with entries in [0, 1].
+
+    Raises:
+        ValueError: if relevance is not 2-D or not finite.
+    """
+    r = np.asarray(relevance, dtype=np.float64)
+    if r.ndim != 2:
+        raise ValueError(f"relevance must have shape [n, d], got {r.shape}")
+    if not np.all(np.isfinite(r)):
+        raise ValueError("relevance must be finite")
+    lo = r.min(axis=1, keepdims=True)
+    span = r.max(axis=1, keepdims=True) - lo
+    safe = np.where(span > 0, span, 1.0)
+    out = np.where(span > 0, (r - lo) / safe, 0.0)
+    return np.clip(out, 0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------- private average
+
+
+def relevance_sensitivity(*, d: int, n: int) -> float:
+    """Delta_R = 2d/|D| of the average normalised relevance (AdLM Lemma 1).
+
+    Raises:
+        ValueError: if d or n is not a positive int.
+    """
+    for name, v in (("d", d), ("n", n)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    return 2.0 * float(d) / float(n)  # AdLM Lemma 1
+
+
+def transform_average(avg: Any, transform: str = "paper") -> np.ndarray:
+    """Optional code-release post-processing of the average relevance, applied before the noise.
+
+    Args:
+        avg: [d] average normalised relevance.
+        transform: "paper" (none), "ref_code_mnist" (min-max normalise the average, 4th
+            power) or "ref_code_cifar" (|average|, min-max normalise, +0.3, clip to [0,1]).
+            Both code-release transforms are heuristics; the min-max of the average is not
+            covered by Delta_R (see the ledger note).
+
+    Returns:
+        float64 [d].
+
+    Raises:
+        ValueError: on an unknown transform.
+    """
+    if transform not in TRANSFORMS:
+        raise ValueError(f"transform must be one of {TRANSFORMS}, got {transform!r}")
+    a = np.asarray(avg, dtype=np.float64)
+    if transform == "paper":
+        return a
+    if transform == "ref_code_cifar":
+        a = np.abs(a)
+    span = a.max() - a.min()
+    a = (a - a.min()) / span if span > 0 else np.zeros_like(a)
+    if transform == "ref_code_mnist":
+        return a ** 4  # AdLM code release (MNIST dpLRP): normalised map to the 4th power
+    return np.clip(a + 0.3, 0.0, 1.0)  # AdLM code release (CIFAR): +0.3, clipped
+
+
+def private_average(normalized: Any, *, epsilon: float, rng: np.random.Generator,
+                    transform: str = "paper") -> tuple[np.ndarray, dict]:
+    """The eps1-DP average relevance Rbar_j = R_j(D) + Lap(Delta_R/eps1) (AdLM Eq. 10-12).
+
+    Args:
+        normalized: [n, d] per-record relevances in [0, 1] (normalize_per_record); n must be
+            the whole private data set |D| (the average runs over the n in Delta_R).
+        epsilon: eps1 > 0.
+        rng: numpy Generator for the Laplace draws.
+        transform: post-processing of the average before the noise (see transform_average).
+
+    Returns:
+        (Rbar [d] float64, info dict with d, n, sensitivity and scale).
+
+    Raises:
+        ValueError: if the relevances are outside [0, 1], epsilon <= 0, or bad rng.
+    """
+    r = np.asarray(normalized, dtype=np.float64)
+    if r.ndim != 2 or r.shape[0] < 1:
+        raise ValueError(f"normalized must have shape [n, d] with n >= 1, got {r.shape}")
+    if np.any(r < 0) or np.any(r > 1) or not np.all(np.isfinite(r)):
+        raise ValueError("normalized relevances must lie in [0, 1] (use normalize_per_record)")
+    n, d = r.shape
+    sens = relevance_sensitivity(d=d, n=n)
+    scale = mechanisms.laplace_scale(epsilon=epsilon, sensitivity=sens)  # AdLM Eq. 12
+    avg = transform_average(r.mean(axis=0), transform)  # AdLM Eq. 10
+    noisy = avg + mechanisms.sample_laplace(scale, size=(d,), rng=rng)
+    return noisy, {"d": d, "n": n, "sensitivity": sens, "scale": scale}
+
+
+def adaptive_budgets(rbar: Any, *, floor: float) -> np.ndarray:
+    """Budget ratios beta_j = d * r_j / sum_k r_k with r_j = max(|Rbar_j|, floor) (AdLM Eq. 16).
+
+    The floor is applied before normalising, so sum_j beta_j = d exactly and every
+    beta_j > 0 (AdLM spec §3.3; uses |Rbar_j|, not the non-private R_j, spec E5).
+
+    Args:
+        rbar: [d] private average relevance.
+        floor: r_min > 0.
+
+    Returns:
+        float64 [d] ratios with mean 1.
+
+    Raises:
+        ValueError: if floor is not finite and > 0 or rbar is empty / not finite.
+    """
+    if not (isinstance(floor, (int, float)) and math.isfinite(floor) and floor > 0):
+        raise ValueError(f"floor must be a finite number > 0, got {floor!r}")
+    r = np.asarray(rbar, dtype=np.float64).reshape(-1)
+    if r.size == 0 or not np.all(np.isfinite(r)):
+        raise ValueError("rbar must be a non-empty finite vector")
+    r = np.maximum(np.abs(r), float(floor))
+    return r.size * r / r.sum()  # AdLM Eq. 16 (with the floor before normalising)
+
+
+def uniform_budgets(d: int) -> np.ndarray:
+    """ILM: beta_j = 1 for every feature (AdLM §5 baseline 2).
+
+    Raises:
+        ValueError: if d is not an int >= 1.
+    """
+    if not isinstance(d, (int, np.integer)) or d < 1:
+        raise ValueError(f"d must be an int >= 1, got {d!r}")
+    return np.ones(int(d), dtype=np.float64)

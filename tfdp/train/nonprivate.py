@@ -1,0 +1,64 @@
+"""Non-private training (the upper-bound sanity baseline, AdLM spec §5 item 3)."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+from absl import flags
+
+from tfdp.models import common
+from tfdp.train.base import Method
+
+flags.DEFINE_enum("nonprivate_model", "cnn", ["cnn", "mlp"],
+                  "Architecture of the non-private baseline: a small CNN or an MLP.")
+
+
+def per_example_cross_entropy(y: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    """Softmax cross-entropy of integer labels against logits, one value per example."""
+    return keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+
+
+def build_baseline_model(kind: str, input_shape, num_classes: int) -> keras.Model:
+    """The generic model used by the baselines ("cnn" or "mlp").
+
+    Raises:
+      ValueError: if `kind` is unknown.
+    """
+    if kind == "cnn":
+        return common.small_cnn(input_shape, num_classes)
+    if kind == "mlp":
+        return common.mlp(input_shape, num_classes, hidden=(128,))
+    raise ValueError(f"model: unknown baseline model {kind!r}; choose 'cnn' or 'mlp'")
+
+
+class NonPrivate(Method):
+    """Plain minibatch training with the exact cross-entropy loss; spends no privacy budget."""
+
+    name = "nonprivate"
+    default_flags = {"epochs": 2, "batch_size": 64, "learning_rate": 1e-3, "optimizer": "adam"}
+
+    def validate(self) -> None:
+        kind = self.config.options.get("nonprivate_model", "cnn")
+        if kind not in ("cnn", "mlp"):
+            raise ValueError(f"--nonprivate_model: unknown model {kind!r}; choose cnn or mlp")
+        if self.config.epsilon is not None:
+            raise ValueError("--epsilon: the nonprivate method spends no privacy budget; "
+                             "do not set --epsilon")
+
+    def build_model(self, input_shape, num_classes):
+        return build_baseline_model(self.config.options.get("nonprivate_model", "cnn"),
+                                    input_shape, num_classes)
+
+    def train_step(self, model, optimizer, x, y, global_batch_size):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            # The replica's share of the global mean loss (notes-deps §3(b)).
+            loss = tf.nn.compute_average_loss(per_example_cross_entropy(y, logits),
+                                              global_batch_size=global_batch_size)
+        grads = tape.gradient(loss, model.trainable_variables)
+        # The Keras 3 optimizer sums the per-replica gradients across replicas.
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        correct = tf.reduce_sum(tf.cast(
+            tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int64), tf.cast(y, tf.int64)),
+            tf.float32)) / float(global_batch_size)
+        return {"loss": loss, "accuracy": correct}
