@@ -10,7 +10,7 @@ $(STAMP): requirements.txt setup.py
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
-	$(PY) -m pip install --quiet --no-deps cleverhans==4.0.0
+	$(PY) -m pip install --quiet --no-deps cleverhans==4.0.0 tensorflow-privacy==0.9.0
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 

@@ -1,5 +1,6 @@
 """Keras 3 layers of tfdp: noise injection, bounding and normalisation layers."""
 
+from layers.autoencoder import DPAutoEncoderConv
 from layers.bounding import BoundedLRN, Clip, MinMaxBound
 from layers.control import set_inference_noise
 from layers.noise import (NOISE_MODES, GaussianNoise, HeterogeneousGaussianNoise,
@@ -9,6 +10,7 @@ __all__ = [
     "NOISE_MODES",
     "BoundedLRN",
     "Clip",
+    "DPAutoEncoderConv",
     "GaussianNoise",
     "HeterogeneousGaussianNoise",
     "LaplaceNoise",

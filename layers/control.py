@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional, Sequence
 
 import keras
 
-from layers.noise import _NoiseLayer
+from layers.noise import _check_nonneg_float, _NoiseLayer
 
 
 def _walk(layer: Any, seen: set) -> list:
@@ -25,7 +25,10 @@ def _walk(layer: Any, seen: set) -> list:
     return out
 
 
-def set_inference_noise(model_or_layer: Any, enabled: bool) -> int:
+def set_inference_noise(model_or_layer: Any, enabled: bool, *,
+                        fresh_scale: Optional[float] = None,
+                        include_fixed: Optional[bool] = None,
+                        names: Optional[Sequence[str]] = None) -> int:
     """Turns inference noise on or off on every tfdp noise layer inside a (nested) model.
 
     With inference noise on, a noise layer adds noise also when called with
@@ -35,25 +38,47 @@ def set_inference_noise(model_or_layer: Any, enabled: bool) -> int:
     re-traced (e.g. re-created) after switching, because the switch is a Python attribute
     read at trace time.
 
+    StoBatch's two-pass Monte-Carlo score (StoBatch §2.11) is, for example:
+    `set_inference_noise(model, True, fresh_scale=0.0)` (stored draws only), then
+    `set_inference_noise(model, True, fresh_scale=1 / psi, names=["input_noise"])` for the
+    pass that randomises the input only. Pass the model (not a single layer) so that its
+    cached predict function is reset.
+
     Args:
         model_or_layer: a Keras model or layer; nested models and sub-layers are searched.
         enabled: True to add noise at inference, False to switch it off.
+        fresh_scale: if given, also sets every found layer's `inference_fresh_scale` (>= 0).
+        include_fixed: if given, also sets every found layer's `inference_fixed_noise`.
+        names: if given, only noise layers with these names are switched.
 
     Returns:
         The number of noise layers found (and set).
 
     Raises:
-        ValueError: if model_or_layer is not a Keras layer or enabled is not a bool.
+        ValueError: if model_or_layer is not a Keras layer, enabled / include_fixed is not a
+            bool, fresh_scale is negative or not finite, or names is not a list of strings.
     """
     if not isinstance(model_or_layer, keras.layers.Layer):
         raise ValueError(f"model_or_layer must be a Keras layer or model, got "
                          f"{type(model_or_layer).__name__}")
     if not isinstance(enabled, bool):
         raise ValueError(f"enabled must be a bool, got {enabled!r}")
+    if fresh_scale is not None:
+        fresh_scale = _check_nonneg_float(fresh_scale, "fresh_scale")
+    if include_fixed is not None and not isinstance(include_fixed, bool):
+        raise ValueError(f"include_fixed must be a bool or None, got {include_fixed!r}")
+    if names is not None:
+        if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"names must be a sequence of layer names, got {names!r}")
+        names = set(names)
     count = 0
     for layer in _walk(model_or_layer, set()):
-        if isinstance(layer, _NoiseLayer):
+        if isinstance(layer, _NoiseLayer) and (names is None or layer.name in names):
             layer.inference_noise = enabled
+            if fresh_scale is not None:
+                layer.inference_fresh_scale = fresh_scale
+            if include_fixed is not None:
+                layer.inference_fixed_noise = include_fixed
             count += 1
     for layer in _walk(model_or_layer, set()):
         if isinstance(layer, keras.Model):

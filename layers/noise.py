@@ -1,4 +1,4 @@
-"""Keras noise layers: Laplace input/affine perturbation, Gaussian and heterogeneous Gaussian noise."""
+"""Keras noise layers: Laplace input/affine perturbation, Gaussian and heterogeneous Gaussian."""
 
 from __future__ import annotations
 
@@ -69,11 +69,25 @@ def _check_shared_axes(shared_axes: Any) -> tuple[int, ...]:
     try:
         axes = tuple(int(a) for a in shared_axes)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"shared_axes must be an int or a sequence of ints, got {shared_axes!r}") from e
+        raise ValueError(
+            f"shared_axes must be an int or a sequence of ints, got {shared_axes!r}") from e
     if any(a < 1 for a in axes) or len(set(axes)) != len(axes):
         raise ValueError(
-            f"shared_axes must be distinct feature axes >= 1 (axis 0 is the batch), got {shared_axes!r}")
+            f"shared_axes must be distinct feature axes >= 1 (axis 0 is the batch), "
+            f"got {shared_axes!r}")
     return tuple(sorted(axes))
+
+
+def _check_bounds(bounds: Any) -> Optional[tuple[float, float]]:
+    if bounds is None:
+        return None
+    try:
+        low, high = (float(b) for b in bounds)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"input_bounds must be None or a pair (low, high), got {bounds!r}") from e
+    if not (np.isfinite(low) and np.isfinite(high) and low < high):
+        raise ValueError(f"input_bounds must be finite with low < high, got {bounds!r}")
+    return (low, high)
 
 
 class _NoiseLayer(keras.layers.Layer):
@@ -87,8 +101,9 @@ class _NoiseLayer(keras.layers.Layer):
                  inference_noise: bool = False, batch_divisor: float = 1.0,
                  shared_axes: Optional[Sequence[int]] = None,
                  inference_fresh_scale: float = 1.0, inference_fixed_noise: bool = True,
-                 **kwargs: Any) -> None:
+                 input_bounds: Optional[Sequence[float]] = None, **kwargs: Any) -> None:
         self.noise_mode = _check_mode(noise_mode)
+        self.input_bounds = _check_bounds(input_bounds)
         self.seed = _check_seed(seed)
         if not isinstance(inference_noise, (bool, np.bool_)):
             raise ValueError(f"inference_noise must be a bool, got {inference_noise!r}")
@@ -104,7 +119,6 @@ class _NoiseLayer(keras.layers.Layer):
         # Without a seed the stream comes from OS entropy; that seed is never saved.
         self._base_seed = self.seed if self.seed is not None else secrets.randbits(63)
         self._feature_shape: Optional[tuple[int, ...]] = None
-        self._scale_t: Optional[tf.Tensor] = None
         self.supports_masking = True
 
     # ------------------------------------------------------------------ building
@@ -118,7 +132,8 @@ class _NoiseLayer(keras.layers.Layer):
             dims[a - 1] = 1
         if any(d is None for d in dims):
             raise ValueError(
-                f"the non-shared feature dimensions must be known, got input shape {tuple(input_shape)}")
+                f"the non-shared feature dimensions must be known, got input shape "
+                f"{tuple(input_shape)}")
         return tuple(int(d) for d in dims)
 
     def _check_scale_shape(self, scale: np.ndarray, name: str) -> np.ndarray:
@@ -140,7 +155,8 @@ class _NoiseLayer(keras.layers.Layer):
 
     def build(self, input_shape: Sequence[Optional[int]]) -> None:
         self._feature_shape = self._noise_feature_shape(input_shape)
-        scale = self._resolve_scale() / self.batch_divisor  # AdLM Alg. 1 l.13 / StoBatch §2.3: noise/|L|
+        # AdLM Alg. 1 l.13 / StoBatch §2.3: the noise is divided by |L| (m).
+        scale = self._resolve_scale() / self.batch_divisor
         self._noise_scale = np.ascontiguousarray(scale, dtype=np.float64)
         # Counter of fresh draws; every replica reads the same value, so per-batch noise is
         # shared by the global batch, and restoring a checkpoint resumes the stream.
@@ -185,8 +201,26 @@ class _NoiseLayer(keras.layers.Layer):
 
     # ------------------------------------------------------------------ call
 
+    def _assert_in_bounds(self, inputs: tf.Tensor) -> tf.Tensor:
+        """Run-time check of the input range the sensitivity bound assumes (design principle 4)."""
+        if self.input_bounds is None:
+            return inputs
+        low, high = self.input_bounds
+        checks = [
+            tf.debugging.assert_greater_equal(
+                inputs, tf.cast(low, inputs.dtype),
+                message=f"{self.name}: input below input_bounds low={low}"),
+            tf.debugging.assert_less_equal(
+                inputs, tf.cast(high, inputs.dtype),
+                message=f"{self.name}: input above input_bounds high={high}"),
+        ]
+        with tf.control_dependencies(checks):
+            return tf.identity(inputs)
+
     def call(self, inputs: Any, training: Optional[bool] = None) -> tf.Tensor:
         inputs = tf.convert_to_tensor(inputs)
+        if training or self.inference_noise:
+            inputs = self._assert_in_bounds(inputs)
         if training:
             if self.noise_mode == "once":
                 noise = tf.cast(self.fixed_noise.value, inputs.dtype)
@@ -233,6 +267,7 @@ class _NoiseLayer(keras.layers.Layer):
             "shared_axes": list(self.shared_axes) or None,
             "inference_fresh_scale": self.inference_fresh_scale,
             "inference_fixed_noise": self.inference_fixed_noise,
+            "input_bounds": None if self.input_bounds is None else list(self.input_bounds),
         })
         return config
 
@@ -251,8 +286,9 @@ class LaplaceNoise(_NoiseLayer):
     pre-activation (StoBatch §2.4, h1_bar = h1 + 2 chi2 / m: pass scale = 2 Delta_R / eps1
     and batch_divisor = m).
 
-    Noise is applied when the layer is called with `training=True`, or at inference when
-    `inference_noise` is on (see `set_inference_noise`). Modes:
+    Noise is applied when the layer is called with `training=True` (a Python bool, as Keras
+    passes it), or at inference when `inference_noise` is on (see `set_inference_noise`).
+    Modes:
 
     * "per_example": an independent draw for every example on every call (fresh per
       replica under a tf.distribute strategy).
@@ -276,6 +312,10 @@ class LaplaceNoise(_NoiseLayer):
             draws none.
         inference_fixed_noise: in "once" mode, whether the stored draw is also added at
             inference.
+        input_bounds: optional (low, high): whenever noise is applied, a run-time assertion
+            checks that every input lies in [low, high], the range the sensitivity bound
+            assumes (AdLM Lemma 3, StoBatch §2.1); a violation raises
+            tf.errors.InvalidArgumentError instead of being clipped silently.
         **kwargs: Keras layer arguments (name, dtype, ...).
 
     Raises:

@@ -1,8 +1,7 @@
-"""Privacy ledger (named budget entries, composition, claimed vs. sound totals) and DP-SGD accounting."""
+"""Privacy ledger (named entries, composition, claimed vs. sound totals); DP-SGD accounting."""
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from typing import Any, Iterable, Optional
@@ -285,14 +284,14 @@ def _make_entry(name: Any, **kw: Any) -> dict:
 
 
 def _ledger_epsilon(value: Any, name: str) -> float:
-    eps = _validate._as_float(value, name)
+    eps = _validate.as_float(value, name)
     if math.isnan(eps) or eps < 0.0:
         raise ValueError(f"{name} must be >= 0 (inf allowed), got {value!r}")
     return eps
 
 
 def _ledger_delta(value: Any, name: str) -> float:
-    dlt = _validate._as_float(value, name)
+    dlt = _validate.as_float(value, name)
     if not (0.0 <= dlt < 1.0):
         raise ValueError(f"{name} must lie in [0, 1), got {value!r}")
     return dlt
@@ -382,7 +381,7 @@ def dpsgd_epsilon(*, num_examples: int, batch_size: int, noise_multiplier: float
     n_steps, q, sigma, dlt = _check_dpsgd(num_examples, batch_size, noise_multiplier, epochs,
                                           steps, delta, accountant, sampling)
     event = _dpsgd_event(q, sigma, n_steps, num_examples, batch_size, sampling)
-    return float(_make_accountant(accountant, sampling).compose(event).get_epsilon(dlt))
+    return float(_make_accountant(accountant).compose(event).get_epsilon(dlt))
 
 
 def dpsgd_noise_multiplier(*, target_epsilon: float, num_examples: int, batch_size: int,
@@ -413,7 +412,7 @@ def dpsgd_noise_multiplier(*, target_epsilon: float, num_examples: int, batch_si
 
     def eps_of(sigma: float) -> float:
         event = _dpsgd_event(q, sigma, n_steps, num_examples, batch_size, sampling)
-        return float(_make_accountant(accountant, sampling).compose(event).get_epsilon(dlt))
+        return float(_make_accountant(accountant).compose(event).get_epsilon(dlt))
 
     # Bracket [lo, hi] with eps(lo) > target >= eps(hi), by doubling / halving from 1.
     hi = 1.0
@@ -498,7 +497,7 @@ def _dpsgd_event(q: float, sigma: float, steps: int, num_examples: int, batch_si
         dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
 
 
-def _make_accountant(accountant: str, sampling: str) -> dp_accounting.PrivacyAccountant:
+def _make_accountant(accountant: str) -> dp_accounting.PrivacyAccountant:
     if accountant == "rdp":
         return dp_accounting.rdp.RdpAccountant()
     return dp_accounting.pld.PLDAccountant()

@@ -123,6 +123,7 @@ class MonteCarloPredictor:
             tiled = tf.tile(x, tf.concat([[k], ones], 0))  # draw-major: (k * b, ...)
             scores = tf.reshape(tf.cast(self._scores(tiled), tf.float64),
                                 [k, batch, num_classes])
+            scores = tf.ensure_shape(scores, [None, x.shape[0], num_classes])
             winners = tf.one_hot(tf.argmax(scores, axis=-1), num_classes, dtype=tf.int64)
             counts += tf.reduce_sum(winners, axis=0)
             total += tf.reduce_sum(scores, axis=0)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import time
@@ -170,9 +169,7 @@ def _noise(model: Any, enabled: bool, fresh_layers: Optional[Sequence[str]] = No
     §2.11: each pass randomises one mechanism, the other keeps its fixed noise).
     """
     import layers as layers_lib  # pylint: disable=import-outside-toplevel
-    from layers.control import _walk  # pylint: disable=import-outside-toplevel
-    from layers.noise import _NoiseLayer  # pylint: disable=import-outside-toplevel
-    noise_layers = [l for l in _walk(model, set()) if isinstance(l, _NoiseLayer)]
+    noise_layers = _noise_layers(model)
     saved = [(l, l.inference_noise, l.inference_fresh_scale) for l in noise_layers]
     try:
         layers_lib.set_inference_noise(model, enabled)
@@ -186,6 +183,23 @@ def _noise(model: Any, enabled: bool, fresh_layers: Optional[Sequence[str]] = No
         for layer, on, scale in saved:
             layer.inference_noise = on
             layer.inference_fresh_scale = scale
+
+
+def _noise_layers(model: Any) -> list:
+    """The tfdp noise layers inside a (nested) Keras model, each once."""
+    import layers as layers_lib  # pylint: disable=import-outside-toplevel
+    kinds = (layers_lib.LaplaceNoise, layers_lib.GaussianNoise,
+             layers_lib.HeterogeneousGaussianNoise)
+    found, seen, stack = [], set(), [model]
+    while stack:
+        layer = stack.pop()
+        if id(layer) in seen:
+            continue
+        seen.add(id(layer))
+        if isinstance(layer, kinds):
+            found.append(layer)
+        stack.extend(getattr(layer, "layers", []) or [])
+    return found
 
 
 def model_functions(model: Any, certification: Optional[Mapping[str, Any]]
@@ -209,6 +223,13 @@ def model_functions(model: Any, certification: Optional[Mapping[str, Any]]
 
     passes = (certification or {}).get("passes")
     if passes:
+        known = {layer.name for layer in _noise_layers(model)}
+        for names in passes:
+            missing = set(names) - known
+            if missing:
+                raise ValueError(f"certification['passes'] names {sorted(missing)}, which are "
+                                 f"not noise layers of the model (it has {sorted(known)})")
+
         def make_pass(names):
             def fn(x):
                 with _noise(model, True, fresh_layers=names):

@@ -1,4 +1,4 @@
-"""Taylor-expanded losses, functional-mechanism perturbation and their sensitivities (AdLM, StoBatch)."""
+"""Taylor-expanded losses, functional-mechanism perturbation and sensitivities (AdLM, StoBatch)."""
 
 from __future__ import annotations
 
@@ -171,10 +171,13 @@ def adlm_taylor_coefficients(labels: Any) -> tuple[np.ndarray, np.ndarray, np.nd
     return (np.full_like(y, LOG2), 0.5 - y, np.full_like(y, 0.125))  # AdLM Eq. 25
 
 
-def adlm_perturb_coefficients(labels: Any, *, delta_f: float, epsilon3: float, batch_size: int,
-                              mode: str = "per_example_label_only",
-                              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Functional-mechanism perturbation of the Taylor coefficients, drawn once (AdLM Alg. 1 l.16-19).
+def adlm_perturb_coefficients(
+        labels: Any, *, delta_f: float, epsilon3: float, batch_size: int,
+        mode: str = "per_example_label_only",
+        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Functional-mechanism perturbation of the Taylor coefficients (AdLM Alg. 1 l.16-19).
+
+    The noise is drawn once, before training; reuse the returned arrays in every epoch.
 
     phibar = phi + Lap(Delta_F / eps3) / |L| per (record, class) and order (AdLM §3.6).
 

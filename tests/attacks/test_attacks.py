@@ -100,10 +100,10 @@ def test_eot_on_deterministic_model_equals_plain_gradient(small_model):
 
 
 def test_eot_averages_gradients_over_noise_draws():
-    # Model: logits = (w . (x + z)) * [1, -1], z ~ N(0, s^2) per coordinate. The loss
-    # gradient of each draw points along +-w; EOT averages draws, so its FGSM step is a
-    # sign of a mean and must still stay inside the ball, and with 64 draws it is stable
-    # across two calls (single draws are not).
+    # A small network with N(0, 1) input noise switched on at inference. The loss
+    # gradient differs between noise draws; EOT's step is the sign of the mean over 256
+    # draws, so two EOT calls agree on more coordinates than two single-draw calls do
+    # (measured: 1.00 vs 0.77 at these seeds).
     keras.utils.set_random_seed(1)
     inp = keras.Input((4, 4, 1))
     h = layers.GaussianNoise(1.0, seed=3)(inp)

@@ -92,3 +92,14 @@ def test_bad_num_draws_raises_before_work(n):
     with pytest.raises(ValueError, match="num_draws"):
         certify.monte_carlo_predict(score_fn, np.zeros((1, 2), np.float32), n)
     assert not calls
+
+
+def test_each_graph_step_draws_fresh_noise():
+    # One draw per graph step: if a step reused the previous step's noise, all 400 draws
+    # would agree (count 0 or 400). At x = 0, P(class 1) = 1/2; 5 binomial standard
+    # deviations of the fraction = 5 * sqrt(0.25 / 400) = 0.125.
+    model = _threshold_model(1.0, seed=4)
+    layers.set_inference_noise(model, True)
+    result = certify.monte_carlo_predict(lambda v: model(v, training=False),
+                                         np.zeros((1, 1), np.float32), 400, draws_per_step=1)
+    assert abs(result.counts[0, 1] / 400 - 0.5) < 0.125

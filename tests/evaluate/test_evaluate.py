@@ -114,14 +114,13 @@ def test_run_with_certification(noisy_run):
 
 
 def test_size_range_converts_sizes(plain_run):
-    model, config = evaluate.load_run(plain_run)
+    model, _ = evaluate.load_run(plain_run)
     x, y = data.load("sample", "test", value_range=(-1.0, 1.0), num_examples=10)
     opts = evaluate.EvalOptions(attacks=("fgsm",), attack_sizes=(0.1,), size_range=(0, 1))
     summary, _ = evaluate.evaluate_arrays(model, x, y, value_range=(-1.0, 1.0),
                                           certification=None, options=opts)
     # 0.1 on [0, 1] is 0.2 on [-1, 1]; the key keeps the size as given.
     assert summary["attacks"]["fgsm"]["0.1"]["eps_data"] == pytest.approx(0.2)
-    del config
 
 
 def test_stobatch_passes_compose_two_mechanisms():

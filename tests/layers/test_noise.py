@@ -276,3 +276,59 @@ def test_hgm_bad_arguments():
         layers.set_inference_noise(layer, 1)
     with pytest.raises(ValueError, match="model_or_layer"):
         layers.set_inference_noise("model", True)
+
+
+def test_input_bounds_assertion():
+    # Design principle 4: inputs outside the range the sensitivity assumes are an error.
+    layer = layers.LaplaceNoise(1.0, seed=1, input_bounds=(-1.0, 1.0))
+    layer(tf.fill((2, 3), 0.9), training=True)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="input_bounds"):
+        layer(tf.fill((2, 3), 1.5), training=True)
+
+    @tf.function
+    def step(x):
+        return layer(x, training=True)
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="input_bounds"):
+        step(tf.fill((2, 3), -2.0))
+    np.testing.assert_array_equal(layer(tf.fill((2, 3), 5.0)), 5.0)  # no noise, no check
+    for bad in ((1.0, 1.0), (0.0,), ("a", 1.0), (0.0, float("inf"))):
+        with pytest.raises(ValueError, match="input_bounds"):
+            layers.LaplaceNoise(1.0, input_bounds=bad)
+
+
+def test_noise_layers_under_xla():
+    layer_pe = layers.LaplaceNoise(1.0, seed=1)
+    layer_pb = layers.GaussianNoise(1.0, noise_mode="per_batch", seed=2)
+
+    @tf.function(jit_compile=True)
+    def step(x):
+        return layer_pb(layer_pe(x, training=True), training=True)
+
+    a, b = step(tf.zeros((4, 8))).numpy(), step(tf.zeros((4, 8))).numpy()
+    assert np.all(np.isfinite(a)) and not np.any(a == b)
+    assert int(layer_pe.draw_counter.numpy()) == 2
+
+
+def test_stobatch_two_pass_switching():
+    # StoBatch §2.11: pass p_x randomises the input only; the latent layer keeps its stored draw.
+    inp = keras.Input((5,))
+    in_noise = layers.LaplaceNoise(1.0, noise_mode="once", seed=1, name="in_noise")
+    lat_noise = layers.LaplaceNoise(1.0, noise_mode="once", seed=2, name="lat_noise")
+    model = keras.Model(inp, lat_noise(keras.layers.Dense(3)(in_noise(inp))))
+    x = np.zeros((2, 5), np.float32)
+    assert layers.set_inference_noise(model, True, fresh_scale=0.0) == 2
+    fixed_only = model.predict(x, verbose=0)
+    np.testing.assert_array_equal(fixed_only, model(x, training=True))
+    assert layers.set_inference_noise(model, True, fresh_scale=0.5, names=["in_noise"]) == 1
+    assert in_noise.inference_fresh_scale == 0.5 and lat_noise.inference_fresh_scale == 0.0
+    assert not np.allclose(model.predict(x, verbose=0), fixed_only)
+    assert layers.set_inference_noise(model, True, include_fixed=False, fresh_scale=0.0) == 2
+    bias = model.layers[2].bias.numpy()  # Dense(0) = bias: no noise at all
+    np.testing.assert_allclose(model.predict(x, verbose=0), np.broadcast_to(bias, (2, 3)))
+    with pytest.raises(ValueError, match="fresh_scale"):
+        layers.set_inference_noise(model, True, fresh_scale=-1.0)
+    with pytest.raises(ValueError, match="include_fixed"):
+        layers.set_inference_noise(model, True, include_fixed=1)
+    with pytest.raises(ValueError, match="names"):
+        layers.set_inference_noise(model, True, names="in_noise")

@@ -73,3 +73,20 @@ def test_checkpoint_restore_never_redraws(tmp_path):
         np.testing.assert_array_equal(other.get_layer(name).fixed_noise.numpy(),
                                       model.get_layer(name).fixed_noise.numpy())
     np.testing.assert_array_equal(other.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+def test_saved_model_export_clean_and_noisy(tmp_path):
+    inp = keras.Input((6,))
+    h = layers.LaplaceNoise(1.0, noise_mode="once", seed=1)(inp)
+    h = keras.layers.Dense(4)(h)
+    out = layers.HeterogeneousGaussianNoise(0.5, np.full(4, 0.25), seed=2)(h)
+    model = keras.Model(inp, out)
+    x = np.ones((3, 6), np.float32)
+    model.export(os.path.join(tmp_path, "clean"), verbose=False)
+    clean = tf.saved_model.load(os.path.join(tmp_path, "clean"))
+    np.testing.assert_array_equal(clean.serve(x), model.predict(x, verbose=0))
+    # With inference noise on, the exported function draws fresh noise on every call.
+    layers.set_inference_noise(model, True)
+    model.export(os.path.join(tmp_path, "noisy"), verbose=False)
+    noisy = tf.saved_model.load(os.path.join(tmp_path, "noisy"))
+    assert not np.allclose(noisy.serve(x), noisy.serve(x))

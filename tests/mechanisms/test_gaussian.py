@@ -62,7 +62,8 @@ def test_s_and_other_deltas():
 
 
 def test_monotone_and_linear():
-    sig_eps = [m.hgm_sigma(epsilon=e, delta=1e-5, sensitivity=1) for e in np.geomspace(1e-3, 100, 60)]
+    sig_eps = [m.hgm_sigma(epsilon=e, delta=1e-5, sensitivity=1)
+               for e in np.geomspace(1e-3, 100, 60)]
     assert np.all(np.diff(sig_eps) < 0)
     sig_d = [m.hgm_sigma(epsilon=1, delta=d, sensitivity=1) for d in np.geomspace(1e-12, 0.4, 60)]
     assert np.all(np.diff(sig_d) < 0)
@@ -103,7 +104,8 @@ def test_hgm_exactly_dp_over_grid():
     spots = [((1, 1e-5), 3.908e-8), ((8, 1e-5), 2.253e-7), ((1, 0.05), 1.0918e-3)]
     for (e, d), want in spots:
         sigma = m.hgm_sigma(epsilon=e, delta=d, sensitivity=1.0)
-        assert m.gaussian_delta(sigma=sigma, epsilon=e, sensitivity=1.0) == pytest.approx(want, rel=1e-3)
+        got = m.gaussian_delta(sigma=sigma, epsilon=e, sensitivity=1.0)
+        assert got == pytest.approx(want, rel=1e-3)
 
 
 def test_agm_is_tight_and_below_hgm():

@@ -176,3 +176,38 @@ def test_bad_shapes_and_rng():
         m.sample_laplace(1.0, 3, rng=np.random.RandomState(0))
     with pytest.raises(ValueError, match="rng"):
         m.sample_gaussian(1.0, 3, rng=0)
+
+
+def test_replicas_draw_distinct_noise():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    assert strategy.num_replicas_in_sync == 2
+    with strategy.scope():
+        gen = tf.random.Generator.from_seed(1)
+    seed = tf.constant([3, 4])
+
+    @tf.function
+    def step():
+        return strategy.run(lambda: (m.tf_laplace([1000], 1.0, generator=gen),
+                                     m.tf_gaussian([1000], 1.0, seed=m.replica_seed(seed))))
+
+    lap, gau = step()
+    lap0, lap1 = (t.numpy() for t in strategy.experimental_local_results(lap))
+    gau0, gau1 = (t.numpy() for t in strategy.experimental_local_results(gau))
+    assert not np.array_equal(lap0, lap1)
+    assert not np.array_equal(gau0, gau1)
+    # Outside a replica context the folded seed is replica 0's, so replica 0 is reproducible.
+    outside = m.tf_gaussian([1000], 1.0, seed=m.replica_seed(seed)).numpy()
+    np.testing.assert_array_equal(gau0, outside)
+    with pytest.raises(ValueError, match="seed"):
+        m.replica_seed([1, 2, 3])
+
+
+def test_float32_draw_path_moments_and_ks():
+    lap = m.tf_laplace([N], 1.5, seed=[9, 9], draw_dtype=tf.float32).numpy().astype(np.float64)
+    _check_laplace_moments(lap, 1.5)
+    gau = m.tf_gaussian([N], 1.5, seed=[9, 9], draw_dtype=tf.float32).numpy().astype(np.float64)
+    _check_gaussian_moments(gau, 1.5)
+    with pytest.raises(ValueError, match="draw_dtype"):
+        m.tf_laplace([3], 1.0, seed=[1, 2], draw_dtype=tf.float16)
+    with pytest.raises(ValueError, match="draw_dtype"):
+        m.tf_gaussian([3], 1.0, seed=[1, 2], draw_dtype="int32")

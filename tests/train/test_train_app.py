@@ -126,7 +126,41 @@ def test_cli_nonprivate_end_to_end_and_flagfile_rerun(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.load(open(second / rundir.METRICS_FILE))["test_accuracy"] == \
         metrics["test_accuracy"]
-    # The same directory again without --resume is refused.
-    out = _cli(f"--flagfile={first / rundir.FLAGS_FILE}")
-    assert out.returncode != 0 and "--model_dir" in out.stderr
     assert loop.has_checkpoint(str(first))
+    # The same directory again without --resume is refused.
+    with pytest.raises(ValueError, match="--model_dir"):
+        train_app.resolve({"method": "nonprivate", "model_dir": str(first)})
+
+
+@pytest.mark.parametrize("flagfile", sorted(
+    f for f in os.listdir(os.path.join(_ROOT, "flags", "baselines")) if f.endswith(".flags")))
+def test_baseline_flagfiles_validate(tmp_path, flagfile):
+    import copy  # pylint: disable=import-outside-toplevel
+    fv = copy.deepcopy(train_app.FLAGS)
+    path = os.path.join(_ROOT, "flags", "baselines", flagfile)
+    fv(["tfdp-train", f"--flagfile={path}", f"--model_dir={tmp_path / 'run'}"])
+    values, options = train_app.values_from_flags(fv)
+    spec = train_app.resolve(values, options)
+    assert spec.config.method in ("nonprivate", "dpsgd")
+    if spec.config.method == "dpsgd":
+        assert spec.config.epsilon is not None and options["dpsgd_sampling"] == "poisson"
+
+
+def test_app_stop_and_resume_equals_uninterrupted(tmp_path):
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    def values(name, **kw):
+        v = _values(tmp_path, model_dir=str(tmp_path / name), epochs=2, num_train=256,
+                    num_test=100, seed=5, verbose=0, batch_size=32)
+        v.update(kw)
+        return v
+
+    options = {"nonprivate_model": "mlp"}
+    full = train_app.execute(train_app.resolve(values("full"), options))
+    cut = train_app.execute(train_app.resolve(values("cut", stop_after_epochs=1), options))
+    assert cut.interrupted and cut.epochs_completed == 1
+    resumed = train_app.execute(train_app.resolve(values("cut", resume=True), options))
+    assert resumed.epochs_completed == 2 and not resumed.interrupted
+    for a, b in zip(full.model.get_weights(), resumed.model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert resumed.metrics["test_accuracy"] == full.metrics["test_accuracy"]

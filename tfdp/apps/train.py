@@ -177,7 +177,8 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None)
         value = v.get(name)
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"--{name}: expected an integer >= 1, got {value!r}")
-    checkpoint_every = v.get("checkpoint_every") or 1
+    checkpoint_every = v.get("checkpoint_every")
+    checkpoint_every = 1 if checkpoint_every is None else checkpoint_every
     if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
         raise ValueError(f"--checkpoint_every: expected an integer >= 1, got "
                          f"{checkpoint_every!r}")
@@ -190,7 +191,8 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None)
         raise ValueError(f"--resume: run directory {model_dir} does not exist")
     if resume and not loop.has_checkpoint(model_dir):
         raise ValueError(f"--resume: run directory {model_dir} holds no checkpoint")
-    if not resume and loop.run_dir_has_files(model_dir):
+    chief = strategy != "multi_worker" or loop.tf_config_is_chief()
+    if not resume and chief and loop.run_dir_has_files(model_dir):
         raise ValueError(f"--model_dir: {model_dir} already exists and is not empty; pass "
                          "--resume to continue that run or choose another directory")
 
@@ -266,21 +268,30 @@ def execute(spec: RunSpec):
                       verbose=spec.verbose)
 
 
+def values_from_flags(flag_values) -> tuple[dict, dict]:
+    """Generic flag values and the chosen method's own flag values, from parsed FlagValues."""
+    values = {name: flag_values[name].value for name in RUN_FLAGS + (
+        "resume", "stop_after_epochs", "download", "verbose")}
+    method = flag_values["method"].value
+    options = {}
+    if method in registry.METHODS:
+        module = registry.method_module(method)
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module)
+            options = _flag_module_values(module, flag_values)
+    return values, options
+
+
 def main(argv) -> None:
     """absl main: validate every flag, then train."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    logging.set_verbosity(logging.WARNING)
-    values = {name: FLAGS[name].value for name in RUN_FLAGS + (
-        "resume", "stop_after_epochs", "download", "verbose")}
-    if FLAGS.value_range is not None:
-        values["value_range"] = FLAGS.value_range
+    # Library chatter (pfor fallbacks, accountant order warnings) would bury the progress bar.
+    logging.set_verbosity(logging.ERROR)
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    tf.get_logger().setLevel("ERROR")
     try:
-        method = FLAGS.method if FLAGS.method in registry.METHODS else None
-        options = (_flag_module_values(registry.method_module(method), FLAGS)
-                   if method and importlib.util.find_spec(registry.method_module(method))
-                   else {})
-        spec = resolve(values, options)
+        spec = resolve(*values_from_flags(FLAGS))
     except (ValueError, ImportError) as e:
         sys.exit(f"tfdp-train: error: {e}")
     execute(spec)

@@ -138,7 +138,7 @@ def _directions(d: int, num: int, rng: np.random.Generator) -> np.ndarray:
 
 def conformance_suite(sampler: Sampler, *, family: str, scale: float, n: int = 20000,
                       seed: int = 0, alpha: float = 1e-3, max_coordinates: int = 64,
-                      num_projections: int = 32, scan_directions: int = 360,
+                      num_projections: int = 32, scan_directions: int | None = None,
                       frequencies: np.ndarray | None = None) -> ConformanceReport:
     """Runs the black-box conformance tests on a noise sampler.
 
@@ -168,8 +168,9 @@ def conformance_suite(sampler: Sampler, *, family: str, scale: float, n: int = 2
       alpha: family-wise significance level.
       max_coordinates: coordinates tested by KS.
       num_projections: random projections (Gaussian).
-      scan_directions: directions of the scan.
-      frequencies: scan frequencies; default 0.5, 1, ..., 32.
+      scan_directions: directions of the scan; default 360 for d = 2 (the small-d pancake
+        detector of GPM spec Sec. 8.1 #15), else `num_projections`.
+      frequencies: scan frequencies (units 1/scale); default 1, 2, ..., 32.
 
     Returns:
       ConformanceReport.
@@ -185,7 +186,7 @@ def conformance_suite(sampler: Sampler, *, family: str, scale: float, n: int = 2
     if not callable(sampler):
         raise ValueError("sampler must be callable as sampler(num, seed)")
     if frequencies is None:
-        frequencies = np.arange(1, 65) * 0.5
+        frequencies = np.arange(1, 33, dtype=np.float64)
     frequencies = np.asarray(frequencies, dtype=np.float64)
     x = np.asarray(sampler(n, seed), dtype=np.float64)
     if x.ndim != 2 or x.shape[0] != n:
@@ -193,6 +194,8 @@ def conformance_suite(sampler: Sampler, *, family: str, scale: float, n: int = 2
     x2 = np.asarray(sampler(n, seed + 1), dtype=np.float64)
     x_again = np.asarray(sampler(n, seed), dtype=np.float64)
     d = x.shape[1]
+    if scan_directions is None:
+        scan_directions = 360 if d == 2 else num_projections
     rng = np.random.default_rng(seed)
     cdf = _cdf(family, scale)
     results: list[TestResult] = []

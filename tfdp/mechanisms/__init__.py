@@ -33,7 +33,13 @@ from tfdp.mechanisms.heterogeneous import (
 )
 from tfdp.mechanisms.laplace import laplace_scale
 from tfdp.mechanisms.pixeldp import pixeldp_gaussian_multiplier, pixeldp_laplace_multiplier
-from tfdp.mechanisms.sampling import sample_gaussian, sample_laplace, tf_gaussian, tf_laplace
+from tfdp.mechanisms.sampling import (
+    replica_seed,
+    sample_gaussian,
+    sample_laplace,
+    tf_gaussian,
+    tf_laplace,
+)
 
 __all__ = [
     "adaptive_budget_weights",
@@ -62,6 +68,7 @@ __all__ = [
     "pixeldp_gaussian_multiplier",
     "pixeldp_laplace_multiplier",
     "redistribution_from_scores",
+    "replica_seed",
     "sample_gaussian",
     "sample_laplace",
     "tf_gaussian",

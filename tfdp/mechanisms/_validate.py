@@ -21,7 +21,7 @@ def check_epsilon(epsilon: Any, name: str = "epsilon") -> float:
     Raises:
         ValueError: if epsilon is not a finite number > 0.
     """
-    value = _as_float(epsilon, name)
+    value = as_float(epsilon, name)
     if not math.isfinite(value) or value <= 0.0:
         raise ValueError(f"{name} must be a finite number > 0, got {epsilon!r}")
     return value
@@ -33,7 +33,7 @@ def check_delta(delta: Any, name: str = "delta") -> float:
     Raises:
         ValueError: if delta is not in the open interval (0, 1).
     """
-    value = _as_float(delta, name)
+    value = as_float(delta, name)
     if not (0.0 < value < 1.0):
         raise ValueError(f"{name} must lie in the open interval (0, 1), got {delta!r}")
     return value
@@ -45,7 +45,7 @@ def check_sensitivity(sensitivity: Any, name: str = "sensitivity") -> float:
     Raises:
         ValueError: if sensitivity is negative, NaN or infinite.
     """
-    value = _as_float(sensitivity, name)
+    value = as_float(sensitivity, name)
     if not math.isfinite(value) or value < 0.0:
         raise ValueError(f"{name} must be a finite number >= 0, got {sensitivity!r}")
     return value
@@ -57,7 +57,7 @@ def check_positive(value: Any, name: str) -> float:
     Raises:
         ValueError: if value is not a finite number > 0.
     """
-    out = _as_float(value, name)
+    out = as_float(value, name)
     if not math.isfinite(out) or out <= 0.0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return out
@@ -91,7 +91,12 @@ def check_rng(rng: Any, name: str = "rng") -> np.random.Generator:
     return rng
 
 
-def _as_float(value: Any, name: str) -> float:
+def as_float(value: Any, name: str) -> float:
+    """Returns a numeric scalar as a float (NaN and inf pass through).
+
+    Raises:
+        ValueError: if value is a bool, not numeric, or not a scalar.
+    """
     if isinstance(value, bool):
         raise ValueError(f"{name} must be a number, got {value!r}")
     try:

@@ -144,7 +144,8 @@ def stobatch_gammas(*, sensitivity: float, batch_size: int, first_layer_norm: fl
     return sens / (m * dx), 2.0 * sens / (m * dh1)  # StoBatch Lemma 3, §2.3-2.4
 
 
-def stobatch_noise_scales(*, sensitivity: float, epsilon1: float, batch_size: int) -> tuple[float, float]:
+def stobatch_noise_scales(*, sensitivity: float, epsilon1: float,
+                          batch_size: int) -> tuple[float, float]:
     """Per-coordinate Laplace scales (b_x, b_h) of chi1/m and 2 chi2/m (StoBatch §2.3-2.4).
 
     b_x = Delta_R / (m eps1) and b_h = 2 Delta_R / (m eps1).
@@ -159,7 +160,8 @@ def stobatch_noise_scales(*, sensitivity: float, epsilon1: float, batch_size: in
     return b_x, 2.0 * b_x  # StoBatch §2.4: 2 chi2 / m
 
 
-def stobatch_total_epsilon(*, epsilon1: float, epsilon2: float, gamma_x: float, gamma: float) -> float:
+def stobatch_total_epsilon(*, epsilon1: float, epsilon2: float, gamma_x: float,
+                           gamma: float) -> float:
     """eps1 + eps1/gamma_x + eps1/gamma + eps2 (StoBatch Theorem 4).
 
     Raises:
@@ -172,7 +174,8 @@ def stobatch_total_epsilon(*, epsilon1: float, epsilon2: float, gamma_x: float, 
     return e1 + e1 / gx + e1 / g + e2  # StoBatch Theorem 4
 
 
-def stobatch_epsilon1(*, total_epsilon: float, epsilon2: float, gamma_x: float, gamma: float) -> float:
+def stobatch_epsilon1(*, total_epsilon: float, epsilon2: float, gamma_x: float,
+                      gamma: float) -> float:
     """eps1 = (eps_total - eps2) / (1 + 1/gamma + 1/gamma_x) (StoBatch App. P).
 
     Raises:

@@ -73,7 +73,7 @@ def gaussian_delta(*, sigma: float, epsilon: float, sensitivity: float) -> float
         ValueError: on invalid arguments.
     """
     sig = _validate.check_positive(sigma, "sigma")
-    eps = _validate._as_float(epsilon, "epsilon")
+    eps = _validate.as_float(epsilon, "epsilon")
     if not math.isfinite(eps) or eps < 0.0:
         raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon!r}")
     sens = _validate.check_sensitivity(sensitivity)

@@ -39,7 +39,8 @@ def check_redistribution(r: Any, name: str = "r") -> np.ndarray:
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite")
     if np.any(arr <= 0.0):
-        raise ValueError(f"{name} must be strictly positive (floor it with redistribution_from_scores)")
+        raise ValueError(f"{name} must be strictly positive "
+                         "(floor it with redistribution_from_scores)")
     total = float(np.sum(arr))
     if abs(total - 1.0) > R_SUM_TOLERANCE:
         raise ValueError(f"{name} must sum to 1 (a distribution), got sum {total!r}")
@@ -170,10 +171,10 @@ def redistribution_from_scores(scores: Any, *, floor: float = 0.01, mix: float =
     s = _validate.check_scale_array(scores, "scores")
     if s.size == 0:
         raise ValueError("scores must not be empty")
-    fl = _validate._as_float(floor, "floor")
+    fl = _validate.as_float(floor, "floor")
     if not (0.0 <= fl < 1.0):
         raise ValueError(f"floor must lie in [0, 1), got {floor!r}")
-    mx = _validate._as_float(mix, "mix")
+    mx = _validate.as_float(mix, "mix")
     if not (0.0 <= mx <= 1.0):
         raise ValueError(f"mix must lie in [0, 1], got {mix!r}")
     total = float(np.sum(s))

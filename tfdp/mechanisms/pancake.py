@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 from scipy import special, stats
-from scipy.linalg import blas
 
 __all__ = [
     "GPMResearchWarning", "GaussianPancakeMechanism", "gm_sigma", "gm_eps", "covert_gamma",
@@ -331,28 +330,32 @@ def sample_discrete_gaussian(variance: float, size: int, *, rng: np.random.Gener
 
 
 def _pancake_noise(w: np.ndarray, sigma: float, beta: float, gamma: float, num: int,
-                   rng: np.random.Generator, dg_method: str) -> np.ndarray:
+                   rng: np.random.Generator, dg_method: str,
+                   out: np.ndarray | None = None) -> np.ndarray:
     """Unvalidated core of `pancake_noise` (GPM spec Sec. 3.5, steps 1-6)."""
     d = w.shape[-1]
     b2g2 = beta * beta + gamma * gamma
-    g = rng.standard_normal((num, d))                          # step 1
-    gw = g @ w if w.ndim == 1 else np.einsum("md,md->m", g, w)  # step 2
+    g = rng.standard_normal((num, d), out=out)                 # step 1
+    # step 2; einsum keeps this single-threaded (multithreaded BLAS threads spin after the
+    # call and slow down whatever runs next on a small machine).
+    gw = np.einsum("md,d->m", g, w) if w.ndim == 1 else np.einsum("md,md->m", g, w)
     c = beta / math.sqrt(b2g2)                                 # step 3
     k = sample_discrete_gaussian(b2g2 / (2.0 * math.pi), num, rng=rng, method=dg_method)  # 4
     m_k = _SQRT_2PI * gamma * k.astype(np.float64) / b2g2      # step 5
     coef = (c - 1.0) * gw + m_k
-    if w.ndim == 1:
-        # step 6 as an in-place rank-1 update g += w coef^T on the Fortran view of g.
-        blas.dger(1.0, w, coef, a=g.T, overwrite_a=1)
-    else:
-        g += coef[:, None] * w
+    # step 6: g_i += coef_i w_i, row by row to avoid a [num, d] temporary.
+    tmp = np.empty(d)
+    for i in range(num):
+        np.multiply(w if w.ndim == 1 else w[i], coef[i], out=tmp)
+        np.add(g[i], tmp, out=g[i])
     g *= sigma
     return g
 
 
 def pancake_noise(w: Any, sigma: float, beta: float, gamma: float, num: int, *,
                   rng: np.random.Generator, dg_method: str = "cks",
-                  require_covertness: bool = False) -> np.ndarray:
+                  require_covertness: bool = False, out: np.ndarray | None = None
+                  ) -> np.ndarray:
     """Draws GPM noise sqrt(2 pi) sigma H_{w,beta,gamma} (GPM Def 3.1), float64.
 
     Algorithm of GPM spec Sec. 3.5: Gaussian noise whose component along w is shrunk by
@@ -368,9 +371,10 @@ def pancake_noise(w: Any, sigma: float, beta: float, gamma: float, num: int, *,
       rng: numpy Generator.
       dg_method: discrete Gaussian sampler, "cks" (exact) or "table" (fast).
       require_covertness: make gamma < 2 sqrt(d) an error instead of a warning.
+      out: optional C-contiguous float64 [num, d] buffer to write into.
 
     Returns:
-      float64 array [num, d].
+      float64 array [num, d] (`out` if given).
     """
     w = _check_key(w)
     sigma = _positive("sigma", sigma)
@@ -383,8 +387,13 @@ def pancake_noise(w: Any, sigma: float, beta: float, gamma: float, num: int, *,
         raise ValueError("rng must be a numpy.random.Generator")
     if dg_method not in ("cks", "table"):
         raise ValueError(f"dg_method must be 'cks' or 'table', got {dg_method!r}")
+    if out is not None and (not isinstance(out, np.ndarray) or out.dtype != np.float64
+                            or out.shape != (num, w.shape[-1])
+                            or not out.flags.c_contiguous):
+        raise ValueError(f"out must be a C-contiguous float64 array of shape "
+                         f"{(num, w.shape[-1])}")
     _warn_research("pancake_noise")
-    return _pancake_noise(w, sigma, beta, gamma, num, rng, dg_method)
+    return _pancake_noise(w, sigma, beta, gamma, num, rng, dg_method, out)
 
 
 def gpm(q: Any, w: Any, sigma: float, beta: float, gamma: float, *, rng: np.random.Generator,
@@ -568,8 +577,8 @@ class GaussianPancakeMechanism:
 # The key holder's distinguishing attack and its oracles.
 
 
-def distinguish(y: Any, q0: Any, q1: Any, w: Any, sigma: float, beta: float, gamma: float,
-                *, allow_float32: bool = False) -> np.ndarray:
+def distinguish(y: Any, q0: Any, q1: Any, w: Any, sigma: float, beta: float, gamma: float
+                ) -> np.ndarray:
     """Key holder's attack: which of q0, q1 lies on the pancakes through y (GPM Sec. 5).
 
     r_i = (y - q_i).w / S, e_i = |r_i - round(r_i)|, guess argmin_i e_i, ties -> 1 (as the
@@ -580,17 +589,10 @@ def distinguish(y: Any, q0: Any, q1: Any, w: Any, sigma: float, beta: float, gam
       q0, q1: the neighbours' query answers, [d] or [m, d].
       w: key(s), [d] or [m, d].
       sigma, beta, gamma: GPM parameters.
-      allow_float32: accept float32 y (precision experiments only; the attack degrades).
 
     Returns:
       int64 array [m] of guesses in {0, 1} (shape [] for a single y).
     """
-    if allow_float32:
-        y = np.asarray(y.numpy() if hasattr(y, "numpy") else y)
-        if y.dtype == np.float32:
-            warnings.warn("float32 release: the attack loses resolution (GPM spec A7)",
-                          GPMResearchWarning, stacklevel=2)
-            y = y.astype(np.float64)
     y = _float64_array("y", y)
     q0 = _float64_array("q0", q0)
     q1 = _float64_array("q1", q1)

@@ -27,8 +27,9 @@ def pixeldp_laplace_multiplier(*, epsilon: float, attack_bound: float = 1.0) -> 
     return bound / eps  # PixelDP, Laplace: b = Delta_{p,1} L / eps
 
 
-def pixeldp_gaussian_multiplier(*, epsilon: float, delta: float, attack_bound: float = 1.0) -> float:
-    """PixelDP Gaussian multiplier L sqrt(2 ln(1.25/delta)) / eps: std = multiplier * l2 sensitivity.
+def pixeldp_gaussian_multiplier(*, epsilon: float, delta: float,
+                                attack_bound: float = 1.0) -> float:
+    """PixelDP Gaussian multiplier L sqrt(2 ln(1.25/delta)) / eps; std = multiplier * l2 sens.
 
     PixelDP code release (models/pixeldp.py): dp_mult = L sqrt(2 ln(1.25/delta)) / eps;
     the classical Gaussian mechanism, so eps must be <= 1 (HGM spec §6, PixelDP baseline).
@@ -48,5 +49,7 @@ def pixeldp_gaussian_multiplier(*, epsilon: float, delta: float, attack_bound: f
     dlt = _validate.check_delta(delta)
     bound = _validate.check_positive(attack_bound, "attack_bound")
     if eps > 1.0:
-        raise ValueError(f"epsilon must be <= 1 for PixelDP's classical Gaussian multiplier, got {epsilon!r}")
-    return bound * classical_gaussian_multiplier(dlt) / eps  # PixelDP Gaussian: L sqrt(2 ln(1.25/d)) / eps
+        raise ValueError("epsilon must be <= 1 for PixelDP's classical Gaussian multiplier, "
+                         f"got {epsilon!r}")
+    # PixelDP Gaussian: L sqrt(2 ln(1.25/delta)) / eps
+    return bound * classical_gaussian_multiplier(dlt) / eps

@@ -11,10 +11,6 @@ from tfdp.mechanisms import _validate
 
 _Shape = Union[Sequence[int], tf.TensorShape, tf.Tensor]
 
-# Largest float64 strictly below 1: keeps log1p(-x) finite at the (probability 2^-53) edge.
-_ONE_MINUS_ULP = float(np.nextafter(1.0, 0.0))
-
-
 # ----------------------------------------------------------------------------- numpy
 
 
@@ -88,12 +84,13 @@ def _check_np_size(scale: np.ndarray, size: Any, name: str = "scale") -> tuple:
 
 def tf_laplace(shape: _Shape, scale: Any, *, seed: Any = None,
                generator: Optional[tf.random.Generator] = None,
-               dtype: tf.DType = tf.float32) -> tf.Tensor:
+               dtype: tf.DType = tf.float32, draw_dtype: tf.DType = tf.float64) -> tf.Tensor:
     """Draws Laplace(0, scale) noise in TensorFlow; usable inside `tf.function`.
 
-    The uniform draws are made in float64 and transformed by the inverse CDF
-    (x = -b sign(u) log(1 - 2|u|), u ~ U(-1/2, 1/2)) before the cast to `dtype`, so the
-    tails extend to about 36 b rather than the ~16 b a float32 uniform allows.
+    The uniform draws are made in `draw_dtype` (float64 by default) and transformed by the
+    inverse CDF (x = -b sign(u) log(1 - 2|u|), u ~ U(-1/2, 1/2)) before the cast to
+    `dtype`; in float64 the tails extend to about 36 b rather than the ~16 b a float32
+    uniform allows. float32 draws are about 2.5x faster on CPU.
 
     Args:
         shape: output shape.
@@ -102,6 +99,7 @@ def tf_laplace(shape: _Shape, scale: Any, *, seed: Any = None,
         seed: a stateless seed, int32/int64 tensor of shape [2]. Same seed, same noise.
         generator: a `tf.random.Generator`; each call advances its state.
         dtype: floating dtype of the result.
+        draw_dtype: tf.float64 (default) or tf.float32, the precision of the draws.
 
     Returns:
         Tensor of shape `shape` and type `dtype`.
@@ -113,18 +111,21 @@ def tf_laplace(shape: _Shape, scale: Any, *, seed: Any = None,
             otherwise a runtime assertion).
     """
     shape_t, scale_t, dtype = _prepare(shape, scale, seed, generator, dtype, "scale")
-    u = _uniform(shape_t, seed, generator, -0.5, 0.5)
-    mag = tf.minimum(2.0 * tf.abs(u), _ONE_MINUS_ULP)
-    x = -tf.sign(u) * tf.math.log1p(-mag) * scale_t
+    draw = _draw_dtype(draw_dtype)
+    u = _uniform(shape_t, seed, generator, -0.5, 0.5, draw)
+    # Largest value below 1 in the draw precision keeps log1p finite at |u| = 1/2.
+    mag = tf.minimum(2.0 * tf.abs(u), float(np.nextafter(1.0, 0.0, dtype=draw.as_numpy_dtype)))
+    x = -tf.sign(u) * tf.math.log1p(-mag) * tf.cast(scale_t, draw)
     return tf.cast(x, dtype)
 
 
 def tf_gaussian(shape: _Shape, stddev: Any, *, seed: Any = None,
                 generator: Optional[tf.random.Generator] = None,
-                dtype: tf.DType = tf.float32) -> tf.Tensor:
+                dtype: tf.DType = tf.float32, draw_dtype: tf.DType = tf.float64) -> tf.Tensor:
     """Draws N(0, stddev^2) noise in TensorFlow; usable inside `tf.function`.
 
-    Normals are drawn in float64 and cast to `dtype`.
+    Normals are drawn in `draw_dtype` (float64 by default; float32 is faster but its
+    Box-Muller tails stop near 5.8 sd) and cast to `dtype`.
 
     Args:
         shape: output shape.
@@ -132,6 +133,7 @@ def tf_gaussian(shape: _Shape, stddev: Any, *, seed: Any = None,
         seed: a stateless seed, int32/int64 tensor of shape [2].
         generator: a `tf.random.Generator`.
         dtype: floating dtype of the result.
+        draw_dtype: tf.float64 (default) or tf.float32, the precision of the draws.
 
     Returns:
         Tensor of shape `shape` and type `dtype`.
@@ -140,18 +142,29 @@ def tf_gaussian(shape: _Shape, stddev: Any, *, seed: Any = None,
         ValueError: as for `tf_laplace`, naming `stddev`.
     """
     shape_t, std_t, dtype = _prepare(shape, stddev, seed, generator, dtype, "stddev")
+    draw = _draw_dtype(draw_dtype)
     if generator is not None:
-        z = generator.normal(shape_t, dtype=tf.float64)
+        z = generator.normal(shape_t, dtype=draw)
     else:
-        z = tf.random.stateless_normal(shape_t, seed=seed, dtype=tf.float64)
-    return tf.cast(z * std_t, dtype)
+        z = tf.random.stateless_normal(shape_t, seed=seed, dtype=draw)
+    return tf.cast(z * tf.cast(std_t, draw), dtype)
+
+
+def _draw_dtype(draw_dtype: Any) -> tf.DType:
+    try:
+        draw = tf.as_dtype(draw_dtype)
+    except TypeError as e:
+        raise ValueError(f"draw_dtype must be tf.float64 or tf.float32, got {draw_dtype!r}") from e
+    if draw not in (tf.float64, tf.float32):
+        raise ValueError(f"draw_dtype must be tf.float64 or tf.float32, got {draw_dtype!r}")
+    return draw
 
 
 def _uniform(shape: tf.Tensor, seed: Any, generator: Optional[tf.random.Generator],
-             lo: float, hi: float) -> tf.Tensor:
+             lo: float, hi: float, dtype: tf.DType) -> tf.Tensor:
     if generator is not None:
-        return generator.uniform(shape, minval=lo, maxval=hi, dtype=tf.float64)
-    return tf.random.stateless_uniform(shape, seed=seed, minval=lo, maxval=hi, dtype=tf.float64)
+        return generator.uniform(shape, minval=lo, maxval=hi, dtype=dtype)
+    return tf.random.stateless_uniform(shape, seed=seed, minval=lo, maxval=hi, dtype=dtype)
 
 
 def _prepare(shape: _Shape, scale: Any, seed: Any, generator: Any, dtype: Any, scale_name: str):
@@ -163,7 +176,8 @@ def _prepare(shape: _Shape, scale: Any, seed: Any, generator: Any, dtype: Any, s
     if seed is not None:
         seed_t = tf.convert_to_tensor(seed)
         if not seed_t.dtype.is_integer:
-            raise ValueError(f"seed must be an integer tensor of shape [2], got dtype {seed_t.dtype}")
+            raise ValueError(
+                f"seed must be an integer tensor of shape [2], got dtype {seed_t.dtype}")
         if seed_t.shape.rank is not None and seed_t.shape.as_list() != [2]:
             raise ValueError(f"seed must have shape [2], got {seed_t.shape}")
     try:
@@ -233,3 +247,26 @@ def _static_shape(shape: _Shape) -> Optional[list]:
     if any(d < 0 for d in dims):
         raise ValueError(f"shape must have non-negative dimensions, got {dims}")
     return [int(d) for d in dims]
+
+
+def replica_seed(seed: Any) -> tf.Tensor:
+    """A per-replica stateless seed: `seed` folded with the replica id (0 outside replicas).
+
+    Use inside `strategy.run` so replicas draw independent noise from one base seed.
+
+    Args:
+        seed: int tensor of shape [2].
+
+    Returns:
+        int64 tensor of shape [2].
+
+    Raises:
+        ValueError: if seed is not an integer tensor of shape [2].
+    """
+    seed_t = tf.convert_to_tensor(seed)
+    if not seed_t.dtype.is_integer or (seed_t.shape.rank is not None
+                                       and seed_t.shape.as_list() != [2]):
+        raise ValueError(f"seed must be an integer tensor of shape [2], got {seed_t}")
+    ctx = tf.distribute.get_replica_context()
+    replica = 0 if ctx is None else ctx.replica_id_in_sync_group
+    return tf.random.experimental.stateless_fold_in(tf.cast(seed_t, tf.int64), replica)

@@ -102,6 +102,57 @@ class CropStandardize(keras.layers.Layer):
         return config
 
 
+@keras.saving.register_keras_serializable(package="tfdp_adlm")
+class BatchStatNorm(keras.layers.Layer):
+    """Batch normalisation that always uses the current batch's statistics (no moving averages).
+
+    AdLM code release: batch norm with batch statistics at training and at test time (the
+    test set is evaluated in large batches). y = gamma * (x - mean_B) / sqrt(var_B + eps) + beta
+    over all axes but the last. Predictions depend on the batch: evaluate in large batches.
+
+    Args:
+        epsilon: variance stabiliser > 0.
+        **kwargs: Keras layer arguments.
+    """
+
+    def __init__(self, epsilon: float = 1e-3, **kwargs: Any) -> None:
+        if not (isinstance(epsilon, (int, float)) and epsilon > 0):
+            raise ValueError(f"epsilon must be a number > 0, got {epsilon!r}")
+        super().__init__(**kwargs)
+        self.epsilon = float(epsilon)
+
+    def build(self, input_shape: Any) -> None:
+        channels = int(input_shape[-1])
+        self.gamma = self.add_weight(name="gamma", shape=(channels,), initializer="ones")
+        self.beta = self.add_weight(name="beta", shape=(channels,), initializer="zeros")
+
+    def call(self, inputs: Any) -> tf.Tensor:
+        x = tf.convert_to_tensor(inputs)
+        axes = list(range(x.shape.rank - 1))
+        mean, var = tf.nn.moments(x, axes=axes, keepdims=True)
+        return tf.nn.batch_normalization(x, mean, var, self.beta, self.gamma, self.epsilon)
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return input_shape
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config["epsilon"] = self.epsilon
+        return config
+
+
+BN_EVAL_MODES = ("moving", "batch")
+
+
+def _batch_norm(bn_eval: str, momentum: float) -> keras.layers.Layer:
+    """Keras batch norm (moving statistics at inference) or BatchStatNorm (batch statistics)."""
+    if bn_eval == "batch":
+        return BatchStatNorm(epsilon=1e-3)
+    if bn_eval != "moving":
+        raise ValueError(f"bn_eval must be one of {BN_EVAL_MODES}, got {bn_eval!r}")
+    return keras.layers.BatchNormalization(epsilon=1e-3, momentum=momentum)
+
+
 def _check(input_shape: Sequence[int], num_classes: int) -> tuple[int, ...]:
     shape = tuple(int(d) for d in input_shape)
     if len(shape) != 3 or any(d < 1 for d in shape):
@@ -118,7 +169,7 @@ def _dense_init(stddev: float) -> dict:
 
 def mnist_model(input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10, *,
                 bound_mode: str = "bn_clip", hidden_units: int = 25, output_bias: bool = True,
-                bias_noise: bool = False, bn_momentum: float = 0.9,
+                bias_noise: bool = False, bn_momentum: float = 0.9, bn_eval: str = "moving",
                 name: str = "adlm_mnist") -> keras.Model:
     """AdLM's MNIST network (AdLM §4.1 and its code release, MNIST/AdLM.py).
 
@@ -136,7 +187,9 @@ def mnist_model(input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
         hidden_units: |h_(k)| (25 in the paper).
         output_bias: whether the output layer has a bias (the code release has one).
         bias_noise: insert a BiasNoise layer after the first convolution (spec E11).
-        bn_momentum: batch-norm moving-average momentum (inference uses moving statistics).
+        bn_momentum: batch-norm moving-average momentum (bn_eval="moving").
+        bn_eval: "moving" (Keras batch norm, moving statistics at inference) or "batch"
+            (batch statistics also at inference, as the code release).
         name: model name.
 
     Returns:
@@ -169,7 +222,7 @@ def mnist_model(input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
         h = tfdp_layers.MinMaxBound(name=HIDDEN_LAYER)(h)  # AdLM §3.5 per-batch min-max
     else:
         # AdLM code release: batch norm (eps 1e-3) -> ReLU -> clip to [0, 1].
-        h = keras.layers.BatchNormalization(epsilon=1e-3, momentum=bn_momentum)(h)
+        h = _batch_norm(bn_eval, bn_momentum)(h)
         h = keras.layers.ReLU()(h)
         h = tfdp_layers.Clip(0.0, 1.0, name=HIDDEN_LAYER)(h)
     logits = keras.layers.Dense(int(num_classes), use_bias=bool(output_bias), name=OUTPUT_LAYER,
@@ -180,7 +233,7 @@ def mnist_model(input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
 def cifar10_model(input_shape: Sequence[int] = (32, 32, 3), num_classes: int = 10, *,
                   bound_mode: str = "bn_clip", hidden_units: int = 30, crop: int = 20,
                   output_bias: bool = True, bias_noise: bool = False, bn_momentum: float = 0.9,
-                  seed: int | None = None, name: str = "adlm_cifar10") -> keras.Model:
+                  bn_eval: str = "moving", seed: int | None = None, name: str = "adlm_cifar10") -> keras.Model:
     """AdLM's CIFAR-10 network (AdLM §4.2 and its code release, Cifar10/AdLMCNN_CIFAR.py).
 
     (noisy 32x32 input) -> crop to crop x crop (random while training, central at
@@ -200,6 +253,7 @@ def cifar10_model(input_shape: Sequence[int] = (32, 32, 3), num_classes: int = 1
         output_bias: whether the output layer has a bias.
         bias_noise: insert a BiasNoise layer after the first convolution.
         bn_momentum: batch-norm moving-average momentum.
+        bn_eval: "moving" or "batch" (see mnist_model).
         seed: seed of the random crops.
         name: model name.
 
@@ -219,7 +273,7 @@ def cifar10_model(input_shape: Sequence[int] = (32, 32, 3), num_classes: int = 1
     def bound(t):
         if paper:
             return tfdp_layers.BoundedLRN()(t)
-        return keras.layers.BatchNormalization(epsilon=1e-3, momentum=bn_momentum)(t)
+        return _batch_norm(bn_eval, bn_momentum)(t)
 
     xavier = {"kernel_initializer": "glorot_uniform", "bias_initializer": "zeros"}
     inputs = keras.Input(shape=shape)
@@ -244,7 +298,7 @@ def cifar10_model(input_shape: Sequence[int] = (32, 32, 3), num_classes: int = 1
     else:
         # AdLM code release: batch norm -> identity ("maxout" with one unit per channel)
         # -> clip to [-1, 1].
-        h = keras.layers.BatchNormalization(epsilon=1e-3, momentum=bn_momentum)(h)
+        h = _batch_norm(bn_eval, bn_momentum)(h)
         h = tfdp_layers.Clip(-1.0, 1.0, name=HIDDEN_LAYER)(h)
     logits = keras.layers.Dense(
         int(num_classes), use_bias=bool(output_bias), name=OUTPUT_LAYER,

@@ -15,7 +15,7 @@ from tfdp.models import adlm as adlm_models
 from tfdp.train.base import Method
 
 INPUT_NOISE_MODES = ("per_example_fixed", "batch_shared_per_step", "shared_fixed")
-FM_MODES = ("per_example_label_only", "per_example_all_orders", "ref_code")
+FM_MODES = ("per_example_label_only", "per_example_all_orders", "ref_code", "batch_sum_fixed")
 DELTA_H0_PRESETS = ("paper_fc", "conv_fanin", "ref_code")
 RELEVANCE_TRANSFORMS = ("paper", "ref_code")
 BATCH_SCHEDULES = ("fixed", "shuffle")
@@ -24,6 +24,8 @@ BATCH_SCHEDULES = ("fixed", "shuffle")
 _DEFAULT_SPLIT = {"mnist": (0.25, 0.25, 0.5), "cifar10": (0.1, 0.6, 0.3)}
 # AdLM code release relevance floors r_min (MNIST 1e-5, CIFAR 1e-2).
 _DEFAULT_FLOOR = {"mnist": 1e-5, "cifar10": 1e-2}
+# FM modes realised as a data-independent linear loss term.
+_LINEAR_FM = ("ref_code", "batch_sum_fixed")
 # Levels used to turn a record's pixels into exact integers for its noise key.
 _KEY_LEVELS = 65535
 
@@ -46,7 +48,10 @@ flags.DEFINE_enum("adlm_bound_mode", "paper_lrn_minmax", list(adlm_models.BOUND_
 flags.DEFINE_enum("adlm_fm_mode", "per_example_label_only", list(FM_MODES),
                   "Functional-mechanism noise: per_example_label_only (phi1 per record and "
                   "class, drawn once), per_example_all_orders (all orders, phi2 clamped >= 0), "
-                  "ref_code (one [|h|, M] matrix drawn once, linear loss term).")
+                  "ref_code (code release: one [|h|, M] matrix N = Lap(Delta_F/eps3)/|L| drawn "
+                  "once, -sum(N*W) added to the batch-SUM loss), batch_sum_fixed (Lemma 6 "
+                  "literal: one Lap(Delta_F/eps3) draw on the batch-sum coefficients, i.e. "
+                  "|L| times the code's noise).")
 flags.DEFINE_float("adlm_beta_floor", None,
                    "Relevance floor r_min before the budget normalisation (default 1e-5 MNIST, "
                    "1e-2 CIFAR-10; code release).")
@@ -75,6 +80,9 @@ flags.DEFINE_enum("adlm_batches", "fixed", list(BATCH_SCHEDULES),
                   "Batches: fixed disjoint batches (visited in a new order each epoch) or "
                   "freshly shuffled batches each epoch.")
 flags.DEFINE_float("adlm_bn_momentum", 0.9, "Batch-norm moving-average momentum (bn_clip).")
+flags.DEFINE_enum("adlm_bn_eval", "moving", list(adlm_models.BN_EVAL_MODES),
+                  "bn_clip batch norm at inference: moving statistics, or batch statistics as "
+                  "the code release (evaluate in large batches; the loop uses 1000).")
 flags.DEFINE_integer("adlm_crop", 20, "CIFAR-10 crop size after the noise (code release: 20).")
 
 
@@ -210,7 +218,8 @@ class AdLM(Method):
                   ("adlm_bound_mode", adlm_models.BOUND_MODES),
                   ("adlm_relevance_transform", RELEVANCE_TRANSFORMS),
                   ("adlm_aux_model", adlm_models.AUX_KINDS), ("adlm_batches", BATCH_SCHEDULES),
-                  ("adlm_lrp_start", relevance.LRP_STARTS))
+                  ("adlm_lrp_start", relevance.LRP_STARTS),
+                  ("adlm_bn_eval", adlm_models.BN_EVAL_MODES))
         for name, allowed in checks:
             value = self._o(name)
             if value is not None and value not in allowed:
@@ -331,7 +340,7 @@ class AdLM(Method):
         fm_mode = self._o("adlm_fm_mode", "per_example_label_only")
         st["fm_noise"] = (losses.draw_fm_noise((hidden, num_classes), sensitivity=delta_f,
                                                epsilon=eps3, rng=rng)
-                          if fm_mode == "ref_code" else np.zeros((hidden, num_classes)))
+                          if fm_mode in _LINEAR_FM else np.zeros((hidden, num_classes)))
         filters = 128 if arch == "cifar10" else 32
         # AdLM Algorithm 1 l.14: bbar = b + Lap(Delta_h0 / eps2) / |L|.
         st["bias_noise"] = (mechanisms.sample_laplace(dh0 / eps2 / batch, size=(filters,), rng=rng)
@@ -380,7 +389,7 @@ class AdLM(Method):
                    claimed_epsilon=eps2,
                    note=(f"AdLM Lemma 3-4 claim eps2 by one Laplace draw on the batch sum; "
                          f"Delta_h0={dh0:g}, |L|={batch}. Sound: {why_x}"))
-        if fm_mode == "ref_code":
+        if fm_mode in _LINEAR_FM:
             sound_y = math.inf
             why_y = ("no finite bound: the exact label term is used at every step and only a "
                      "data-independent linear term is added (code release).")
@@ -412,7 +421,8 @@ class AdLM(Method):
         kwargs = dict(bound_mode=self._o("adlm_bound_mode", "paper_lrn_minmax"),
                       output_bias=bool(self._o("adlm_output_bias", False)),
                       bias_noise=bool(self._o("adlm_perturb_bias", True)),
-                      bn_momentum=float(self._o("adlm_bn_momentum", 0.9)))
+                      bn_momentum=float(self._o("adlm_bn_momentum", 0.9)),
+                      bn_eval=self._o("adlm_bn_eval", "moving"))
         if arch == "cifar10":
             kwargs.update(crop=int(self._o("adlm_crop", 20)), seed=self.config.seed)
         model = adlm_models.build(arch, input_shape, num_classes, **kwargs)
@@ -477,7 +487,7 @@ class AdLM(Method):
         """(phi0, phi1, phi2) of the Taylor loss for a batch, with the per-record FM noise."""
         onehot = tf.one_hot(tf.cast(y, tf.int64), num_classes, dtype=tf.float32)
         fm_mode = self._o("adlm_fm_mode", "per_example_label_only")
-        if fm_mode == "ref_code":
+        if fm_mode in _LINEAR_FM:
             return None, 0.5 - onehot, None  # AdLM Eq. 25 exact; noise enters as a linear term
         fm_scale = float(self._state["scalars"][5])
         phi1 = 0.5 - onehot + self._per_record(seeds, 2, [num_classes], fm_scale)
@@ -492,7 +502,7 @@ class AdLM(Method):
         x = tf.convert_to_tensor(x, tf.float32)
         num_classes = int(model.output_shape[-1])
         needs_seeds = (self._o("adlm_input_noise", "per_example_fixed") == "per_example_fixed"
-                       or self._o("adlm_fm_mode", "per_example_label_only") != "ref_code")
+                       or self._o("adlm_fm_mode", "per_example_label_only") not in _LINEAR_FM)
         seeds = self.record_seeds(x) if needs_seeds else None
         xbar = self.noisy_inputs(x, seeds)
         phi0, phi1, phi2 = self.coefficients(x, y, num_classes, seeds)
@@ -509,11 +519,16 @@ class AdLM(Method):
             per_example = losses.adlm_taylor_loss(z, phi0=phi0, phi1=phi1, phi2=phi2,
                                                   reduction="none")
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
-            if self._o("adlm_fm_mode", "per_example_label_only") == "ref_code":
+            fm_mode = self._o("adlm_fm_mode", "per_example_label_only")
+            if fm_mode in _LINEAR_FM:
                 kernel = model.get_layer(adlm_models.OUTPUT_LAYER).kernel
-                # Code release: one [|h|, M] draw, -(1/|L|) sum(N * W) on the mean loss.
+                # batch_sum_fixed (AdLM Lemma 6): the batch sum of the coefficients carries one
+                # Lap(Delta_F/eps3) draw; on the mean loss that is -(1/|L|) sum(Lap * W).
+                # ref_code (AdLM code release, MNIST): -sum(N * W) with N = Lap/|L| on the
+                # batch-SUM loss, i.e. -(1/|L|^2) sum(Lap * W) on the mean loss.
+                divisor = batch if fm_mode == "batch_sum_fixed" else batch * batch
                 loss = loss + losses.functional_mechanism_term(
-                    self.fm_noise, kernel, divisor=batch, per_replica=True)
+                    self.fm_noise, kernel, divisor=divisor, per_replica=True)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         correct = tf.reduce_sum(tf.cast(tf.equal(

@@ -78,7 +78,7 @@ class DPSGD(Method):
     """
 
     name = "dpsgd"
-    default_flags = {"epochs": 5, "batch_size": 128, "learning_rate": 1e-3, "optimizer": "adam",
+    default_flags = {"epochs": 5, "batch_size": 128, "learning_rate": 3e-3, "optimizer": "adam",
                      "epsilon": 2.0, "delta": 1e-5}
 
     def __init__(self, config):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from typing import Any, Callable, Mapping
@@ -125,6 +126,22 @@ def checkpoint_dir(path: str) -> str:
 def has_checkpoint(path: str) -> bool:
     """True when run directory `path` holds a checkpoint to resume from."""
     return tf.train.latest_checkpoint(checkpoint_dir(path)) is not None
+
+
+def tf_config_is_chief() -> bool:
+    """Whether this process is the chief of the TF_CONFIG cluster (True without TF_CONFIG).
+
+    The chief is the "chief" task, or worker 0 when the cluster has no "chief" task.
+    """
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return True
+    conf = json.loads(raw)
+    task = conf.get("task") or {}
+    task_type, index = task.get("type"), int(task.get("index", 0))
+    if task_type in (None, "chief"):
+        return True
+    return task_type == "worker" and index == 0 and "chief" not in conf.get("cluster", {})
 
 
 def _is_chief(strategy: tf.distribute.Strategy) -> bool:
@@ -313,16 +330,16 @@ def train(method: Method, data: Data, *, strategy: tf.distribute.Strategy | None
     if num_train < cfg.batch_size:
         raise ValueError(f"batch_size: {cfg.batch_size} is larger than the {num_train} "
                          "training examples")
+    chief = _is_chief(strategy)
     if resume and not has_checkpoint(cfg.model_dir):
         raise ValueError(f"resume: no checkpoint to resume from in {cfg.model_dir}")
-    if not resume and run_dir_has_files(cfg.model_dir):
+    if not resume and chief and run_dir_has_files(cfg.model_dir):
         raise ValueError(f"model_dir: {cfg.model_dir} already exists and is not empty; "
                          "pass --resume to continue it or choose another --model_dir")
     method.validate()
-    opt = make_optimizer(optimizer, cfg.learning_rate)
+    make_optimizer(optimizer, cfg.learning_rate)  # validates before any work
     accounting = _ledger_module()
 
-    chief = _is_chief(strategy)
     rd = rundir.RunDir(cfg.model_dir, create=True)
     ckpt_dir = rd.file(rundir.CHECKPOINT_DIR)
     if not chief:  # other workers save to their own folder inside the run directory
@@ -388,6 +405,7 @@ def train(method: Method, data: Data, *, strategy: tf.distribute.Strategy | None
     with strategy.scope():
         model = method.build_model(tuple(data.input_shape), int(data.num_classes))
         model(tf.zeros((1,) + tuple(data.input_shape), tf.float32), training=False)
+        opt = make_optimizer(optimizer, cfg.learning_rate)
         opt.build(model.trainable_variables)
     generator = tf.random.Generator.from_seed(derive_seed(run_key, _STREAM_STEPS))
     epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
@@ -402,7 +420,6 @@ def train(method: Method, data: Data, *, strategy: tf.distribute.Strategy | None
 
     writer = tf.summary.create_file_writer(rd.file(rundir.TENSORBOARD_DIR)) if chief else None
     step_fn = _make_step_fn(strategy, method, model, opt, generator, cfg.batch_size)
-    steps_per_epoch = num_train // cfg.batch_size
     max_steps = method.max_steps()
     start_epoch = int(epoch_var.numpy())
     epoch_means: dict[str, float] = {}

@@ -1,0 +1,325 @@
+"""Tests of the AdLM / ILM trainer and models: fixtures, budgets, noise modes, accounting (§8.1)."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import scipy.stats
+import tensorflow as tf
+
+from tfdp import accounting, losses
+from tfdp.models import adlm as models
+from tfdp.train import adlm, replica
+from tfdp.train.base import TrainConfig
+
+
+def _method(cls=adlm.AdLM, *, epsilon=1.0, batch_size=50, value_range=(0.0, 1.0), **options):
+    opts = {"adlm_aux_model": "mlp", "adlm_aux_epochs": 1, "adlm_bound_mode": "bn_clip"}
+    opts.update(options)
+    cfg = TrainConfig(method=cls.name, dataset="synthetic", model_dir="/nonexistent",
+                      epochs=1, batch_size=batch_size, epsilon=epsilon,
+                      value_range=value_range, options=opts)
+    return cls(cfg)
+
+
+def _data(n=120, shape=(8, 8, 1), seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 1, size=(n,) + shape).astype(np.float32)
+    y = (np.arange(n) % 10).astype(np.int64)
+    return x, y
+
+
+def _ready(method, x, y, seed=0):
+    ledger = accounting.PrivacyLedger()
+    method.validate()
+    method.setup(x, y, ledger, np.random.default_rng(seed))
+    model = method.build_model(x.shape[1:], 10)
+    return model, ledger
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+def test_delta_h0_presets():
+    # §3.4 / §3.10 fixtures: 9800, 5400, 39,337,984 and 1,254,400.
+    mnist = dict(architecture="mnist", input_shape=(28, 28, 1))
+    assert adlm.delta_h0("ref_code", **mnist) == 9800
+    assert adlm.delta_h0("paper_fc", **mnist) == 39_337_984
+    assert adlm.delta_h0("conv_fanin", **mnist) == 1_254_400
+    assert adlm.delta_h0("ref_code", architecture="cifar10", input_shape=(32, 32, 3)) == 5400
+    assert adlm.delta_h0("123.5", **mnist) == 123.5
+    with pytest.raises(ValueError, match="adlm_delta_h0"):
+        adlm.delta_h0("wide", **mnist)
+    with pytest.raises(ValueError, match="adlm_delta_h0"):
+        adlm.delta_h0(-1.0, **mnist)
+
+
+def test_noise_scale_table():
+    # §3.10: per-example input scale Delta_h0/(beta_j eps2 |L|) = 72.5926/beta_j (MNIST) and
+    # 0.5/beta_j (CIFAR); FM scales Delta_F/eps3 = 12083.33 and per example 6.71296 / 0.472222.
+    assert 9800 / (0.075 * 1800) == pytest.approx(72.5926, rel=1e-6)
+    assert 5400 / (1.5 * 7200) == pytest.approx(0.5, rel=1e-12)
+    df_mnist = losses.adlm_delta_f(num_classes=10, hidden_units=25)
+    df_cifar = losses.adlm_delta_f(num_classes=10, hidden_units=30)
+    assert (df_mnist, df_cifar) == (1812.5, 2550.0)
+    assert df_mnist / 0.15 == pytest.approx(12083.33, rel=1e-6)
+    assert df_mnist / (0.15 * 1800) == pytest.approx(6.71296, rel=1e-5)
+    assert df_cifar / (0.75 * 7200) == pytest.approx(0.472222, rel=1e-5)
+
+
+def test_per_record_diagnostics():
+    # §3.9: MNIST code-release configuration: eps_rec,x ~ 10.8, eps_rec,y ~ 0.30.
+    ex = adlm.per_record_epsilon_inputs(batch_size=1800, eps_j_sum=784 * 0.075,
+                                        feature_range=1.0, delta_h0_value=9800)
+    ey = adlm.per_record_epsilon_labels(batch_size=1800, eps3=0.15, delta_f=1812.5)
+    assert ex == pytest.approx(10.8, rel=1e-12)
+    assert ey == pytest.approx(0.2979, abs=1e-4)
+    assert 0.075 + ex + ey == pytest.approx(11.17, abs=0.01)
+
+
+def test_parameter_counts_and_output_shape():
+    # §8.1 item 15: MNIST 130,831 trainable (130,781 without BN scale/shift); CIFAR 2,245,648.
+    def trainable(m):
+        return int(sum(np.prod(v.shape) for v in m.trainable_variables))
+    m = models.mnist_model(bound_mode="bn_clip", output_bias=True)
+    assert trainable(m) == 130_831
+    assert trainable(models.mnist_model(bound_mode="paper_lrn_minmax", output_bias=True)) == 130_781
+    assert trainable(models.mnist_model(bound_mode="bn_clip", bn_eval="batch",
+                                        output_bias=True)) == 130_831
+    c = models.cifar10_model(bound_mode="bn_clip", output_bias=True)
+    assert trainable(c) == 2_245_648
+    assert m(np.zeros((3, 28, 28, 1), np.float32)).shape == (3, 10)
+    assert c(np.zeros((2, 32, 32, 3), np.float32)).shape == (2, 10)
+
+
+def test_lemma3_conv_fanin_bound_empirically():
+    # §8.1 item 4: for a conv first layer the patch-wise L1 change of the batch-summed input,
+    # summed over all output units, is at most the conv_fanin preset. A neuron at one position
+    # of one filter sees a k x k x C patch; summing |change| of its patch over every neuron is
+    # the conv of |change| with an all-ones kernel, summed, times the number of filters.
+    rng = np.random.default_rng(11)
+    h, w, c, k, f = 12, 12, 1, 5, 4
+    bound = adlm.delta_h0("conv_fanin", architecture="mnist", input_shape=(h, w, c)) / 32 * f
+    ones = tf.ones((k, k, c, 1))
+    for _ in range(200):
+        batch = rng.uniform(0, 1, size=(6, h, w, c))
+        other = batch.copy()
+        other[rng.integers(6)] = rng.uniform(0, 1, size=(h, w, c))
+        change = np.abs(batch.sum(0) - other.sum(0))[None].astype(np.float32)
+        total = f * float(tf.reduce_sum(tf.nn.conv2d(change, ones, 1, "SAME")))
+        assert total <= bound
+
+
+def test_lemma5_coefficient_change_bound():
+    # §8.1 item 5: sum_l ||(1/2 - y_l) h - (1/2 - y'_l) h'||_1 + ||(1/8)(h h^T - h' h'^T)||_1
+    # <= M (|h| + |h|^2 / 4), over 10,000 random trials and the all-ones / all-zeros corner.
+    rng = np.random.default_rng(12)
+    m, hk = 10, 25
+    bound = losses.adlm_delta_f(num_classes=m, hidden_units=hk)
+
+    def change(h1, h2, y1, y2):
+        lin = sum(np.abs((0.5 - y1[l]) * h1 - (0.5 - y2[l]) * h2).sum() for l in range(m))
+        quad = m * np.abs(np.outer(h1, h1) - np.outer(h2, h2)).sum() / 8
+        return lin + quad
+
+    eye = np.eye(m)
+    for low in (0.0, -1.0):
+        for _ in range(5000):
+            h1, h2 = rng.uniform(low, 1, hk), rng.uniform(low, 1, hk)
+            assert change(h1, h2, eye[rng.integers(m)], eye[rng.integers(m)]) <= bound
+    assert change(np.ones(hk), np.zeros(hk), eye[0], eye[1]) <= bound
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"adlm_eps_split": ["0.3", "0.3", "0.3"]}, "adlm_eps_split"),
+    ({"adlm_eps_split": ["0.5", "0.5"]}, "adlm_eps_split"),
+    ({"adlm_eps_split": ["-0.5", "0.5", "1.0"]}, "adlm_eps_split"),
+    ({"adlm_input_noise": "fresh"}, "adlm_input_noise"),
+    ({"adlm_fm_mode": "none"}, "adlm_fm_mode"),
+    ({"adlm_delta_h0": "huge"}, "adlm_delta_h0"),
+    ({"adlm_beta_floor": 0.0}, "adlm_beta_floor"),
+])
+def test_bad_flags_raise_naming_the_flag(options, match):
+    with pytest.raises(ValueError, match=match):
+        _method(**options).validate()
+
+
+def test_bad_epsilon_delta_and_range():
+    with pytest.raises(ValueError, match="--epsilon"):
+        _method(epsilon=None).validate()
+    with pytest.raises(ValueError, match="--value_range"):
+        _method(value_range=(0.0, 255.0)).validate()
+    m = _method()
+    x, y = _data(20)
+    with pytest.raises(ValueError, match="x_train"):
+        m.setup(x * 3, y, accounting.PrivacyLedger(), np.random.default_rng(0))
+
+
+# ----------------------------------------------------------------------------- accounting
+
+
+def test_ledger_claims_and_sound_values():
+    # §8.1 item 7: AdLM claims eps1+eps2+eps3, ILM eps2+eps3; sound values next to them.
+    x, y = _data()
+    m = _method(epsilon=1.0, batch_size=50, adlm_delta_h0="ref_code")
+    _, ledger = _ready(m, x, y)
+    d = ledger.to_dict()
+    assert d["claimed_epsilon"] == pytest.approx(1.0, rel=1e-12)
+    assert d["differs"]
+    e2 = ledger.get("adlm_eps2_inputs")
+    # per_example_fixed: |L| * d * eps2 * range / Delta_h0 with Delta_h0 = 2 * 4 * 4 * 25.
+    assert e2["epsilon"] == pytest.approx(50 * 64 * 0.25 / 800, rel=1e-9)
+    assert ledger.get("adlm_eps1_relevance")["epsilon"] == pytest.approx(0.25 * 120 / 2)
+    assert ledger.get("adlm_eps3_functional_mechanism")["epsilon"] == pytest.approx(
+        2 * 50 * 0.5 / losses.adlm_delta_f(num_classes=10, hidden_units=25))
+    ilm = _method(adlm.ILM, epsilon=1.0, adlm_input_noise="batch_shared_per_step",
+                  adlm_fm_mode="ref_code")
+    _, ledger = _ready(ilm, x, y)
+    d = ledger.to_dict()
+    assert d["claimed_epsilon"] == pytest.approx(0.75, rel=1e-12)  # eps2 + eps3
+    assert math.isinf(d["epsilon"])  # shared noise: no finite per-record bound (§3.9)
+    assert "adlm_eps1_relevance" not in ledger and "ilm_eps1_relevance" not in ledger
+
+
+def test_ledger_independent_of_steps():
+    # §8.1 item 7: the same ledger after 1 step and after many steps (no per-step cost).
+    x, y = _data(100)
+    m = _method(adlm.ILM, batch_size=50, adlm_input_noise="batch_shared_per_step")
+    model, ledger = _ready(m, x, y)
+    before = ledger.to_dict()
+    opt = keras.optimizers.Adam(1e-3)
+    for step in range(3):
+        with replica.step_context(tf.constant([step, 7], tf.int64)):
+            m.train_step(model, opt, tf.constant(x[:50]), tf.constant(y[:50]), 50)
+    assert ledger.to_dict() == before
+
+
+# ----------------------------------------------------------------------------- noise modes
+
+
+def test_per_example_fixed_noise_is_fixed_per_record_and_has_the_scale():
+    # §8.1 items 1 and 12: xbar_i identical across epochs, different between records; the
+    # empirical per-feature scale matches Delta_h0/(beta_j eps2 |L|). mean|v|/s has relative
+    # standard error 1/sqrt(n) (Var|V| = s^2); n = 3000 records -> 1.8%; tolerance 10% per
+    # feature (5.5 standard errors, 64 features). KS on all 192k normalised values, p > 1e-3.
+    x, y = _data(3000, seed=13)
+    m = _method(adlm.AdLM, batch_size=50, adlm_delta_h0=100.0)
+    _ready(m, x, y)
+    xt = tf.constant(x)
+    seeds = m.record_seeds(xt)
+    n1 = (m.noisy_inputs(xt, seeds) - xt).numpy()
+    n2 = (m.noisy_inputs(xt[::-1], m.record_seeds(xt[::-1])) - xt[::-1]).numpy()[::-1]
+    np.testing.assert_array_equal(n1, n2)  # same record, same noise, in any batch position
+    assert not np.allclose(n1[0], n1[1])
+    scale = m.setup_state()["input_scale"]
+    beta = m.setup_state()["beta"]
+    np.testing.assert_allclose(scale, 100.0 / (beta * 0.25 * 50), rtol=1e-6)
+    ratio = np.abs(n1).mean(axis=0) / scale
+    assert np.all(np.abs(ratio - 1) < 0.10)
+    assert scipy.stats.kstest((n1 / scale).ravel(), "laplace").pvalue > 1e-3
+
+
+def test_batch_shared_per_step_noise():
+    # §8.1 item 12: identical within a batch, different between steps.
+    x, y = _data(40)
+    m = _method(adlm.ILM, batch_size=40, adlm_input_noise="batch_shared_per_step")
+    _ready(m, x, y)
+    xt = tf.constant(x)
+    with replica.step_context(tf.constant([1, 2], tf.int64)):
+        a = (m.noisy_inputs(xt) - xt).numpy()
+    with replica.step_context(tf.constant([1, 3], tf.int64)):
+        b = (m.noisy_inputs(xt) - xt).numpy()
+    np.testing.assert_allclose(a, np.broadcast_to(a[:1], a.shape), atol=1e-5)
+    assert not np.allclose(a[0], b[0])
+
+
+def test_shared_fixed_noise_and_restore():
+    # §8.1 item 12: identical everywhere; the draw is in the setup state and a variable.
+    x, y = _data(40)
+    m = _method(adlm.ILM, batch_size=40, adlm_input_noise="shared_fixed")
+    _ready(m, x, y)
+    xt = tf.constant(x)
+    a = (m.noisy_inputs(xt) - xt).numpy()
+    np.testing.assert_allclose(a, np.broadcast_to(a[:1], a.shape), atol=1e-5)
+    state = m.setup_state()
+    np.testing.assert_allclose(a[0], state["shared_noise"], rtol=1e-5, atol=1e-5)
+    again = _method(adlm.ILM, batch_size=40, adlm_input_noise="shared_fixed")
+    again.restore_setup_state(state)
+    again.build_model(x.shape[1:], 10)
+    np.testing.assert_array_equal(again.shared_noise.numpy(), m.shared_noise.numpy())
+
+
+def test_fm_modes():
+    # §8.1 item 11: label_only leaves phi0/phi2 exact; all_orders clamps phi2 >= 0; the noise
+    # of a record is the same in every epoch.
+    x, y = _data(60)
+    xt, yt = tf.constant(x), tf.constant(y)
+    onehot = np.eye(10)[y]
+    m = _method(adlm.ILM, batch_size=10, epsilon=0.5)
+    model, _ = _ready(m, x, y)
+    phi0, phi1, phi2 = m.coefficients(xt, yt, 10, m.record_seeds(xt))
+    assert phi0 is None and phi2 is None  # exact log 2 and 1/8 inside adlm_taylor_loss
+    again = m.coefficients(xt, yt, 10, m.record_seeds(xt))[1]
+    np.testing.assert_array_equal(phi1.numpy(), again.numpy())
+    assert not np.allclose(phi1.numpy(), 0.5 - onehot)
+    m2 = _method(adlm.ILM, batch_size=10, epsilon=0.5, adlm_fm_mode="per_example_all_orders")
+    _ready(m2, x, y)
+    phi0, phi1, phi2 = m2.coefficients(xt, yt, 10, m2.record_seeds(xt))
+    assert np.all(phi2.numpy() >= 0) and np.any(phi2.numpy() == 0)
+    assert not np.allclose(phi0.numpy(), math.log(2))
+
+
+def test_ref_code_fm_term_gradient():
+    # The code release's linear term: d/dW of -(1/|L|^2) sum(Lap * W) is -Lap/|L|^2.
+    x, y = _data(20)
+    m = _method(adlm.ILM, batch_size=20, adlm_fm_mode="ref_code",
+                adlm_input_noise="shared_fixed")
+    model, _ = _ready(m, x, y)
+    kernel = model.get_layer(models.OUTPUT_LAYER).kernel
+    with tf.GradientTape() as tape:
+        term = losses.functional_mechanism_term(m.fm_noise, kernel, divisor=20 * 20)
+    np.testing.assert_allclose(tape.gradient(term, kernel).numpy(),
+                               -m.fm_noise.numpy() / 400, rtol=1e-5)
+
+
+def test_no_noise_at_inference_and_data_isolation():
+    # §8.1 items 13-14: the saved network has no noise: two inference passes agree; the update
+    # depends on the raw batch only through (xbar, phibar).
+    x, y = _data(40)
+    m = _method(adlm.ILM, batch_size=20, adlm_input_noise="batch_shared_per_step",
+                adlm_bn_eval="moving")
+    model, _ = _ready(m, x, y)
+    a, b = model(x[:20], training=False).numpy(), model(x[:20], training=False).numpy()
+    np.testing.assert_array_equal(a, b)
+    xbar = tf.constant(x[:20] + 0.5)
+    _, phi1, _ = m.coefficients(tf.constant(x[:20]), tf.constant(y[:20]), 10,
+                                m.record_seeds(tf.constant(x[:20])))
+    start = [v.numpy() for v in model.trainable_variables]
+    results = []
+    for _ in range(2):
+        for v, s in zip(model.trainable_variables, start):
+            v.assign(s)
+        opt = keras.optimizers.SGD(0.1)
+        m.step_on_noisy(model, opt, xbar, None, phi1, None, tf.constant(y[:20]), 20)
+        results.append([v.numpy() for v in model.trainable_variables])
+    for u, v in zip(*results):
+        np.testing.assert_array_equal(u, v)
+
+
+def test_training_step_same_seed_same_result():
+    # §8.1 item 16: same random state, same result (bit-for-bit on CPU).
+    x, y = _data(40)
+    outs = []
+    for _ in range(2):
+        keras.utils.set_random_seed(3)
+        m = _method(adlm.AdLM, batch_size=20, adlm_input_noise="batch_shared_per_step")
+        model, _ = _ready(m, x, y, seed=5)
+        opt = keras.optimizers.Adam(1e-2)
+        with replica.step_context(tf.constant([4, 4], tf.int64)):
+            m.train_step(model, opt, tf.constant(x[:20]), tf.constant(y[:20]), 20)
+        outs.append(model.get_layer(models.OUTPUT_LAYER).kernel.numpy())
+    np.testing.assert_array_equal(outs[0], outs[1])

@@ -1,0 +1,53 @@
+"""Empirical DP audit: Clopper-Pearson epsilon lower bounds on every shipped mechanism."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tfdp.audit import dp_suite, empirical
+
+pytestmark = pytest.mark.filterwarnings("ignore::tfdp.mechanisms.pancake.GPMResearchWarning")
+
+
+def test_clopper_pearson_and_eps_conversion():
+    # 1000/1000 successes: p_lb = 0.05^(1/1000) (one-sided 95%), eps_lb = log(p/(1-p)) ~ 5.8.
+    p_lb = empirical.clopper_pearson_lower(1000, 1000)
+    assert p_lb == pytest.approx(0.05 ** (1 / 1000), rel=1e-9)
+    assert empirical.eps_from_success(p_lb, 1e-10) == pytest.approx(5.806, abs=0.01)
+    assert empirical.eps_from_success(0.4, 0.0) == 0.0
+    assert math.isinf(empirical.eps_from_success(1.0, 0.0))
+    with pytest.raises(ValueError, match="trials"):
+        empirical.clopper_pearson_lower(0, 0)
+
+
+def test_no_shipped_mechanism_exceeds_its_claim_and_gpm_is_caught():
+    results = {r.name: r for r in dp_suite.run_dp_suite(trials=20000, seed=0, gpm_trials=1000)}
+    expected = {"laplace", "gaussian_classical", "gaussian_analytic", "gaussian_hgm",
+                "gaussian_tail_thm2.3", "heterogeneous_gaussian", "layer_LaplaceNoise",
+                "layer_GaussianNoise", "layer_HeterogeneousGaussianNoise", "gpm_without_key",
+                "gpm_with_key"}
+    assert set(results) == expected
+    for name, r in results.items():
+        if name != "gpm_with_key":
+            assert not r.exceeds_claim, r
+    key = results["gpm_with_key"]
+    assert key.exceeds_claim and key.eps_lower > 5.0
+    assert key.eps_lower > 40 * key.claimed_eps
+    # The audit is not blind: the Laplace likelihood-ratio attacker reaches its closed-form
+    # optimum 1 - e^{-1/2}/2 (4 SE at n = 20000 is 0.013).
+    for name in ("laplace", "layer_LaplaceNoise"):
+        assert results[name].success_rate == pytest.approx(
+            dp_suite.optimal_success(name, 1.0), abs=4 * math.sqrt(0.21 / 20000))
+    # Without the key GPM looks like GM: success near 1/2 (4 SE at n = 1000).
+    assert abs(results["gpm_without_key"].success_rate - 0.5) < 4 * math.sqrt(0.25 / 1000)
+
+
+def test_audit_detects_an_underscaled_gaussian():
+    x0, x1 = np.zeros(4), np.array([1.0, 0, 0, 0])
+    sigma_claim = 4.84  # classical sigma for eps = 1, delta = 1e-5 ...
+    sigma_real = 0.3    # ... but the mechanism adds far less noise
+    mech = lambda x, num, rng: x + sigma_real * rng.standard_normal((num, 4))  # noqa: E731
+    res = empirical.audit(mech, x0, x1, empirical.gaussian_attacker(x0, x1, sigma_claim),
+                          trials=5000, claimed_eps=1.0, delta=1e-5, seed=1)
+    assert res.exceeds_claim and res.eps_lower > 1.0

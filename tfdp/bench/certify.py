@@ -1,0 +1,153 @@
+"""Benchmark `tfdp-bench certify`: Monte-Carlo certification vs. a plain noisy forward pass."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from typing import Any, Callable
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import flags
+
+import layers as tfdp_layers
+from tfdp import certify
+
+TARGET_RATIO = 0.8
+
+_BATCH = flags.DEFINE_integer("certify_batch_size", 8, "Inputs certified per call.")
+_DRAWS = flags.DEFINE_integer("certify_num_draws", 500, "Monte-Carlo draws per input.")
+_DRAWS_PER_STEP = flags.DEFINE_integer("certify_draws_per_step", 250,
+                                       "Draws per forward pass (both variants use the same "
+                                       "forward batch of batch_size * draws_per_step).")
+_REPEATS = flags.DEFINE_integer("certify_repeats", 5,
+                                "Interleaved repetitions per variant (median reported).")
+_SEED = flags.DEFINE_integer("certify_seed", 0, "Seed for data, weights and noise.")
+
+# PixelDP-style certificate of the benchmark network (HGM spec §6, PixelDP row).
+_CERT = {"mechanism": "pixeldp_gaussian", "construction_bound": 0.1, "epsilon": 1.0,
+         "delta": 0.05}
+
+
+def _flag(name: str, overrides: dict) -> Any:
+    return overrides[name] if name in overrides else flags.FLAGS[f"certify_{name}"].value
+
+
+def build_pixeldp_cnn(seed: int = 0) -> keras.Model:
+    """PixelDP's MNIST CNN (notes-anchors §2): conv5x5x32/s2, noise, conv5x5x64/s2, fc1024.
+
+    Args:
+        seed: weight and noise seed.
+
+    Returns:
+        an uncompiled Keras model producing logits, inference noise switched on.
+    """
+    keras.utils.set_random_seed(seed)
+    inp = keras.Input((28, 28, 1))
+    x = keras.layers.Conv2D(32, 5, strides=2, padding="same")(inp)
+    # PixelDP: sigma = sqrt(2 ln(1.25/delta)) * Delta * L / eps with Delta = 1
+    sigma = float(np.sqrt(2 * np.log(1.25 / _CERT["delta"])) * _CERT["construction_bound"]
+                  / _CERT["epsilon"])
+    x = tfdp_layers.GaussianNoise(sigma, seed=seed + 1)(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.Conv2D(64, 5, strides=2, padding="same", activation="relu")(x)
+    x = keras.layers.Flatten()(x)
+    x = keras.layers.Dense(1024, activation="relu")(x)
+    model = keras.Model(inp, keras.layers.Dense(10)(x))
+    tfdp_layers.set_inference_noise(model, True)
+    return model
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def run(**overrides: Any) -> dict:
+    """Throughput of certification vs. the plain batched noisy forward pass, in one run.
+
+    The reference runs the network on pre-tiled batches of `batch_size * draws_per_step`
+    noisy inputs, `num_draws / draws_per_step` times (the bare cost of the forward passes).
+    The candidate is the whole certification: `MonteCarloPredictor` (tiling, the graph loop
+    over draws, counts and score moments), Clopper-Pearson bounds and the Gaussian radius
+    search. Both process `batch_size * num_draws` noisy inputs.
+
+    Args:
+        **overrides: values for the flags without the `certify_` prefix.
+
+    Returns:
+        dict with ratio (candidate / reference throughput), target, passed, both
+        throughputs (noisy inputs per second), the per-repetition times and the setup.
+
+    Raises:
+        ValueError: if a size argument is < 1 or draws_per_step does not divide num_draws.
+    """
+    batch, draws = int(_flag("batch_size", overrides)), int(_flag("num_draws", overrides))
+    per_step, repeats = int(_flag("draws_per_step", overrides)), int(_flag("repeats",
+                                                                           overrides))
+    seed = int(_flag("seed", overrides))
+    for name, value in (("batch_size", batch), ("num_draws", draws),
+                        ("draws_per_step", per_step), ("repeats", repeats)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if draws % per_step:
+        raise ValueError(f"draws_per_step={per_step} must divide num_draws={draws}")
+
+    model = build_pixeldp_cnn(seed)
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 1, size=(batch, 28, 28, 1)).astype(np.float32)
+    tiled = tf.constant(np.tile(x, (per_step, 1, 1, 1)))
+
+    forward = tf.function(lambda v: model(v, training=False))
+
+    def reference() -> None:
+        out = None
+        for _ in range(draws // per_step):
+            out = forward(tiled)
+        out.numpy()
+
+    predictor = certify.MonteCarloPredictor(lambda v: model(v, training=False),
+                                            draws_per_step=per_step)
+
+    def candidate() -> None:
+        result = predictor(x, draws, 10)
+        _, lower, upper = certify.top_two_bounds(result, "clopper_pearson", 0.05)
+        certify.certified_radius(lower, upper, _CERT)
+
+    reference()  # trace and warm up
+    candidate()
+    times: dict[str, list[float]] = {"reference": [], "candidate": []}
+    for rep in range(repeats):
+        order = ("reference", "candidate") if rep % 2 == 0 else ("candidate", "reference")
+        for name in order:
+            times[name].append(_timed(reference if name == "reference" else candidate))
+    inputs = batch * draws
+    ref_tp = inputs / statistics.median(times["reference"])
+    cand_tp = inputs / statistics.median(times["candidate"])
+    ratio = cand_tp / ref_tp
+    return {
+        "benchmark": "certify",
+        "ratio": ratio,
+        "target": TARGET_RATIO,
+        "passed": bool(ratio >= TARGET_RATIO),
+        "reference": "plain batched forward pass of the noisy network over pre-tiled inputs",
+        "candidate": "Monte-Carlo certification (MonteCarloPredictor + Clopper-Pearson + "
+                     "PixelDP Gaussian radius)",
+        "reference_inputs_per_second": ref_tp,
+        "candidate_inputs_per_second": cand_tp,
+        "reference_seconds_per_repeat": times["reference"],
+        "candidate_seconds_per_repeat": times["candidate"],
+        "batch_size": batch,
+        "num_draws": draws,
+        "draws_per_step": per_step,
+        "repeats": repeats,
+        "seed": seed,
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+    }
