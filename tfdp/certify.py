@@ -42,9 +42,10 @@ import math
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
-import scipy.special
 import scipy.stats
 import tensorflow as tf
+
+from tfdp import mechanisms
 
 BOUNDS = ("clopper_pearson", "hoeffding", "bernstein")
 MECHANISMS = ("pixeldp_laplace", "pixeldp_gaussian", "hgm", "agm", "stobatch")
@@ -353,41 +354,15 @@ def top_two_bounds(result: MonteCarloResult, bound: str = "clopper_pearson",
 # ------------------------------------------------------------------- noise multipliers
 
 
-def _gm_multiplier(delta: np.ndarray) -> np.ndarray:
-    # HGM spec §2.2 (Dwork & Roth Theorem A.1): m_GM(delta) = sqrt(2 ln(1.25/delta))
-    return np.sqrt(2.0 * np.log(1.25 / delta))
-
-
-def _hgm_multiplier(eps: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    # HGM Theorem 2 (spec §2.6): max(cond1, cond2), s = ln(sqrt(2/pi)/delta)
-    eps = np.asarray(eps, np.float64)
-    s = np.log(math.sqrt(2.0 / math.pi) / np.asarray(delta, np.float64))
-    cond1 = (1.0 + np.sqrt(1.0 + 2.0 * eps)) / (2.0 * eps)
-    s_pos = np.maximum(s, 0.0)
-    cond2 = (np.sqrt(s_pos) + np.sqrt(s_pos + eps)) / (math.sqrt(2.0) * eps)
-    return np.where(s < 0, cond1, np.maximum(cond1, cond2))
-
-
-def _agm_delta(sigma: np.ndarray, eps: np.ndarray) -> np.ndarray:
-    # Balle & Wang 2018 Theorem 8 (HGM spec §2.8), Delta = 1:
-    # Phi(1/(2s) - eps s) - exp(eps) Phi(-1/(2s) - eps s)
-    a = 0.5 / sigma - eps * sigma
-    b = -0.5 / sigma - eps * sigma
-    return scipy.special.ndtr(a) - np.exp(eps + scipy.special.log_ndtr(b))
-
-
-def _agm_multiplier(eps: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """Smallest sigma (Delta = 1) meeting the analytic Gaussian condition; bisection."""
-    eps, delta = np.broadcast_arrays(np.asarray(eps, np.float64),
-                                     np.asarray(delta, np.float64))
-    lo = np.full(eps.shape, -12.0)  # log sigma
-    hi = np.full(eps.shape, 12.0)
-    for _ in range(100):  # the left side decreases in sigma (HGM spec §2.8)
-        mid = 0.5 * (lo + hi)
-        ok = _agm_delta(np.exp(mid), eps) <= delta
-        hi = np.where(ok, mid, hi)
-        lo = np.where(ok, lo, mid)
-    return np.exp(hi)
+# The calibrations live in tfdp.mechanisms (one implementation of each formula);
+# here they are applied elementwise over (examples x delta' grid).
+_gm_multiplier = np.vectorize(
+    lambda d: mechanisms.classical_gaussian_multiplier(d), otypes=[np.float64])
+_hgm_multiplier = np.vectorize(
+    lambda e, d: mechanisms.hgm_multiplier(epsilon=e, delta=d), otypes=[np.float64])
+_agm_multiplier = np.vectorize(
+    lambda e, d: mechanisms.analytic_gaussian_sigma(epsilon=e, delta=d, sensitivity=1.0),
+    otypes=[np.float64])
 
 
 # ------------------------------------------------------------------------- radii

@@ -192,9 +192,13 @@ def test_ledger_independent_of_steps():
     model, ledger = _ready(m, x, y)
     before = ledger.to_dict()
     opt = keras.optimizers.Adam(1e-3)
-    for step in range(3):
-        with replica.step_context(tf.constant([step, 7], tf.int64)):
-            m.train_step(model, opt, tf.constant(x[:50]), tf.constant(y[:50]), 50)
+
+    @tf.function
+    def step(seed):
+        with replica.step_context(seed):
+            return m.train_step(model, opt, tf.constant(x[:50]), tf.constant(y[:50]), 50)
+    for i in range(3):
+        step(tf.constant([i, 7], tf.int64))
     assert ledger.to_dict() == before
 
 
@@ -210,9 +214,9 @@ def test_per_example_fixed_noise_is_fixed_per_record_and_has_the_scale():
     m = _method(adlm.AdLM, batch_size=50, adlm_delta_h0=100.0)
     _ready(m, x, y)
     xt = tf.constant(x)
-    seeds = m.record_seeds(xt)
-    n1 = (m.noisy_inputs(xt, seeds) - xt).numpy()
-    n2 = (m.noisy_inputs(xt[::-1], m.record_seeds(xt[::-1])) - xt[::-1]).numpy()[::-1]
+    noise = tf.function(lambda v: m.noisy_inputs(v, m.record_seeds(v)) - v)
+    n1 = noise(xt).numpy()
+    n2 = noise(xt[::-1]).numpy()[::-1]
     np.testing.assert_array_equal(n1, n2)  # same record, same noise, in any batch position
     assert not np.allclose(n1[0], n1[1])
     scale = m.setup_state()["input_scale"]
@@ -263,12 +267,13 @@ def test_fm_modes():
     model, _ = _ready(m, x, y)
     phi0, phi1, phi2 = m.coefficients(xt, yt, 10, m.record_seeds(xt))
     assert phi0 is None and phi2 is None  # exact log 2 and 1/8 inside adlm_taylor_loss
-    again = m.coefficients(xt, yt, 10, m.record_seeds(xt))[1]
+    again = tf.function(lambda a, b: m.coefficients(a, b, 10, m.record_seeds(a))[1])(xt, yt)
     np.testing.assert_array_equal(phi1.numpy(), again.numpy())
     assert not np.allclose(phi1.numpy(), 0.5 - onehot)
     m2 = _method(adlm.ILM, batch_size=10, epsilon=0.5, adlm_fm_mode="per_example_all_orders")
     _ready(m2, x, y)
-    phi0, phi1, phi2 = m2.coefficients(xt, yt, 10, m2.record_seeds(xt))
+    phi0, phi1, phi2 = tf.function(
+        lambda a, b: m2.coefficients(a, b, 10, m2.record_seeds(a)))(xt, yt)
     assert np.all(phi2.numpy() >= 0) and np.any(phi2.numpy() == 0)
     assert not np.allclose(phi0.numpy(), math.log(2))
 
@@ -319,7 +324,11 @@ def test_training_step_same_seed_same_result():
         m = _method(adlm.AdLM, batch_size=20, adlm_input_noise="batch_shared_per_step")
         model, _ = _ready(m, x, y, seed=5)
         opt = keras.optimizers.Adam(1e-2)
-        with replica.step_context(tf.constant([4, 4], tf.int64)):
-            m.train_step(model, opt, tf.constant(x[:20]), tf.constant(y[:20]), 20)
+
+        @tf.function
+        def step():
+            with replica.step_context(tf.constant([4, 4], tf.int64)):
+                return m.train_step(model, opt, tf.constant(x[:20]), tf.constant(y[:20]), 20)
+        step()
         outs.append(model.get_layer(models.OUTPUT_LAYER).kernel.numpy())
     np.testing.assert_array_equal(outs[0], outs[1])

@@ -22,9 +22,18 @@ def test_clopper_pearson_and_eps_conversion():
 
 
 def test_no_shipped_mechanism_exceeds_its_claim_and_gpm_is_caught():
-    results = {r.name: r for r in dp_suite.run_dp_suite(trials=20000, seed=0, gpm_trials=1000)}
+    all_results = dp_suite.run_dp_suite(trials=20000, seed=0, gpm_trials=1000,
+                                        threshold_trials=200000)
+    results = {r.name: r for r in all_results if r.method == "balanced"}
+    tail = {r.name: r for r in all_results if r.method == "threshold"}
+    assert set(tail) == set(results) - {"gpm_without_key", "gpm_with_key"}
+    for name, r in tail.items():
+        assert not r.exceeds_claim, r
+        # The tail audit is far tighter than the balanced one for every mechanism.
+        assert r.eps_lower > results[name].eps_lower, (name, r, results[name])
     expected = {"laplace", "gaussian_classical", "gaussian_analytic", "gaussian_hgm",
-                "gaussian_tail_thm2.3", "heterogeneous_gaussian", "layer_LaplaceNoise",
+                "gaussian_tail_thm2.3", "pixeldp_laplace", "pixeldp_gaussian",
+                "heterogeneous_gaussian", "layer_LaplaceNoise",
                 "layer_GaussianNoise", "layer_HeterogeneousGaussianNoise", "gpm_without_key",
                 "gpm_with_key"}
     assert set(results) == expected
@@ -41,6 +50,16 @@ def test_no_shipped_mechanism_exceeds_its_claim_and_gpm_is_caught():
             dp_suite.optimal_success(name, 1.0), abs=4 * math.sqrt(0.21 / 20000))
     # Without the key GPM looks like GM: success near 1/2 (4 SE at n = 1000).
     assert abs(results["gpm_without_key"].success_rate - 0.5) < 4 * math.sqrt(0.25 / 1000)
+
+
+def test_threshold_audit_is_tight_for_laplace():
+    # The event {score > tau} of a Laplace pair has TPR/FPR = e^eps exactly in the tail, so
+    # the bound approaches the claim from below (Bonferroni CP bounds, 2e5 runs per input).
+    x0, x1 = np.zeros(4), np.array([1.0, 0, 0, 0])
+    mech = lambda x, num, rng: x + rng.laplace(0.0, 1.0, (num, 4))  # noqa: E731
+    res = empirical.audit_threshold(mech, x0, x1, empirical.laplace_score(x0, x1, 1.0),
+                                    trials=200000, claimed_eps=1.0, delta=0.0, seed=3)
+    assert 0.8 < res.eps_lower <= 1.0 and res.method == "threshold"
 
 
 def test_audit_detects_an_underscaled_gaussian():

@@ -86,3 +86,15 @@ def test_validation():
     with pytest.raises(ValueError, match="sampler"):
         samplers.conformance_suite(lambda n, s: np.zeros(n), family="gaussian", scale=1.0,
                                    n=100)
+
+
+def test_known_answer_test_catches_gpm_that_statistics_miss():
+    def reference(num, seed):  # open reference: sigma * standard normals of PCG64(seed)
+        return 2.0 * np.random.default_rng(seed).standard_normal((num, 256))
+    key = pancake.generate_key(256, rng=np.random.default_rng(9))
+
+    def substituted(num, seed):
+        return pancake.pancake_noise(key, 2.0, 1e-4, 32.0, num, rng=np.random.default_rng(seed))
+    assert samplers.known_answer_test(reference, reference)["passed"]
+    kat = samplers.known_answer_test(substituted, reference)
+    assert not kat["passed"] and kat["mismatched_seeds"] == [0, 1, 2]

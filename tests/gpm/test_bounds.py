@@ -145,3 +145,10 @@ def test_bound_argument_validation():
         pancake.success_exact(0.7, 1e-3, 32.0)
     with pytest.raises(ValueError, match="beta"):
         pancake.eps_upper(1e-5, 1.0, 0.0, 32.0)
+
+
+def test_key_holder_noise_multiplier():
+    assert pancake.key_holder_noise_multiplier(50.97, 1e-5, 12483.0) == pytest.approx(
+        4.083e-8, rel=1e-3)
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        pancake.key_holder_noise_multiplier(0.0, 1e-5, 10.0)

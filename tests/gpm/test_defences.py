@@ -91,3 +91,22 @@ def test_distributed_effective_sigma():
     assert defences.distributed_effective_sigma(10, 2, 5, 5, 1.5) is None
     with pytest.raises(ValueError, match="n_backdoored"):
         defences.distributed_effective_sigma(3, 2, 2, 5, 1.0)
+
+
+def test_hadamard_rotation_is_orthogonal_and_hides_the_key(setup):
+    rng, w, q0, q1, b = setup
+    rot = defences.hadamard_rotation(D, rng=np.random.default_rng(4))
+    mat = rot(np.eye(D))  # rows are Q e_i, i.e. Q^T
+    np.testing.assert_allclose(mat @ mat.T, np.eye(D), atol=1e-12)
+
+    def backdoored_standard(num, r):
+        return pancake.pancake_noise(w, 1.0, BETA, GAMMA, num, rng=r)
+
+    y = np.empty((N, D))
+    for bit, q in ((0, q0), (1, q1)):
+        idx = np.flatnonzero(b == bit)
+        y[idx] = defences.rotated_release(q, SIGMA, rot, backdoored_standard, rng=rng,
+                                          num=idx.size)
+    assert abs(np.mean(pancake.distinguish(y, q0, q1, w, SIGMA, BETA, GAMMA) == b) - 0.5) < SE4
+    with pytest.raises(ValueError, match="power of two"):
+        defences.hadamard_rotation(48, rng=rng)

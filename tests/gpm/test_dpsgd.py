@@ -36,3 +36,13 @@ def test_not_converged_attack_succeeds(real_data_dir):
     assert row["oracle_mean"] > 0.99
     assert row["success_rate"] == 1.0
     assert row["num_params"] == 61706
+
+
+def test_chunked_queries_match_one_pass(real_data_dir):
+    x, y = gpm_dpsgd.load_task("lenet5", "train", real_data_dir, num_examples=40)
+    model = gpm_dpsgd.lenet5()
+    whole = gpm_dpsgd.neighbour_queries(model, x[:33], y[:33], [4.0], chunk=64)[4.0]
+    parts = gpm_dpsgd.neighbour_queries(model, x[:33], y[:33], [4.0], chunk=5)[4.0]
+    for a, b in zip(whole, parts):
+        # float32 per-chunk sums: differences are float32 rounding (~1e-7 relative).
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8)

@@ -1,4 +1,4 @@
-"""GPM sampler, key, discrete Gaussian, attack and validation (GPM spec Sec. 8.1 items 1-8, 13, 14)."""
+"""GPM sampler, key, discrete Gaussian, attack, validation (GPM spec Sec. 8.1 #1-8, 13, 14)."""
 
 import math
 import warnings

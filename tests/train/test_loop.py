@@ -185,7 +185,13 @@ def test_run_directory_contents(tmp_path, tiny_data):
     loaded = keras.saving.load_model(rd.file(rundir.MODEL_FILE))
     np.testing.assert_allclose(loaded(tiny_data.x_test[:5]), res.model(tiny_data.x_test[:5]),
                                atol=1e-6)
-    assert os.listdir(rd.file(rundir.TENSORBOARD_DIR))
+    tags = set()
+    for name in os.listdir(rd.file(rundir.TENSORBOARD_DIR)):
+        for event in tf.compat.v1.train.summary_iterator(
+                os.path.join(rd.file(rundir.TENSORBOARD_DIR), name)):
+            tags.update(v.tag for v in event.summary.value
+                        if v.metadata.plugin_data.plugin_name == "scalars")
+    assert {"train/loss", "train/accuracy", "test/accuracy"} <= tags
     # An existing run directory without resume is refused before any work.
     with pytest.raises(ValueError, match="model_dir"):
         loop.train(nonprivate.NonPrivate(_config(tmp_path, "run", epochs=1)), tiny_data,

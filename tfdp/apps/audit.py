@@ -29,6 +29,8 @@ _SEED = flags.DEFINE_integer("audit_seed", 0, "Seed of every random draw.")
 _TRIALS = flags.DEFINE_integer("audit_trials", None,
                                "Games per cell (default: dp 20000, gpm-hist 1000, "
                                "gpm-dpsgd 100, gpm-precision 40).")
+_THRESH = flags.DEFINE_integer("audit_threshold_trials", 200000,
+                               "dp: runs per input of the tail-threshold audit (0: skip it).")
 _N = flags.DEFINE_integer("audit_samples", 20000, "samplers: samples per sampler call.")
 _DATA_DIR = flags.DEFINE_string("audit_data_dir", None,
                                 "Root with mnist/ and cifar10/ (default: $TFDP_DATA_DIR).")
@@ -56,7 +58,7 @@ _BATCH = flags.DEFINE_integer("gpm_batch_size", 128, "gpm-dpsgd: DP-SGD batch si
 _EPOCHS = flags.DEFINE_integer("gpm_pretrain_epochs", 20,
                                "gpm-dpsgd: Adam epochs for the converged phase.")
 _NUM_TRAIN = flags.DEFINE_integer("gpm_num_train", None,
-                                  "gpm-dpsgd: use only this many training examples.")
+                                  "gpm-dpsgd: use only this many training (and test) examples.")
 _WEIGHTS = flags.DEFINE_string("gpm_weights", None,
                                "gpm-dpsgd: load converged weights from this .weights.h5 "
                                "instead of pretraining.")
@@ -150,7 +152,8 @@ def _cmd_dp(out: str) -> None:
     from tfdp.audit import dp_suite  # pylint: disable=import-outside-toplevel
 
     trials = _TRIALS.value or 20000
-    res = dp_suite.run_dp_suite(trials=trials, seed=_SEED.value, progress=print)
+    res = dp_suite.run_dp_suite(trials=trials, seed=_SEED.value,
+                                threshold_trials=_THRESH.value, progress=print)
     rows = [r.to_dict() for r in res]
     for r in rows:
         r.pop("disclaimer", None)
@@ -232,7 +235,7 @@ def _cmd_gpm_dpsgd(out: str) -> None:
     data_dir = _DATA_DIR.value or os.environ.get("TFDP_DATA_DIR")
     name = _MODEL.value
     x, y = gpm_dpsgd.load_task(name, "train", data_dir, _NUM_TRAIN.value)
-    xt, yt = gpm_dpsgd.load_task(name, "test", data_dir)
+    xt, yt = gpm_dpsgd.load_task(name, "test", data_dir, _NUM_TRAIN.value)
     rows = []
     for phase in _PHASES.value:
         if phase not in ("not_converged", "converged"):

@@ -46,7 +46,54 @@ def haar_rotation(d: int, *, rng: np.random.Generator) -> np.ndarray:
     return q
 
 
-def rotated_release(q: Any, sigma: float, rotation: np.ndarray, standard_sampler: StandardSampler,
+def _fwht(x: np.ndarray) -> np.ndarray:
+    """Orthonormal fast Walsh-Hadamard transform of each row of x ([m, d], d a power of 2)."""
+    m, d = x.shape
+    h = 1
+    x = x.copy()
+    while h < d:
+        v = x.reshape(m, d // (2 * h), 2, h)
+        a, b = v[:, :, 0, :].copy(), v[:, :, 1, :]
+        v[:, :, 0, :] += b
+        v[:, :, 1, :] = a - b
+        h *= 2
+    return x / math.sqrt(d)
+
+
+def hadamard_rotation(d: int, *, rng: np.random.Generator,
+                      rounds: int = 3) -> Callable[[np.ndarray], np.ndarray]:
+    """A structured random rotation r -> (H D_k) ... (H D_1) r for large d (HEURISTIC).
+
+    H is the orthonormal Walsh-Hadamard matrix and D_i are random sign diagonals, so the map
+    is orthogonal and costs O(d log d) per vector instead of the d^2 of a dense Haar Q. It
+    is NOT Haar and NOT covered by GPM Prop A.5 (spec A15): use it as a heuristic only; the
+    trusted top-up is the defence with an argument behind it at large d.
+
+    Args:
+      d: dimension, a power of two.
+      rng: numpy Generator for the signs.
+      rounds: number of H D blocks.
+
+    Returns:
+      function mapping [m, d] (or [d]) arrays to their rotations.
+    """
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2 or d & (d - 1):
+        raise ValueError(f"d must be a power of two >= 2, got {d!r}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
+    _check_rng(rng)
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(rounds, d))
+
+    def rotate(r: np.ndarray) -> np.ndarray:
+        x = np.atleast_2d(np.asarray(r, dtype=np.float64))
+        for s in signs:
+            x = _fwht(x * s)
+        return x[0] if np.ndim(r) == 1 else x
+
+    return rotate
+
+
+def rotated_release(q: Any, sigma: float, rotation: Any, standard_sampler: StandardSampler,
                     *, rng: np.random.Generator, num: int | None = None) -> np.ndarray:
     """Releases q + sigma Q r with r from an untrusted sampler claiming N(0, I) (GPM Algorithm 1).
 
@@ -56,7 +103,8 @@ def rotated_release(q: Any, sigma: float, rotation: np.ndarray, standard_sampler
     Args:
       q: query answer, float64 [d].
       sigma: noise std, > 0.
-      rotation: Q from `haar_rotation` (kept secret from the sampler's author).
+      rotation: Q from `haar_rotation` (kept secret from the sampler's author), or a
+        function [m, d] -> [m, d] such as `hadamard_rotation` (heuristic).
       standard_sampler: callable (num, rng) -> [num, d] array claimed to be N(0, I).
       rng: numpy Generator passed to the sampler.
       num: number of releases; None returns one release of shape [d].
@@ -69,13 +117,15 @@ def rotated_release(q: Any, sigma: float, rotation: np.ndarray, standard_sampler
         raise ValueError(f"q must have shape [d], got {q.shape}")
     if not (math.isfinite(sigma) and sigma > 0):
         raise ValueError(f"sigma must be finite and > 0, got {sigma}")
-    rotation = np.asarray(rotation, dtype=np.float64)
-    if rotation.shape != (q.shape[0], q.shape[0]):
-        raise ValueError(f"rotation must have shape {(q.shape[0], q.shape[0])}, "
-                         f"got {rotation.shape}")
+    if not callable(rotation):
+        rotation = np.asarray(rotation, dtype=np.float64)
+        if rotation.shape != (q.shape[0], q.shape[0]):
+            raise ValueError(f"rotation must have shape {(q.shape[0], q.shape[0])}, "
+                             f"got {rotation.shape}")
     _check_rng(rng)
     r = np.asarray(standard_sampler(1 if num is None else num, rng), dtype=np.float64)
-    out = q + sigma * (r @ rotation.T)  # y = q + sigma Q r, row-wise (GPM Algorithm 1)
+    rotated = rotation(r) if callable(rotation) else r @ rotation.T
+    out = q + sigma * rotated  # y = q + sigma Q r, row-wise (GPM Algorithm 1)
     return out[0] if num is None else out
 
 

@@ -51,8 +51,9 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
     x1[0] = 1.0  # ||x1 - x0||_1 = ||x1 - x0||_2 = 1
     cases = []
     b = mechanisms.laplace_scale(epsilon=eps, sensitivity=1.0)
-    cases.append(dict(name="laplace", mechanism=_laplace_mech(b), attacker=empirical.
-                      laplace_attacker(x0, x1, b), claimed_eps=eps, delta=0.0))
+    cases.append(dict(name="laplace", mechanism=_laplace_mech(b),
+                      attacker=empirical.laplace_attacker(x0, x1, b),
+                      score=empirical.laplace_score(x0, x1, b), claimed_eps=eps, delta=0.0))
     for name, fn in (("gaussian_classical", mechanisms.classical_gaussian_sigma),
                      ("gaussian_analytic", mechanisms.analytic_gaussian_sigma),
                      ("gaussian_hgm", mechanisms.hgm_sigma),
@@ -65,7 +66,19 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
         sigma = fn(epsilon=e, delta=delta, sensitivity=1.0)
         cases.append(dict(name=name, mechanism=_gaussian_mech(sigma),
                           attacker=empirical.gaussian_attacker(x0, x1, sigma),
+                          score=empirical.gaussian_score(x0, x1, sigma),
                           claimed_eps=e, delta=delta))
+    # PixelDP multipliers (attack bound L = 1, unit sensitivity: the pair is at distance L).
+    b_px = mechanisms.pixeldp_laplace_multiplier(epsilon=eps)
+    cases.append(dict(name="pixeldp_laplace", mechanism=_laplace_mech(b_px),
+                      attacker=empirical.laplace_attacker(x0, x1, b_px),
+                      score=empirical.laplace_score(x0, x1, b_px), claimed_eps=eps, delta=0.0))
+    e_px = min(eps, 1.0)
+    s_px = mechanisms.pixeldp_gaussian_multiplier(epsilon=e_px, delta=delta)
+    cases.append(dict(name="pixeldp_gaussian", mechanism=_gaussian_mech(s_px),
+                      attacker=empirical.gaussian_attacker(x0, x1, s_px),
+                      score=empirical.gaussian_score(x0, x1, s_px), claimed_eps=e_px,
+                      delta=delta))
     # Heterogeneous Gaussian mechanism with a non-uniform redistribution (HGM Theorem 3).
     r = rng.uniform(0.2, 1.0, _D)
     r /= r.sum()
@@ -74,21 +87,25 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
     stds = mechanisms.heterogeneous_stddevs(sigma=sigma, r=r)
     cases.append(dict(name="heterogeneous_gaussian", mechanism=_gaussian_mech(stds),
                       attacker=empirical.gaussian_attacker(x0, x1, stds),
+                      score=empirical.gaussian_score(x0, x1, stds),
                       claimed_eps=eps, delta=delta))
     if include_layers:
         import layers  # pylint: disable=import-outside-toplevel
         lap = layers.LaplaceNoise(b, seed=seed + 1)
         cases.append(dict(name="layer_LaplaceNoise", mechanism=_layer_mech(lap),
-                          attacker=empirical.laplace_attacker(x0, x1, b), claimed_eps=eps,
+                          attacker=empirical.laplace_attacker(x0, x1, b),
+                          score=empirical.laplace_score(x0, x1, b), claimed_eps=eps,
                           delta=0.0))
         sigma_g = mechanisms.analytic_gaussian_sigma(epsilon=eps, delta=delta, sensitivity=1.0)
         gl = layers.GaussianNoise(sigma_g, seed=seed + 2)
         cases.append(dict(name="layer_GaussianNoise", mechanism=_layer_mech(gl),
                           attacker=empirical.gaussian_attacker(x0, x1, sigma_g),
+                          score=empirical.gaussian_score(x0, x1, sigma_g),
                           claimed_eps=eps, delta=delta))
         hl = layers.HeterogeneousGaussianNoise(sigma, r=r, seed=seed + 3)
         cases.append(dict(name="layer_HeterogeneousGaussianNoise", mechanism=_layer_mech(hl),
                           attacker=empirical.gaussian_attacker(x0, x1, stds),
+                          score=empirical.gaussian_score(x0, x1, stds),
                           claimed_eps=eps, delta=delta))
     for case in cases:
         case.setdefault("x0", x0)
@@ -118,25 +135,40 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
 
 def run_dp_suite(trials: int = 20000, seed: int = 0, include_layers: bool = True,
                  confidence: float = 0.95, gpm_trials: int = 1000,
+                 threshold_trials: int = 200000,
                  progress: Callable[[str], None] | None = None) -> list[empirical.AuditResult]:
-    """Audits every case of `audit_cases`; GPM cases use `gpm_trials` games.
+    """Audits every case of `audit_cases`.
+
+    Every case gets the balanced game (`empirical.audit`; GPM cases with `gpm_trials`
+    games); the shipped mechanisms also get the tail-threshold audit
+    (`empirical.audit_threshold`, `threshold_trials` runs per input), which is much closer
+    to their true epsilon. Each result holds at `confidence` on its own.
 
     Returns:
-      one AuditResult per case (names as in `audit_cases`).
+      AuditResults (names as in `audit_cases`; `method` tells the two audits apart).
     """
+    if threshold_trials and threshold_trials < 200:
+        raise ValueError(f"threshold_trials must be 0 or >= 200, got {threshold_trials!r}")
     out = []
     for i, case in enumerate(audit_cases(seed=seed, include_layers=include_layers)):
         n = gpm_trials if case.get("research") else trials
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", pancake.GPMResearchWarning)
-            res = empirical.audit(case["mechanism"], case["x0"], case["x1"], case["attacker"],
-                                  trials=n, claimed_eps=case["claimed_eps"],
-                                  delta=case["delta"], seed=seed * 1000 + i,
-                                  confidence=confidence, name=case["name"])
-        if progress:
-            progress(f"{res.name}: success {res.success_rate:.4f}, eps_lower "
-                     f"{res.eps_lower:.3f} vs claimed {res.claimed_eps:g}")
-        out.append(res)
+            runs = [empirical.audit(case["mechanism"], case["x0"], case["x1"], case["attacker"],
+                                    trials=n, claimed_eps=case["claimed_eps"],
+                                    delta=case["delta"], seed=seed * 1000 + i,
+                                    confidence=confidence, name=case["name"])]
+            if "score" in case and threshold_trials:
+                runs.append(empirical.audit_threshold(
+                    case["mechanism"], case["x0"], case["x1"], case["score"],
+                    trials=threshold_trials, claimed_eps=case["claimed_eps"],
+                    delta=case["delta"], seed=seed * 1000 + 500 + i, confidence=confidence,
+                    name=case["name"]))
+        for res in runs:
+            if progress:
+                progress(f"{res.name} [{res.method}]: eps_lower {res.eps_lower:.3f} vs "
+                         f"claimed {res.claimed_eps:g}")
+            out.append(res)
     return out
 
 

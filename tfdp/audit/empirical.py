@@ -29,6 +29,7 @@ class AuditResult:
       claimed_eps, delta: the mechanism's claim.
       exceeds_claim: eps_lower > claimed_eps, i.e. the claim is refuted at this confidence.
       confidence: confidence level of p_lower.
+      method: "balanced" (`audit`) or "threshold" (`audit_threshold`).
     """
 
     name: str
@@ -41,6 +42,7 @@ class AuditResult:
     delta: float
     confidence: float
     exceeds_claim: bool
+    method: str = "balanced"
     disclaimer: str = DISCLAIMER
 
     def to_dict(self) -> dict:
@@ -49,7 +51,7 @@ class AuditResult:
 
 
 def clopper_pearson_lower(successes: int, trials: int, confidence: float = 0.95) -> float:
-    """One-sided Clopper-Pearson lower bound: the (1 - confidence) quantile of Beta(k, n - k + 1)."""
+    """One-sided Clopper-Pearson lower bound: (1 - confidence) quantile of Beta(k, n - k + 1)."""
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials <= 0:
         raise ValueError(f"trials must be a positive integer, got {trials!r}")
     if not 0 <= successes <= trials:
@@ -134,6 +136,77 @@ def audit(mechanism: Mechanism, x0: Any, x1: Any, attacker: Attacker, *, trials:
                        confidence=float(confidence), exceeds_claim=bool(eps_lo > claimed_eps))
 
 
+def clopper_pearson_upper(successes: int, trials: int, confidence: float = 0.95) -> float:
+    """One-sided Clopper-Pearson upper bound: confidence quantile of Beta(k + 1, n - k)."""
+    if successes >= trials:
+        return 1.0
+    return float(stats.beta.ppf(confidence, successes + 1, trials - successes))
+
+
+def audit_threshold(mechanism: Mechanism, x0: Any, x1: Any,
+                    score: Callable[[np.ndarray], np.ndarray], *, trials: int,
+                    claimed_eps: float, delta: float, seed: int, confidence: float = 0.95,
+                    name: str = "mechanism", min_count: int = 50) -> AuditResult:
+    """Threshold (tail) audit: eps_lb = log((TPR_lb - delta) / FPR_ub) at a chosen threshold.
+
+    The balanced game of `audit` is weak for Gaussian noise, whose privacy loss is largest in
+    the tails. Here the mechanism runs `trials` times on each input; the first half of the
+    scores picks the threshold tau (largest empirical log((TPR - delta)/FPR) with at least
+    `min_count` false positives), the second half bounds TPR from below and FPR from above
+    with one-sided Clopper-Pearson bounds at confidence 1 - (1 - confidence)/2 each
+    (Bonferroni), so the bound holds with probability >= `confidence`. For an (eps, delta)-DP
+    mechanism every event satisfies TPR <= e^eps FPR + delta (the definition of DP).
+
+    Args:
+      mechanism: callable (x, num, rng) -> [num, ...] outputs.
+      x0, x1: the neighbouring inputs.
+      score: callable (outputs) -> [num] scores, high meaning "x1".
+      trials: runs per input (split in halves).
+      claimed_eps, delta: the claim.
+      seed: numpy Generator seed.
+      confidence: overall confidence.
+      name: label.
+      min_count: minimum false positives in the selection half.
+
+    Returns:
+      AuditResult (successes / success_rate refer to true positives of the evaluation half;
+      p_lower is the TPR lower bound).
+    """
+    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 200:
+        raise ValueError(f"trials must be an integer >= 200, got {trials!r}")
+    if not (isinstance(claimed_eps, (int, float)) and claimed_eps >= 0):
+        raise ValueError(f"claimed_eps must be a number >= 0, got {claimed_eps!r}")
+    if not (isinstance(delta, (int, float)) and 0 <= delta < 1):
+        raise ValueError(f"delta must be in [0, 1), got {delta!r}")
+    rng = np.random.default_rng(seed)
+    x0, x1 = np.asarray(x0), np.asarray(x1)
+    s0 = np.asarray(score(mechanism(x0, trials, rng)), dtype=np.float64)
+    s1 = np.asarray(score(mechanism(x1, trials, rng)), dtype=np.float64)
+    half = trials // 2
+    sel0, ev0, sel1, ev1 = np.sort(s0[:half]), s0[half:], s1[:half], s1[half:]
+    # Candidate thresholds: scores of the selection half of x0 leaving >= min_count above.
+    cands = sel0[: max(1, half - min_count)][::max(1, half // 2000)]
+    best_tau, best_val = float(cands[0]), -math.inf
+    for tau in cands:
+        fpr = np.mean(sel0 > tau)
+        tpr = np.mean(sel1 > tau)
+        if fpr > 0 and tpr > delta:
+            val = math.log((tpr - delta) / fpr)
+            if val > best_val:
+                best_tau, best_val = float(tau), val
+    n_ev = trials - half
+    tp, fp = int(np.sum(ev1 > best_tau)), int(np.sum(ev0 > best_tau))
+    each = 1.0 - (1.0 - confidence) / 2.0
+    tpr_lb = clopper_pearson_lower(tp, n_ev, each) if tp else 0.0
+    fpr_ub = clopper_pearson_upper(fp, n_ev, each)
+    eps_lo = math.log((tpr_lb - delta) / fpr_ub) if tpr_lb > delta and fpr_ub > 0 else 0.0
+    eps_lo = max(eps_lo, 0.0)
+    return AuditResult(name=name, trials=int(n_ev), successes=tp, success_rate=tp / n_ev,
+                       p_lower=tpr_lb, eps_lower=eps_lo, claimed_eps=float(claimed_eps),
+                       delta=float(delta), confidence=float(confidence),
+                       exceeds_claim=bool(eps_lo > claimed_eps), method="threshold")
+
+
 # --------------------------------------------------------------------------------------------
 # Plug-in attackers (likelihood-ratio tests for the noise family the mechanism claims).
 
@@ -141,6 +214,21 @@ def audit(mechanism: Mechanism, x0: Any, x1: Any, attacker: Attacker, *, trials:
 def _flat(outputs: np.ndarray) -> np.ndarray:
     out = np.asarray(outputs, dtype=np.float64)
     return out.reshape(out.shape[0], -1)
+
+
+def gaussian_score(x0: Any, x1: Any, stddevs: Any = 1.0) -> Callable[[np.ndarray], np.ndarray]:
+    """Gaussian log-likelihood-ratio score (y - (x0 + x1)/2) . (x1 - x0) / s^2 (high -> x1)."""
+    a, b = np.asarray(x0, np.float64).ravel(), np.asarray(x1, np.float64).ravel()
+    s2 = np.broadcast_to(np.asarray(stddevs, np.float64).ravel() ** 2, a.shape)
+    direction, mid = (b - a) / s2, (a + b) / 2.0
+    return lambda y: (_flat(y) - mid) @ direction
+
+
+def laplace_score(x0: Any, x1: Any, scales: Any = 1.0) -> Callable[[np.ndarray], np.ndarray]:
+    """Laplace log-likelihood-ratio score sum (|y - x0| - |y - x1|) / b (high -> x1)."""
+    a, b = np.asarray(x0, np.float64).ravel(), np.asarray(x1, np.float64).ravel()
+    s = np.broadcast_to(np.asarray(scales, np.float64).ravel(), a.shape)
+    return lambda y: np.sum((np.abs(_flat(y) - a) - np.abs(_flat(y) - b)) / s, axis=1)
 
 
 def gaussian_attacker(x0: Any, x1: Any, stddevs: Any = 1.0) -> Attacker:

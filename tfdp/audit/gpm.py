@@ -72,7 +72,8 @@ def hist_experiment(d: int, epsilon: float, beta: float, trials: int, seed: int,
       dict with d, epsilon, beta, gamma, sigma, delta, trials, successes, success_rate,
       ci_low / ci_high (95% Clopper-Pearson), oracle (arctan formula), oracle_exact
       (integrated over the key), gm_baseline_success_rate (the key attack on GM outputs),
-      l2_error_gm, l2_error_gpm (RMS of ||noise||), l2_error_expected (sigma sqrt(d)).
+      l2_error_gm, l2_error_gpm (RMS of ||noise||), l2_error_expected (sigma sqrt(d)),
+      claimed_eps, eps_lower_key_holder_t025 and eps_upper_key_holder.
     """
     _check_common(d, epsilon, beta, trials, seed, delta)
     if gamma is None:
@@ -132,6 +133,12 @@ def hist_experiment(d: int, epsilon: float, beta: float, trials: int, seed: int,
         "l2_error_gm": math.sqrt(sq_gm / trials),
         "l2_error_gpm": math.sqrt(sq_gpm / trials),
         "l2_error_expected": sigma * math.sqrt(d),
+        # The claim next to what holds against the key holder (GPM Thm 2.3, 4.2, 4.4).
+        "claimed_eps": pancake.gm_eps(sigma, delta, 1.0),
+        "eps_lower_key_holder_t025": (pancake.eps_lower(0.25, beta, gamma, delta)
+                                      if beta < 1.0 and gamma > 1.0 and delta < 0.5
+                                      else float("nan")),
+        "eps_upper_key_holder": pancake.eps_upper(delta, sigma, beta, gamma, 1.0),
     }
 
 

@@ -130,7 +130,7 @@ def _grad_fn(model: keras.Model, training: bool):
     key = (id(model), training)
     if key not in _GRAD_FNS:
         _GRAD_FNS[key] = tf.function(
-            lambda x, y: _per_example_grads(model, x, y, training), reduce_retracing=True)
+            lambda x, y: _per_example_grads(model, x, y, training))
     return _GRAD_FNS[key]
 
 
@@ -139,26 +139,38 @@ def _flat64(tensors: Iterable[tf.Tensor]) -> np.ndarray:
 
 
 def neighbour_queries(model: keras.Model, x: np.ndarray, y: np.ndarray, clips: Iterable[float],
-                      *, training: bool = True) -> dict[float, tuple[np.ndarray, np.ndarray]]:
+                      *, training: bool = True, chunk: int = 32
+                      ) -> dict[float, tuple[np.ndarray, np.ndarray]]:
     """q(D0), q(D1) for replace-one neighbours, for each clip norm C (GPM Sec. 5.1, [code]).
 
     x, y hold n + 1 examples; D0 uses {0, 2..n}, D1 uses {1, 2..n}. The query is the mean of
     the per-example gradients clipped to norm C (`tfdp.train.dpsgd.clipped_sum`), in float64.
-    The per-example gradients are computed once and reused for every C and every (eps*, beta)
-    cell (GPM spec Sec. 8.2 cost-saving note).
+    The per-example gradients are computed once per chunk of `chunk` examples and reused for
+    every C (and by the caller for every (eps*, beta) cell; GPM spec Sec. 8.2 cost-saving
+    note); only float64 running sums are kept, so memory stays at chunk x d floats even for
+    VGG19 (d = 39M).
 
     Returns:
       {C: (q0, q1)} with float64 vectors of length d (number of trainable parameters).
     """
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk must be a positive integer, got {chunk!r}")
+    clips = [float(c) for c in clips]
     n = x.shape[0] - 1
-    grads = _grad_fn(model, training)(tf.constant(x), tf.constant(y))
-    out = {}
-    for c in clips:
-        shared = _flat64(clipped_sum([g[2:] for g in grads], c))
-        g0 = _flat64(clipped_sum([g[0:1] for g in grads], c))
-        g1 = _flat64(clipped_sum([g[1:2] for g in grads], c))
-        out[float(c)] = ((shared + g0) / n, (shared + g1) / n)
-    return out
+    fn = _grad_fn(model, training)
+    shared = {c: None for c in clips}
+    singles = {}
+    for i in range(0, n + 1, chunk):
+        grads = fn(tf.constant(x[i:i + chunk]), tf.constant(y[i:i + chunk]))
+        lo = max(0, 2 - i)  # rows of this chunk that belong to the shared examples {2..n}
+        for c in clips:
+            if i == 0:
+                singles[c] = tuple(_flat64(clipped_sum([g[j:j + 1] for g in grads], c))
+                                   for j in (0, 1))
+            part = _flat64(clipped_sum([g[lo:] for g in grads], c))
+            shared[c] = part if shared[c] is None else shared[c] + part
+    return {c: ((shared[c] + singles[c][0]) / n, (shared[c] + singles[c][1]) / n)
+            for c in clips}
 
 
 def dpsgd_experiment(model: keras.Model, x: np.ndarray, y: np.ndarray, *, phase: str,
@@ -218,6 +230,11 @@ def dpsgd_experiment(model: keras.Model, x: np.ndarray, y: np.ndarray, *, phase:
             "trials": trials, "successes": cell["succ"],
             "success_rate": cell["succ"] / trials, "ci_low": lo, "ci_high": hi,
             "oracle_mean": cell["oracle"] / trials,
+            # One noisy step: claimed (GPM Thm 2.3) vs against the key holder (Thm 4.2, 4.4).
+            "eps_lower_key_holder_t025": pancake.eps_lower(0.25, b, gamma, delta),
+            "eps_upper_key_holder": pancake.eps_upper(
+                delta, pancake.gm_sigma(e, delta, 2.0 * c / batch_size), b, gamma,
+                2.0 * c / batch_size),
             "median_dq_norm": float(np.median(dq_norms[c])),
             "median_q_norm": float(np.median(q_norms[c])),
             "seconds": time.time() - start,
