@@ -199,3 +199,12 @@ def test_run_directory_contents(tmp_path, tiny_data):
     with pytest.raises(ValueError, match="resume"):
         loop.train(nonprivate.NonPrivate(_config(tmp_path, "nothing")), tiny_data, resume=True,
                    verbose=0)
+
+
+def test_setup_rejection_happens_before_any_file(tmp_path, tiny_data):
+    opts = {"dpsgd_noise_multiplier": 0.3, "dpsgd_model": "mlp"}
+    method = dpsgd.DPSGD(_config(tmp_path, "run", method="dpsgd", epsilon=0.01, delta=1e-5,
+                                 options=opts))
+    with pytest.raises(loop.SetupError, match="--dpsgd_noise_multiplier"):
+        loop.train(method, tiny_data, verbose=0)
+    assert not os.path.exists(tmp_path / "run")

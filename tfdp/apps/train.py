@@ -22,7 +22,7 @@ DEFAULTS = {"epochs": 1, "batch_size": 128, "learning_rate": 1e-3, "optimizer": 
 # Flags that define a run besides the method's own; written to flags.txt.
 RUN_FLAGS = ("method", "dataset", "data_dir", "model_dir", "epochs", "batch_size",
              "learning_rate", "optimizer", "seed", "epsilon", "delta", "value_range",
-             "strategy", "num_train", "num_test", "checkpoint_every", "deterministic")
+             "strategy", "num_train", "num_test", "checkpoint_every")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("method", "adlm", f"Training method: one of {sorted(registry.METHODS)}.")
@@ -52,11 +52,7 @@ flags.DEFINE_integer("stop_after_epochs", None,
                      "Exit after checkpointing this many epochs (a deterministic interruption; "
                      "continue with --resume).")
 flags.DEFINE_integer("verbose", 1, "0: quiet; 1: progress bar and summary.")
-flags.DEFINE_bool("deterministic", False,
-                  "Make TensorFlow ops deterministic (tf.config.experimental."
-                  "enable_op_determinism), so that runs with the same --seed give bit-identical "
-                  "weights also for ops whose CPU kernels are not deterministic by default "
-                  "(e.g. convolution gradients); slower.")
+
 
 
 def _import_method_modules() -> None:
@@ -90,7 +86,6 @@ class RunSpec:
     data_dir: str | None
     download: bool
     verbose: int
-    deterministic: bool = False
 
 
 def _flag_module_values(module: str, flag_values) -> dict:
@@ -212,8 +207,7 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None)
                    resume=resume, num_train=v.get("num_train"), num_test=v.get("num_test"),
                    checkpoint_every=checkpoint_every,
                    stop_after_epochs=v.get("stop_after_epochs"), data_dir=v.get("data_dir"),
-                   download=bool(v.get("download")), verbose=int(v.get("verbose", 1)),
-                   deterministic=bool(v.get("deterministic")))
+                   download=bool(v.get("download")), verbose=int(v.get("verbose", 1)))
 
 
 def flags_text(spec: RunSpec) -> str:
@@ -227,7 +221,6 @@ def flags_text(spec: RunSpec) -> str:
         "value_range": ",".join(repr(float(b)) for b in cfg.value_range),
         "strategy": spec.strategy, "num_train": spec.num_train, "num_test": spec.num_test,
         "checkpoint_every": spec.checkpoint_every,
-        "deterministic": True if spec.deterministic else None,
     }
     lines = [f"--{k}={_flag_str(val)}" for k, val in values.items() if val is not None]
     lines += [f"--{k}={_flag_str(val)}" for k, val in sorted(cfg.options.items())
@@ -267,9 +260,6 @@ def execute(spec: RunSpec):
     """Runs a validated spec: loads data, builds the strategy, trains; returns a RunResult."""
     from tfdp.train import loop  # pylint: disable=import-outside-toplevel
 
-    if spec.deterministic:
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        tf.config.experimental.enable_op_determinism()
     method = spec.method_cls(spec.config)
     strategy = loop.make_strategy(spec.strategy)
     run_data = load_data(spec)
@@ -301,11 +291,17 @@ def main(argv) -> None:
     logging.set_verbosity(logging.ERROR)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     tf.get_logger().setLevel("ERROR")
+    from tfdp import data  # pylint: disable=import-outside-toplevel
+    from tfdp.train import loop  # pylint: disable=import-outside-toplevel
     try:
         spec = resolve(*values_from_flags(FLAGS))
     except (ValueError, ImportError) as e:
         sys.exit(f"tfdp-train: error: {e}")
-    execute(spec)
+    try:
+        execute(spec)
+    except (data.DataNotFoundError, data.DataCorruptError, loop.SetupError) as e:
+        # Raised before the first training step; nothing but an empty run directory exists.
+        sys.exit(f"tfdp-train: error: {e}")
 
 
 def run() -> None:

@@ -166,7 +166,9 @@ class AdLM(Method):
 
     name = "adlm"
     adaptive = True
-    default_flags = {"epochs": 5, "batch_size": 500, "learning_rate": 3e-4, "optimizer": "adam",
+    # Generic-flag defaults (not from the paper): small enough for the embedded sample. The
+    # noise-mode defaults are paper-literal; flags/adlm/*.flags hold the tested settings.
+    default_flags = {"epochs": 3, "batch_size": 250, "learning_rate": 1e-2, "optimizer": "adam",
                      "epsilon": 1.0, "value_range": (0.0, 1.0)}
 
     def __init__(self, config):

@@ -1,4 +1,4 @@
-"""The shared training loop: strategy, checkpoints and resume, TensorBoard, progress, run directory."""
+"""The shared training loop: strategies, checkpoints and resume, TensorBoard, run directory."""
 
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ _EVAL_BATCH = 1000
 
 # Stream identifiers: every random stream of a run is derived from one run key.
 _STREAM_SETUP, _STREAM_SHUFFLE, _STREAM_FIXED, _STREAM_INIT, _STREAM_STEPS = 1, 2, 3, 4, 5
+
+
+class SetupError(ValueError):
+    """A method's setup rejected the run (e.g. a budget that no step fits) before training."""
 
 
 @dataclasses.dataclass
@@ -237,6 +241,13 @@ def evaluate_accuracy(model, x: np.ndarray, y: np.ndarray, batch_size: int = _EV
     return correct / len(x)
 
 
+def _run_setup(method: Method, data: Data, ledger, rng: np.random.Generator) -> None:
+    try:
+        method.setup(data.x_train, data.y_train, ledger, rng)
+    except ValueError as e:
+        raise SetupError(str(e)) from e
+
+
 def _scalar_metadata() -> bytes:
     # The TensorBoard scalars plugin's metadata, written through TF core so that event files
     # are produced without the tensorboard package (only viewing them needs it).
@@ -340,7 +351,7 @@ def train(method: Method, data: Data, *, strategy: tf.distribute.Strategy | None
     make_optimizer(optimizer, cfg.learning_rate)  # validates before any work
     accounting = _ledger_module()
 
-    rd = rundir.RunDir(cfg.model_dir, create=True)
+    rd = rundir.RunDir(cfg.model_dir)  # created once setup has succeeded
     ckpt_dir = rd.file(rundir.CHECKPOINT_DIR)
     if not chief:  # other workers save to their own folder inside the run directory
         resolver = strategy.cluster_resolver
@@ -367,13 +378,14 @@ def train(method: Method, data: Data, *, strategy: tf.distribute.Strategy | None
             method.restore_setup_state({k: npz[k] for k in npz.files})
     elif resume:
         before = ledger.to_dict()
-        method.setup(data.x_train, data.y_train, ledger, setup_rng)
+        _run_setup(method, data, ledger, setup_rng)
         if ledger.to_dict() != before:
             raise RuntimeError("setup changed the privacy ledger on resume; the method's setup "
                                "is not deterministic given its rng, so resuming would spend "
                                "budget again")
     else:
-        method.setup(data.x_train, data.y_train, ledger, setup_rng)
+        _run_setup(method, data, ledger, setup_rng)
+        os.makedirs(rd.path, exist_ok=True)
         state = method.setup_state()
         if state and chief:
             _save_setup_state(setup_path, state)
