@@ -29,7 +29,7 @@ def tiny_data():
 def _mirrored():
     devices = tf.config.list_logical_devices("CPU")
     assert len(devices) == 2, "tests/conftest.py configures two logical CPUs"
-    return tf.distribute.MirroredStrategy([d.name for d in devices])
+    return loop.cpu_mirrored_strategy()
 
 
 def _config(tmp_path, name, method="nonprivate", **kw):

@@ -85,11 +85,24 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
         return tf.distribute.get_strategy()
     if name == "mirrored":
         gpus = tf.config.list_logical_devices("GPU")
-        devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
-        return tf.distribute.MirroredStrategy(devices)
+        if gpus:
+            return tf.distribute.MirroredStrategy([d.name for d in gpus])
+        return cpu_mirrored_strategy()
     if name == "multi_worker":
         return tf.distribute.MultiWorkerMirroredStrategy()
     raise ValueError(f"strategy: unknown strategy {name!r}; choose one of {STRATEGIES}")
+
+
+def cpu_mirrored_strategy() -> tf.distribute.MirroredStrategy:
+    """MirroredStrategy over every logical CPU, reducing through one device.
+
+    CPU collectives key their instances per strategy object, so two strategies in one process
+    (a test session, a notebook) can collide ("Shape mismatch in the collective instance");
+    reducing through one device uses no collective instances and is what CPUs need anyway.
+    """
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+    return tf.distribute.MirroredStrategy(
+        devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
 def make_optimizer(name: str, learning_rate: float) -> keras.optimizers.Optimizer:
