@@ -15,7 +15,7 @@ $(STAMP): requirements.txt setup.py
 	touch $(STAMP)
 
 run: $(STAMP)
-	.venv/bin/tfdp-train $(ARGS)
+	.venv/bin/tfdp-train --flagfile=flags/adlm/sample.flags $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests $(ARGS)

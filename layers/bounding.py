@@ -62,17 +62,35 @@ class BoundedLRN(keras.layers.Layer):
             raise ValueError(f"beta must be > 0, got {beta!r}")
         super().__init__(**kwargs)
 
+    @staticmethod
+    def _band(channels: int, radius: int) -> np.ndarray:
+        """[C, C] matrix of ones where |i - j| <= radius: sq @ band is the clipped window sum."""
+        idx = np.arange(channels)
+        return (np.abs(idx[:, None] - idx[None, :]) <= radius).astype(np.float32)
+
+    def build(self, input_shape: Any) -> None:
+        channels = tuple(input_shape)[-1] if input_shape is not None and len(input_shape) else None
+        # Built once here for a known channel count; call() builds it for an unknown one.
+        self._band_matrix = (None if channels is None or self.depth_radius == 0
+                             else self._band(int(channels), self.depth_radius))
+        super().build(input_shape)
+
     def call(self, inputs: Any) -> tf.Tensor:
         h = tf.convert_to_tensor(inputs)
         sq = tf.square(h)
         r = self.depth_radius
-        rank = h.shape.rank
         if r > 0:
-            paddings = [[0, 0]] * (rank - 1) + [[r, r]]
-            padded = tf.pad(sq, paddings)
-            channels = h.shape[-1] if h.shape[-1] is not None else tf.shape(h)[-1]
+            band = getattr(self, "_band_matrix", None)
+            if band is not None and band.shape[0] == h.shape[-1]:
+                band = tf.constant(band, dtype=h.dtype)
+            else:
+                idx = tf.range(tf.shape(h)[-1])
+                band = tf.cast(tf.abs(idx[:, None] - idx[None, :]) <= r, h.dtype)
+            # An overflowed h^2 (inf) would give inf * 0 = NaN in channels outside its
+            # window; the largest finite value keeps the window sum inf only inside it.
+            sq = tf.minimum(sq, tf.constant(h.dtype.max, dtype=h.dtype))
             # Window sum of squares over channels k-r..k+r (AdLM Eq. 22), zero outside.
-            window = tf.add_n([padded[..., i:i + channels] for i in range(2 * r + 1)])
+            window = tf.tensordot(sq, band, axes=[[-1], [0]])
         else:
             window = sq
         den = tf.pow(self.bias + self.alpha * window, self.beta)  # (q + alpha sum h^2)^beta

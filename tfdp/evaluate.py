@@ -153,6 +153,7 @@ def load_run(model_dir: str) -> tuple[Any, dict]:
             raise ValueError(f"model_dir: {rd.path} has no {name}; is it a finished run?")
     import keras  # pylint: disable=import-outside-toplevel
     import layers  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    import tfdp.models  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     config = rd.read_json(rundir.CONFIG_FILE)
     model = keras.saving.load_model(rd.file(rundir.MODEL_FILE), compile=False)
     return model, config

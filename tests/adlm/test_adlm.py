@@ -332,3 +332,29 @@ def test_training_step_same_seed_same_result():
         step()
         outs.append(model.get_layer(models.OUTPUT_LAYER).kernel.numpy())
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_batch_shared_noise_is_shared_across_replicas():
+    # Under MirroredStrategy (2 logical CPUs, tests/conftest.py) the per-step noise is drawn
+    # from the step seed, identical on every replica: one draw for the whole global batch.
+    if len(tf.config.list_logical_devices("CPU")) < 2:
+        pytest.fail("tests/conftest.py should configure 2 logical CPU devices")
+    x, y = _data(40)
+    m = _method(adlm.ILM, batch_size=40, adlm_input_noise="batch_shared_per_step")
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    ledger = accounting.PrivacyLedger()
+    m.setup(x, y, ledger, np.random.default_rng(0))
+    with strategy.scope():
+        m.build_model(x.shape[1:], 10)
+    seed = tf.constant([5, 6], tf.int64)
+
+    def replica_fn(xb):
+        with replica.step_context(seed):
+            return m.noisy_inputs(xb) - xb
+
+    dist = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices(x).batch(40))
+    out = strategy.run(tf.function(replica_fn), args=(next(iter(dist)),))
+    parts = [t.numpy() for t in strategy.experimental_local_results(out)]
+    assert len(parts) == 2
+    np.testing.assert_allclose(parts[0][0], parts[1][0], atol=1e-6)
