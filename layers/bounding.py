@@ -8,17 +8,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfdp import checks
+
 
 def _finite(value: Any, name: str) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    try:
-        out = float(value)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{name} must be a number, got {value!r}") from e
-    if not np.isfinite(out):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return out
+    return checks.check_finite(value, name)
 
 
 @keras.saving.register_keras_serializable(package="tfdp")
@@ -32,7 +26,8 @@ class BoundedLRN(keras.layers.Layer):
     [0, 1]; taking |h| in the guard keeps signed inputs in [-1, 1]. The defaults are the
     paper's q = 2, l = 5 (radius 2), alpha = 1e-4, beta = 0.75 (AdLM §3.5). Unlike
     `tf.nn.local_response_normalization` (same window, same unscaled alpha) the guard
-    bounds the output.
+    bounds the output. The window sums are one matmul of h^2 with a constant [C, C] band
+    matrix; a NaN input therefore makes every channel at its position NaN.
 
     Args:
         depth_radius: half-width r of the channel window (window 2r + 1), int >= 0.
@@ -62,17 +57,16 @@ class BoundedLRN(keras.layers.Layer):
             raise ValueError(f"beta must be > 0, got {beta!r}")
         super().__init__(**kwargs)
 
-    @staticmethod
-    def _band(channels: int, radius: int) -> np.ndarray:
-        """[C, C] matrix of ones where |i - j| <= radius: sq @ band is the clipped window sum."""
-        idx = np.arange(channels)
-        return (np.abs(idx[:, None] - idx[None, :]) <= radius).astype(np.float32)
-
     def build(self, input_shape: Any) -> None:
-        channels = tuple(input_shape)[-1] if input_shape is not None and len(input_shape) else None
-        # Built once here for a known channel count; call() builds it for an unknown one.
-        self._band_matrix = (None if channels is None or self.depth_radius == 0
-                             else self._band(int(channels), self.depth_radius))
+        shape = tf.TensorShape(input_shape)
+        channels = shape[-1] if shape.rank else None
+        # Band matrix B[j, k] = 1 where |j - k| <= r: (h^2 @ B)_k is the window sum over
+        # channels max(0, k-r)..min(C-1, k+r). Built once here when C is known (else in call).
+        self._band = None
+        if channels is not None and self.depth_radius > 0:
+            idx = np.arange(int(channels))
+            self._band = (np.abs(idx[:, None] - idx[None, :]) <= self.depth_radius).astype(
+                np.float32)
         super().build(input_shape)
 
     def call(self, inputs: Any) -> tf.Tensor:
@@ -80,17 +74,19 @@ class BoundedLRN(keras.layers.Layer):
         sq = tf.square(h)
         r = self.depth_radius
         if r > 0:
-            band = getattr(self, "_band_matrix", None)
+            band = getattr(self, "_band", None)
             if band is not None and band.shape[0] == h.shape[-1]:
                 band = tf.constant(band, dtype=h.dtype)
-            else:
+            else:  # channel count unknown when built
                 idx = tf.range(tf.shape(h)[-1])
                 band = tf.cast(tf.abs(idx[:, None] - idx[None, :]) <= r, h.dtype)
-            # An overflowed h^2 (inf) would give inf * 0 = NaN in channels outside its
-            # window; the largest finite value keeps the window sum inf only inside it.
-            sq = tf.minimum(sq, tf.constant(h.dtype.max, dtype=h.dtype))
+            # An overflowed h^2 (inf) would give inf * 0 = NaN outside its window: clamp it to
+            # the largest finite value and map a window sum that reaches it back to inf.
+            big = tf.constant(h.dtype.max, dtype=h.dtype)
+            sq = tf.minimum(sq, big)
             # Window sum of squares over channels k-r..k+r (AdLM Eq. 22), zero outside.
             window = tf.tensordot(sq, band, axes=[[-1], [0]])
+            window = tf.where(window >= big, tf.constant(np.inf, dtype=h.dtype), window)
         else:
             window = sq
         den = tf.pow(self.bias + self.alpha * window, self.beta)  # (q + alpha sum h^2)^beta

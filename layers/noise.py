@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfdp import mechanisms
+from tfdp import checks, mechanisms
 
 NOISE_MODES = ("per_example", "per_batch", "once")
 
@@ -26,39 +26,16 @@ def _check_mode(noise_mode: Any) -> str:
 
 
 def _check_seed(seed: Any) -> Optional[int]:
-    if seed is None:
-        return None
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an int or None, got {seed!r}")
-    seed = int(seed)
-    if not 0 <= seed < 2**63:
-        raise ValueError(f"seed must lie in [0, 2**63), got {seed}")
-    return seed
+    # Stateless TF seeds are int64, hence the upper bound.
+    return checks.check_seed(seed, "seed", maximum=2**63 - 1)
 
 
 def _check_nonneg_float(value: Any, name: str, *, positive: bool = False) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    try:
-        out = float(value)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{name} must be a number, got {value!r}") from e
-    if not np.isfinite(out) or out < 0.0 or (positive and out == 0.0):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-    return out
+    return checks.check_finite(value, name, minimum=0.0, strict=positive)
 
 
 def _check_scale(scale: Any, name: str) -> np.ndarray:
-    try:
-        arr = np.asarray(scale, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{name} must be a number or a numeric array, got {scale!r}") from e
-    if arr.size == 0:
-        raise ValueError(f"{name} must not be empty")
-    if not np.all(np.isfinite(arr)) or np.any(arr < 0.0):
-        raise ValueError(f"{name} must be finite and >= 0 everywhere")
-    return arr
+    return checks.check_nonnegative_array(scale, name, allow_empty=False)
 
 
 def _check_shared_axes(shared_axes: Any) -> tuple[int, ...]:
@@ -81,13 +58,7 @@ def _check_shared_axes(shared_axes: Any) -> tuple[int, ...]:
 def _check_bounds(bounds: Any) -> Optional[tuple[float, float]]:
     if bounds is None:
         return None
-    try:
-        low, high = (float(b) for b in bounds)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"input_bounds must be None or a pair (low, high), got {bounds!r}") from e
-    if not (np.isfinite(low) and np.isfinite(high) and low < high):
-        raise ValueError(f"input_bounds must be finite with low < high, got {bounds!r}")
-    return (low, high)
+    return checks.check_interval(bounds, "input_bounds")
 
 
 class _NoiseLayer(keras.layers.Layer):

@@ -284,7 +284,7 @@ def _make_entry(name: Any, **kw: Any) -> dict:
 
 
 def _ledger_epsilon(value: Any, name: str) -> float:
-    eps = _validate.as_float(value, name)
+    eps = _validate.as_float(value, name, allow_nonfinite=True)
     if math.isnan(eps) or eps < 0.0:
         raise ValueError(f"{name} must be >= 0 (inf allowed), got {value!r}")
     return eps

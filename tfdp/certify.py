@@ -45,7 +45,7 @@ import numpy as np
 import scipy.stats
 import tensorflow as tf
 
-from tfdp import mechanisms
+from tfdp import checks, mechanisms
 
 BOUNDS = ("clopper_pearson", "hoeffding", "bernstein")
 MECHANISMS = ("pixeldp_laplace", "pixeldp_gaussian", "hgm", "agm", "stobatch")
@@ -413,7 +413,7 @@ def laplace_radius(lower: Any, upper: Any, noise_to_sensitivity: float) -> np.nd
     Raises:
         ValueError: if noise_to_sensitivity <= 0.
     """
-    ratio = _check_positive(noise_to_sensitivity, "noise_to_sensitivity")
+    ratio = checks.check_positive(noise_to_sensitivity, "noise_to_sensitivity")
     return ratio * max_epsilon(lower, upper, 0.0)
 
 
@@ -440,14 +440,14 @@ def gaussian_radius(lower: Any, upper: Any, noise_to_sensitivity: float, multipl
     Raises:
         ValueError: on bad arguments.
     """
-    ratio = _check_positive(noise_to_sensitivity, "noise_to_sensitivity")
+    ratio = checks.check_positive(noise_to_sensitivity, "noise_to_sensitivity")
     if multiplier not in ("gm", "hgm", "agm"):
         raise ValueError(f"multiplier must be 'gm', 'hgm' or 'agm', got {multiplier!r}")
     grid = np.asarray(delta_grid, np.float64).reshape(-1)
     if grid.size == 0 or np.any(grid <= 0) or np.any(grid >= 1):
         raise ValueError("delta_grid must hold values in (0, 1)")
     if eps_cap is not None:
-        eps_cap = _check_positive(eps_cap, "eps_cap")
+        eps_cap = checks.check_positive(eps_cap, "eps_cap")
     lo = np.asarray(lower, np.float64)
     up = np.asarray(upper, np.float64)
     shape = np.broadcast(lo, up).shape
@@ -506,21 +506,21 @@ def stobatch_radius(lower: Any, upper: Any, *, sensitivity: float, batch_size: f
     Raises:
         ValueError: on bad arguments.
     """
-    delta_r = _check_positive(sensitivity, "sensitivity")
-    m = _check_positive(batch_size, "batch_size")
-    eps1 = _check_positive(epsilon1, "epsilon1")
-    d_cert = _check_positive(d_cert, "d_cert")
-    delta_rh = _check_positive(delta_rh, "delta_rh")
-    psi = _check_positive(psi, "psi")
-    divisor = _check_positive(radius_divisor, "radius_divisor")
+    delta_r = checks.check_positive(sensitivity, "sensitivity")
+    m = checks.check_positive(batch_size, "batch_size")
+    eps1 = checks.check_positive(epsilon1, "epsilon1")
+    d_cert = checks.check_positive(d_cert, "d_cert")
+    delta_rh = checks.check_positive(delta_rh, "delta_rh")
+    psi = checks.check_positive(psi, "psi")
+    divisor = checks.check_positive(radius_divisor, "radius_divisor")
     if delta_rx_mode == "unit":
         mu = 1.0
     elif delta_rx_mode == "mu_train":
-        mu = _check_positive(mu_train, "mu_train")
+        mu = checks.check_positive(mu_train, "mu_train")
     elif delta_rx_mode == "mu_a":
         if attack_size is None:
             raise ValueError("attack_size is required when delta_rx_mode='mu_a'")
-        mu = _check_nonnegative(attack_size, "attack_size")
+        mu = checks.check_nonnegative(attack_size, "attack_size")
     else:
         raise ValueError(f"delta_rx_mode must be one of {DELTA_RX_MODES}, got "
                          f"{delta_rx_mode!r}")
@@ -609,7 +609,7 @@ def validate_certification(certification: Any) -> dict:
         for key in ("sensitivity", "batch_size", "epsilon1", "d_cert", "delta_rh"):
             if key not in cert:
                 raise ValueError(f"certification['{key}'] is required for stobatch")
-            _check_positive(cert[key], f"certification['{key}']")
+            checks.check_positive(cert[key], f"certification['{key}']")
         cert.setdefault("delta_rx_mode", "unit")
         cert.setdefault("mu_train", 0.05)
         cert.setdefault("psi", 1.0)
@@ -627,7 +627,7 @@ def validate_certification(certification: Any) -> dict:
         for key in ("construction_bound", "epsilon"):
             if key not in cert:
                 raise ValueError(f"certification['{key}'] is required for {mech}")
-            _check_positive(cert[key], f"certification['{key}']")
+            checks.check_positive(cert[key], f"certification['{key}']")
         if mech != "pixeldp_laplace":
             if "delta" not in cert:
                 raise ValueError(f"certification['delta'] is required for {mech}")
@@ -638,7 +638,7 @@ def validate_certification(certification: Any) -> dict:
             raise ValueError("certification['epsilon'] must be <= 1 for the classical "
                              "Gaussian mechanism (HGM Theorem 1)")
     if cert.get("eps_cap") is not None:
-        _check_positive(cert["eps_cap"], "certification['eps_cap']")
+        checks.check_positive(cert["eps_cap"], "certification['eps_cap']")
     if "bound" in cert:
         _check_bound(cert["bound"])
     if "alpha" in cert:
@@ -683,7 +683,7 @@ def is_robust(radius: Any, attack_size: float) -> np.ndarray:
     Raises:
         ValueError: if attack_size < 0.
     """
-    mu = _check_nonnegative(attack_size, "attack_size")
+    mu = checks.check_nonnegative(attack_size, "attack_size")
     r = np.asarray(radius, np.float64)
     return (r >= mu) & (r > 0)
 
@@ -692,33 +692,14 @@ def is_robust(radius: Any, attack_size: float) -> np.ndarray:
 
 
 def _check_num_draws(num_draws: Any) -> int:
-    if isinstance(num_draws, bool) or not float(num_draws).is_integer() or int(num_draws) < 1:
-        raise ValueError(f"num_draws must be an integer >= 1, got {num_draws!r}")
-    return int(num_draws)
+    return checks.check_int(num_draws, "num_draws", minimum=1, allow_integral_float=True)
 
 
 def _check_alpha(alpha: Any) -> float:
-    a = float(alpha)
-    if not 0.0 < a < 1.0:
-        raise ValueError(f"alpha must lie in the open interval (0, 1), got {alpha!r}")
-    return a
+    return checks.check_unit_interval(alpha, "alpha")
 
 
 def _check_bound(bound: Any) -> str:
     if bound not in BOUNDS:
         raise ValueError(f"bound must be one of {BOUNDS}, got {bound!r}")
     return bound
-
-
-def _check_positive(value: Any, name: str) -> float:
-    v = float(value)
-    if not math.isfinite(v) or v <= 0.0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return v
-
-
-def _check_nonnegative(value: Any, name: str) -> float:
-    v = float(value)
-    if not math.isfinite(v) or v < 0.0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return v

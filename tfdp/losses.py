@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from tfdp import mechanisms
+from tfdp import checks, mechanisms
 
 LOG2 = math.log(2.0)
 
@@ -20,27 +20,6 @@ _REDUCTIONS = ("mean", "sum", "none")
 
 
 # ----------------------------------------------------------------------------- validation
-
-
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return int(value)
-
-
-def _finite(value: Any, name: str, *, minimum: Optional[float] = None,
-            strict: bool = False) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    try:
-        out = float(value)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{name} must be a number, got {value!r}") from e
-    if not math.isfinite(out):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if minimum is not None and (out < minimum or (strict and out == minimum)):
-        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum}, got {value!r}")
-    return out
 
 
 def _check_reduction(reduction: Any) -> str:
@@ -92,8 +71,8 @@ def adlm_delta_f(*, num_classes: int, hidden_units: int, output_bias: bool = Fal
     Raises:
         ValueError: if num_classes or hidden_units is not an int >= 1.
     """
-    m = _positive_int(num_classes, "num_classes")
-    h = _positive_int(hidden_units, "hidden_units") + (1 if output_bias else 0)
+    m = checks.check_positive_int(num_classes, "num_classes")
+    h = checks.check_positive_int(hidden_units, "hidden_units") + (1 if output_bias else 0)
     return float(m) * (float(h) + float(h) ** 2 / 4.0)  # AdLM Lemma 5, float arithmetic (§3.10)
 
 
@@ -109,7 +88,7 @@ def adlm_taylor_error_bound(num_classes: int) -> float:
     Raises:
         ValueError: if num_classes is not an int >= 1.
     """
-    m = _positive_int(num_classes, "num_classes")
+    m = checks.check_positive_int(num_classes, "num_classes")
     e = math.e
     return m * (e * e + 2.0 * e - 1.0) / (e * (1.0 + e) ** 2)  # AdLM Lemma 7 / App. F
 
@@ -127,8 +106,8 @@ def stobatch_delta_r(*, fan_in: int, beta: int) -> float:
     Raises:
         ValueError: if fan_in or beta is not an int >= 1.
     """
-    d = _positive_int(fan_in, "fan_in")
-    b = _positive_int(beta, "beta")
+    d = checks.check_positive_int(fan_in, "fan_in")
+    b = checks.check_positive_int(beta, "beta")
     return float(d) * (float(b) + 2.0)  # StoBatch Lemma 2
 
 
@@ -145,7 +124,7 @@ def stobatch_delta_l2(*, hidden_units: int, output_bias: bool = False) -> float:
     Raises:
         ValueError: if hidden_units is not an int >= 1.
     """
-    h = _positive_int(hidden_units, "hidden_units") + (1 if output_bias else 0)
+    h = checks.check_positive_int(hidden_units, "hidden_units") + (1 if output_bias else 0)
     return 2.0 * float(h)  # StoBatch Lemma 4
 
 
@@ -204,7 +183,7 @@ def adlm_perturb_coefficients(
     y = _check_onehot_np(labels)
     if mode not in FM_MODES[:2]:
         raise ValueError(f"mode must be one of {FM_MODES[:2]}, got {mode!r}")
-    batch = _positive_int(batch_size, "batch_size")
+    batch = checks.check_positive_int(batch_size, "batch_size")
     scale = mechanisms.laplace_scale(epsilon=epsilon3, sensitivity=delta_f) / batch  # AdLM §3.6
     phi0, phi1, phi2 = adlm_taylor_coefficients(y)
     phi1 = phi1 + mechanisms.sample_laplace(scale, y.shape, rng=rng)
@@ -309,7 +288,7 @@ def functional_mechanism_term(noise: Any, kernel: Any, *, divisor: float,
     """
     if mode not in NOISE_TERM_MODES:
         raise ValueError(f"mode must be one of {NOISE_TERM_MODES}, got {mode!r}")
-    m = _finite(divisor, "divisor", minimum=0.0, strict=True)
+    m = checks.check_positive(divisor, "divisor")
     w = tf.convert_to_tensor(kernel)
     n = tf.cast(tf.convert_to_tensor(noise), w.dtype)
     _check_same_shape(n, w, "noise", "kernel")
@@ -409,8 +388,8 @@ def stobatch_adversarial_objective(benign_logits: Any, benign_labels: Any, adv_l
     Raises:
         ValueError: on a bad xi or m, or mismatched shapes.
     """
-    xi = _finite(xi, "xi", minimum=0.0)
-    m = _positive_int(m, "m")
+    xi = checks.check_nonnegative(xi, "xi")
+    m = checks.check_positive_int(m, "m")
     benign = stobatch_taylor_loss(benign_logits, benign_labels, reduction="sum")
     adv = stobatch_taylor_loss(adv_logits, adv_labels, reduction="sum")
     total = (benign + xi * adv) / (m * (1.0 + xi))  # StoBatch Eq. 9

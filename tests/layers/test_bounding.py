@@ -35,6 +35,17 @@ def test_bounded_lrn_matches_eq22_and_is_in_unit_interval():
     assert np.all(out[0, 0, 0] < 1.0)  # 1e6 everywhere: den = (2 + 5e8)^0.75 > h
 
 
+def test_bounded_lrn_band_matmul_matches_numpy_reference():
+    # The banded-matmul window sum equals a direct loop of Eq. 22, also with fewer channels
+    # than the window (C = 3 < 2r + 1 = 5) and for other radii.
+    rng = np.random.default_rng(5)
+    for shape, r in (((4, 5, 5, 7), 2), ((4, 5, 5, 3), 2), ((2, 6, 6, 11), 3), ((8, 4), 1)):
+        h = (np.abs(rng.normal(size=shape)) * rng.choice([0.1, 10.0, 200.0], size=shape))
+        h = h.astype(np.float32)
+        out = layers.BoundedLRN(depth_radius=r)(tf.constant(h)).numpy()
+        np.testing.assert_allclose(out, _eq22_reference(h, r=r), rtol=1e-5, atol=1e-7)
+
+
 def test_bounded_lrn_equals_tf_lrn_where_guard_inactive():
     # Where den >= h the layer is tf.nn.local_response_normalization(radius 2, bias 2, 1e-4, .75).
     h = tf.random.stateless_uniform((3, 4, 4, 9), seed=[1, 1], maxval=1.5)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import gzip
-import math
 import os
 import zlib
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+
+from tfdp import checks
 
 DATASETS = ("mnist", "fashion_mnist", "cifar10", "tiny_imagenet", "synthetic", "sample")
 SPLITS = ("train", "test")
@@ -48,14 +49,7 @@ def check_value_range(value_range: Sequence[float]) -> tuple[float, float]:
     Raises:
       ValueError: naming value_range, if it is not such a pair.
     """
-    try:
-        low, high = (float(v) for v in value_range)
-    except (TypeError, ValueError):
-        raise ValueError(f"value_range must be a pair (low, high) of numbers, got "
-                         f"{value_range!r}") from None
-    if not (math.isfinite(low) and math.isfinite(high)) or not low < high:
-        raise ValueError(f"value_range must be finite with low < high, got {value_range!r}")
-    return low, high
+    return checks.check_interval(value_range, "value_range")
 
 
 def check_name(name: str) -> str:
@@ -74,20 +68,12 @@ def check_split(split: str) -> str:
 
 def check_positive_int(value: Any, arg: str, allow_none: bool = False) -> int | None:
     """Returns value as int if it is a positive integer (or None if allowed), else ValueError."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{arg} must be a positive integer, got {value!r}")
-    return int(value)
+    return checks.check_positive_int(value, arg, allow_none=allow_none)
 
 
 def check_seed(value: Any, arg: str) -> int | None:
     """Returns value as int if it is a non-negative integer, None for None, else ValueError."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{arg} must be a non-negative integer or None, got {value!r}")
-    return int(value)
+    return checks.check_seed(value, arg)
 
 
 def scale_pixels(x: np.ndarray, value_range: Sequence[float] = (-1.0, 1.0)) -> np.ndarray:

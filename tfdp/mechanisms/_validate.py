@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
+
+from tfdp.checks import (
+    as_float,
+    check_nonnegative,
+    check_nonnegative_array,
+    check_positive,
+    check_unit_interval,
+)
+
+__all__ = [
+    "as_float",
+    "check_positive",
+    "check_epsilon",
+    "check_delta",
+    "check_sensitivity",
+    "check_scale_array",
+    "check_rng",
+]
 
 
 def check_epsilon(epsilon: Any, name: str = "epsilon") -> float:
@@ -21,10 +38,7 @@ def check_epsilon(epsilon: Any, name: str = "epsilon") -> float:
     Raises:
         ValueError: if epsilon is not a finite number > 0.
     """
-    value = as_float(epsilon, name)
-    if not math.isfinite(value) or value <= 0.0:
-        raise ValueError(f"{name} must be a finite number > 0, got {epsilon!r}")
-    return value
+    return check_positive(epsilon, name)
 
 
 def check_delta(delta: Any, name: str = "delta") -> float:
@@ -33,10 +47,7 @@ def check_delta(delta: Any, name: str = "delta") -> float:
     Raises:
         ValueError: if delta is not in the open interval (0, 1).
     """
-    value = as_float(delta, name)
-    if not (0.0 < value < 1.0):
-        raise ValueError(f"{name} must lie in the open interval (0, 1), got {delta!r}")
-    return value
+    return check_unit_interval(delta, name)
 
 
 def check_sensitivity(sensitivity: Any, name: str = "sensitivity") -> float:
@@ -45,22 +56,7 @@ def check_sensitivity(sensitivity: Any, name: str = "sensitivity") -> float:
     Raises:
         ValueError: if sensitivity is negative, NaN or infinite.
     """
-    value = as_float(sensitivity, name)
-    if not math.isfinite(value) or value < 0.0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {sensitivity!r}")
-    return value
-
-
-def check_positive(value: Any, name: str) -> float:
-    """Returns `value` as a float after checking it is finite and > 0.
-
-    Raises:
-        ValueError: if value is not a finite number > 0.
-    """
-    out = as_float(value, name)
-    if not math.isfinite(out) or out <= 0.0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return out
+    return check_nonnegative(sensitivity, name)
 
 
 def check_scale_array(scale: Any, name: str) -> np.ndarray:
@@ -69,13 +65,7 @@ def check_scale_array(scale: Any, name: str) -> np.ndarray:
     Raises:
         ValueError: if any entry is negative, NaN or infinite, or not numeric.
     """
-    try:
-        arr = np.asarray(scale, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{name} must be numeric, got {scale!r}") from e
-    if not np.all(np.isfinite(arr)) or np.any(arr < 0.0):
-        raise ValueError(f"{name} must be finite and >= 0 everywhere")
-    return arr
+    return check_nonnegative_array(scale, name)
 
 
 def check_rng(rng: Any, name: str = "rng") -> np.random.Generator:
@@ -89,20 +79,3 @@ def check_rng(rng: Any, name: str = "rng") -> np.random.Generator:
             f"{name} must be a numpy.random.Generator (e.g. np.random.default_rng(seed)), "
             f"got {type(rng).__name__}")
     return rng
-
-
-def as_float(value: Any, name: str) -> float:
-    """Returns a numeric scalar as a float (NaN and inf pass through).
-
-    Raises:
-        ValueError: if value is a bool, not numeric, or not a scalar.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{name} must be a number, got {value!r}") from e
-    if arr.shape != ():
-        raise ValueError(f"{name} must be a scalar, got shape {arr.shape}")
-    return float(arr)
