@@ -8,8 +8,8 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from tfdp import accounting, mechanisms
-from tfdp.train import replica
+from tfdp import accounting
+from tfdp.train import privatize
 from tfdp.train.base import Method
 from tfdp.train.nonprivate import build_baseline_model, per_example_cross_entropy
 
@@ -45,22 +45,8 @@ def _max_steps_within(target: float, planned: int, eps_of) -> int:
 
 
 def clipped_sum(per_example_grads, l2_clip: float) -> list:
-    """Sum over examples of per-example gradients, each clipped to L2 norm `l2_clip`.
-
-    The norm of example i is taken over all parameter tensors together; its gradient is
-    scaled by min(1, C / ||g_i||_2) (Abadi et al. 2016, Alg. 1: g / max(1, ||g||_2 / C)).
-
-    Args:
-      per_example_grads: list of tensors, each [batch, *param_shape].
-      l2_clip: the bound C > 0.
-
-    Returns:
-      List of tensors of the parameter shapes.
-    """
-    sq_norms = tf.add_n([tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1)
-                         for g in per_example_grads])
-    factors = tf.minimum(1.0, l2_clip / tf.maximum(tf.sqrt(sq_norms), 1e-12))
-    return [tf.tensordot(factors, g, axes=1) for g in per_example_grads]
+    """Kept for callers of the earlier API; see `tfdp.train.privatize.clip_and_sum`."""
+    return privatize.clip_and_sum(per_example_grads, l2_clip)
 
 
 class DPSGD(Method):
@@ -168,27 +154,15 @@ class DPSGD(Method):
     def train_step(self, model, optimizer, x, y, global_batch_size):
         variables = model.trainable_variables
 
-        def one_example(args):
-            xi, yi = args
-            with tf.GradientTape() as tape:
-                logits = model(xi[None], training=True)
-                loss = per_example_cross_entropy(yi[None], logits)[0]
-            correct = tf.cast(tf.equal(tf.argmax(logits[0], output_type=tf.int64),
-                                       tf.cast(yi, tf.int64)), tf.float32)
-            return tape.gradient(loss, variables), loss, correct
+        def example_loss(xi, yi):
+            logits = model(xi, training=True)
+            return per_example_cross_entropy(yi, logits)[0], logits
 
-        grads, losses, correct = tf.vectorized_map(one_example, (x, y))
-        sums = clipped_sum(grads, self.l2_clip)
-        on_first = tf.cast(replica.is_first_replica(), tf.float32)
-        stddev = self.noise_multiplier * self.l2_clip  # noise N(0, sigma^2 C^2 I), AdLM spec §5
-        noisy = []
-        for i, total in enumerate(sums):
-            noise = mechanisms.tf_gaussian(tf.shape(total), stddev, seed=self.step_seed(i + 1))
-            # Divided by the (expected) lot size, Abadi et al. 2016 Alg. 1.
-            noisy.append((total + on_first * noise) / float(global_batch_size))
-        optimizer.apply_gradients(zip(noisy, variables))
-        return {"loss": tf.reduce_sum(losses) / float(global_batch_size),
-                "accuracy": tf.reduce_sum(correct) / float(global_batch_size)}
+        grads, metrics = privatize.dpsgd_gradients(
+            model, variables, x, y, example_loss, l2_clip=self.l2_clip,
+            noise_multiplier=self.noise_multiplier, global_batch_size=global_batch_size)
+        optimizer.apply_gradients(zip(grads, variables))
+        return metrics
 
     def setup_state(self) -> dict:
         return {"noise_multiplier": np.float64(self.noise_multiplier),

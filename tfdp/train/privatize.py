@@ -1,0 +1,144 @@
+"""Shared privatisers: per-example clipping, noise on a clipped sum, and their ledger entries.
+
+DP-SGD (Abadi et al. 2016), Secure-SGD (HGM spec §3.5) and StoBatch reuse these pieces
+instead of copying them. Each function runs inside `strategy.run` (one replica's slice of
+the global batch); noise that must be drawn once per global batch is added on replica 0
+only, from a seed every replica shares.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import tensorflow as tf
+
+from tfdp import mechanisms
+from tfdp.train import replica
+
+CLIPPING_METHODS = ("vectorized",)
+
+# A loss of one example: (model, x[None], y[None], training) -> (loss scalar, logits [1, K]).
+ExampleLoss = Callable[[tf.Tensor, tf.Tensor], tuple]
+
+
+def per_example_gradients(model, variables: Sequence[tf.Variable], x: tf.Tensor, y: tf.Tensor,
+                          example_loss: Callable) -> tuple[list, tf.Tensor, tf.Tensor]:
+    """Per-example gradients of `example_loss` (tf.vectorized_map over the batch).
+
+    Args:
+      model: the Keras model (called by `example_loss`).
+      variables: the variables to differentiate.
+      x: inputs [B, ...].
+      y: labels [B].
+      example_loss: `f(xi, yi) -> (loss, logits)` for ONE example given with a leading batch
+        axis of 1 (`xi` is [1, ...], `yi` is [1]); `loss` is a scalar, `logits` [1, K].
+
+    Returns:
+      (grads, losses, correct): list of [B, *param_shape] tensors, per-example losses [B],
+      per-example 0/1 accuracy [B].
+    """
+    del model
+
+    def one_example(args):
+        xi, yi = args
+        with tf.GradientTape() as tape:
+            loss, logits = example_loss(xi[None], yi[None])
+        correct = tf.cast(tf.equal(tf.argmax(logits[0], output_type=tf.int64),
+                                   tf.cast(yi, tf.int64)), tf.float32)
+        return tape.gradient(loss, variables), loss, correct
+
+    return tf.vectorized_map(one_example, (x, y))
+
+
+def clip_and_sum(per_example_grads: Sequence[tf.Tensor], l2_clip: float) -> list:
+    """Sum over examples of per-example gradients, each clipped to L2 norm `l2_clip`.
+
+    The norm of example i is taken over all parameter tensors together; its gradient is
+    scaled by min(1, C / ||g_i||_2) (Abadi et al. 2016, Alg. 1: g / max(1, ||g||_2 / C)).
+
+    Args:
+      per_example_grads: list of tensors, each [batch, *param_shape].
+      l2_clip: the bound C > 0.
+
+    Returns:
+      List of tensors of the parameter shapes.
+    """
+    sq_norms = tf.add_n([tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1)
+                         for g in per_example_grads])
+    factors = tf.minimum(1.0, l2_clip / tf.maximum(tf.sqrt(sq_norms), 1e-12))
+    return [tf.tensordot(factors, g, axes=1) for g in per_example_grads]
+
+
+def clipped_gradient_sum(model, variables: Sequence[tf.Variable], x: tf.Tensor, y: tf.Tensor,
+                         example_loss: Callable, l2_clip: float, method: str = "vectorized"
+                         ) -> tuple[list, tf.Tensor, tf.Tensor]:
+    """Sum of per-example gradients clipped to L2 norm `l2_clip` (one replica's slice).
+
+    Args:
+      model, variables, x, y, example_loss: as in `per_example_gradients`.
+      l2_clip: clipping bound C > 0.
+      method: how per-example norms are computed; one of CLIPPING_METHODS.
+
+    Returns:
+      (sums, losses, correct): clipped gradient sums (parameter shapes), per-example losses
+      [B] and 0/1 accuracy [B].
+
+    Raises:
+      ValueError: on an unknown `method`.
+    """
+    if method not in CLIPPING_METHODS:
+        raise ValueError(f"method: expected one of {CLIPPING_METHODS}, got {method!r}")
+    grads, losses, correct = per_example_gradients(model, variables, x, y, example_loss)
+    return clip_and_sum(grads, l2_clip), losses, correct
+
+
+def add_gaussian_noise_once(sums: Sequence[tf.Tensor], stddev: float, salt: int = 1) -> list:
+    """Adds N(0, stddev^2 I) to each tensor of a global sum, once per global batch.
+
+    Every replica holds its share of a sum that the optimizer adds up across replicas; the
+    noise is added on replica 0 only, drawn from the step seed that all replicas share, so
+    the global sum carries exactly one draw, the same one a single device draws.
+
+    Args:
+      sums: per-replica shares of the summed (clipped) gradients.
+      stddev: the noise standard deviation (sigma * C for DP-SGD).
+      salt: first salt folded into the step seed (tensor i uses salt + i).
+
+    Returns:
+      The noisy shares.
+    """
+    on_first = tf.cast(replica.is_first_replica(), tf.float32)
+    out = []
+    for i, total in enumerate(sums):
+        noise = mechanisms.tf_gaussian(tf.shape(total), stddev,
+                                       seed=replica.step_seed(salt + i))
+        out.append(total + on_first * tf.cast(noise, total.dtype))
+    return out
+
+
+def dpsgd_gradients(model, variables: Sequence[tf.Variable], x: tf.Tensor, y: tf.Tensor,
+                    example_loss: Callable, *, l2_clip: float, noise_multiplier: float,
+                    global_batch_size: int, clipping: str = "vectorized"
+                    ) -> tuple[list, dict]:
+    """One replica's DP-SGD gradients: clip per example, sum, noise once, divide by the lot.
+
+    Abadi et al. 2016 Alg. 1: g_i / max(1, ||g_i||/C), summed, plus N(0, sigma^2 C^2 I)
+    (once per lot, AdLM spec §5), divided by the expected lot size.
+
+    Args:
+      model, variables, x, y, example_loss: as in `per_example_gradients`.
+      l2_clip: C.
+      noise_multiplier: sigma.
+      global_batch_size: the (expected) lot size the sum is divided by.
+      clipping: see `clipped_gradient_sum`.
+
+    Returns:
+      (gradients, metrics) with metrics "loss" and "accuracy" as this replica's share of the
+      global means.
+    """
+    sums, losses, correct = clipped_gradient_sum(model, variables, x, y, example_loss, l2_clip,
+                                                 clipping)
+    noisy = add_gaussian_noise_once(sums, noise_multiplier * l2_clip)
+    grads = [g / float(global_batch_size) for g in noisy]
+    return grads, {"loss": tf.reduce_sum(losses) / float(global_batch_size),
+                   "accuracy": tf.reduce_sum(correct) / float(global_batch_size)}
