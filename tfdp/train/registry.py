@@ -11,6 +11,11 @@ METHODS = {
     "dpsgd": "tfdp.train.dpsgd:DPSGD",
     "adlm": "tfdp.train.adlm:AdLM",
     "ilm": "tfdp.train.adlm:ILM",
+    "secure_sgd": "tfdp.train.secure_sgd:SecureSGD",
+    "secure_sgd_agm": "tfdp.train.secure_sgd:SecureSGDAGM",
+    "pixeldp": "tfdp.train.secure_sgd:PixelDP",
+    "hgm_pixeldp": "tfdp.train.secure_sgd:HGMPixelDP",
+    "stobatch": "tfdp.train.stobatch:StoBatch",
 }
 
 
