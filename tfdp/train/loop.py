@@ -685,6 +685,12 @@ def _train(method: Method, data: Data, strategy, chief: bool, *, optimizer: str,
             for key in getattr(method, "resume_mutable_flags", ("epochs",)):
                 if key in config and key != "options":
                     updated[key] = config[key]
+            new_flags = (config_extra or {}).get("flags")
+            if new_flags:  # the flags of the latest segment; a later resume starts from them
+                updated["flags"] = new_flags
+            for key in ("cpu_replicas", "num_replicas", "strategy"):
+                if key in config:
+                    updated[key] = config[key]
             updated.setdefault("resumes", []).append(
                 {"epochs": cfg.epochs, "batch_size": cfg.batch_size,
                  "num_replicas": int(strategy.num_replicas_in_sync), "time": time.time()})
