@@ -319,6 +319,7 @@ _RESUME_KEYS = {"method": "--method", "dataset": "--dataset", "batch_size": "--b
 _NONPRIVATE_NOTE = ("computed on the private training data WITHOUT privacy protection (not "
                     "privatized); for monitoring only, never release it with the model")
 NONPRIVATE_STATS_KEY = "nonprivate_training_stats"
+_UNSET = object()
 SEGMENTS_FILE = "segments.json"
 
 
@@ -360,10 +361,17 @@ def resume_conflicts(stored: Mapping[str, Any], current: Mapping[str, Any],
     if seed_b is not None and seed_a != seed_b:
         out.append(f"--seed: the run was started with {seed_a!r}, the resume asks for {seed_b!r}")
     opts_a, opts_b = stored.get("options") or {}, current.get("options") or {}
-    for key in sorted(set(opts_a) & set(opts_b)):
+    for key in sorted(set(opts_a) | set(opts_b)):
         if key in mutable:
             continue
-        a, b = opts_a[key], opts_b[key]
+        a, b = opts_a.get(key, _UNSET), opts_b.get(key, _UNSET)
+        if (a is _UNSET and b is None) or (b is _UNSET and a is None):
+            continue
+        if a is _UNSET or b is _UNSET:
+            out.append(f"--{key}: the run was started with "
+                       f"{'its default' if a is _UNSET else repr(a)}, the resume asks for "
+                       f"{'its default' if b is _UNSET else repr(b)}")
+            continue
         if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
             a, b = list(a) if a is not None else None, list(b) if b is not None else None
         if a != b:
