@@ -373,3 +373,17 @@ def test_evaluate_app_errors_for_missing_directory_or_model(tmp_path):
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 1 and words in out.stderr, out.stderr[-2000:]
         assert "Traceback" not in out.stderr
+
+
+def test_corrupt_resume_state_is_an_error_naming_the_file(tmp_path, tiny_data):
+    cfg = _cfg(tmp_path, "c", method="nonprivate", options={"nonprivate_model": "mlp"})
+    loop.train(nonprivate.NonPrivate(cfg), tiny_data, stop_after_epochs=1, verbose=0)
+    ledger_path = tmp_path / "c" / rundir.LEDGER_FILE
+    good = ledger_path.read_text()
+    ledger_path.write_text(good[: len(good) // 2])  # a half-written file (pre-atomic writes)
+    with pytest.raises(ValueError, match="ledger.json"):
+        loop.train(nonprivate.NonPrivate(cfg), tiny_data, resume=True, verbose=0)
+    ledger_path.write_text(good)
+    (tmp_path / "c" / rundir.CONFIG_FILE).unlink()
+    with pytest.raises(ValueError, match="config.json: file is missing"):
+        loop.train(nonprivate.NonPrivate(cfg), tiny_data, resume=True, verbose=0)
