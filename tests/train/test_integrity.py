@@ -387,3 +387,11 @@ def test_corrupt_resume_state_is_an_error_naming_the_file(tmp_path, tiny_data):
     (tmp_path / "c" / rundir.CONFIG_FILE).unlink()
     with pytest.raises(ValueError, match="config.json: file is missing"):
         loop.train(nonprivate.NonPrivate(cfg), tiny_data, resume=True, verbose=0)
+
+
+def test_cpu_replicas_after_device_initialisation_is_an_error():
+    tf.config.list_logical_devices("CPU")  # devices are initialised in this process
+    with pytest.raises(ValueError, match="--cpu_replicas: TensorFlow's devices were already"):
+        train_app._split_cpu(3)  # pylint: disable=protected-access
+    with pytest.raises(ValueError, match="--cpu_replicas"):
+        train_app._split_cpu(0)  # pylint: disable=protected-access
