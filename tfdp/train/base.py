@@ -152,13 +152,17 @@ class Method(abc.ABC):
         TensorFlow backend). The loop raises at start-up, naming the key, for anything else.
         Called after `build_model`; objects returned here are restored on resume.
 
-        The default collects the method's own trackable attributes, so noise a method keeps
-        outside its model (or a second model and its optimizer) is restored on resume too.
+        The default collects the method's own tf.Variable, tf.Module, tf.random.Generator,
+        Keras layer/model and Keras optimizer attributes, so noise a method keeps outside its
+        model (or a second model and its optimizer) is restored on resume too.
         """
+        import keras  # pylint: disable=import-outside-toplevel
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        trackable = tf.__internal__.tracking.Trackable
+        # State-holding kinds only (not e.g. a tf.data.Dataset attribute, also trackable).
+        kinds = (tf.Variable, tf.Module, tf.random.Generator, keras.layers.Layer,
+                 keras.optimizers.Optimizer)
         return {k: v for k, v in sorted(vars(self).items())
-                if isinstance(v, trackable) and not k.startswith("__")}
+                if isinstance(v, kinds) and not k.startswith("__")}
 
     def step_seed(self, salt: int = 0):
         """The current step's stateless seed (int64 [2]), identical on every replica.

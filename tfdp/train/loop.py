@@ -296,8 +296,10 @@ def _print_ledger(ledger: Mapping[str, Any], print_fn: Callable[[str], None]) ->
         if entry.get("claimed_epsilon") is not None:
             parts.append(f"claimed eps={entry.get('claimed_epsilon')}")
         print_fn(" ".join(parts))
+    relation = {"add_remove": "add/remove-one", "replace_one": "replace-one"}.get(
+        ledger.get("relation"), ledger.get("relation"))
     print_fn(f"  total (sound accounting): epsilon={ledger.get('epsilon')} "
-             f"delta={ledger.get('delta')}")
+             f"delta={ledger.get('delta')}" + (f" ({relation} neighbours)" if relation else ""))
     if not ledger.get("entries"):
         print_fn("  (no entries: this run spends no privacy budget)")
     elif ledger.get("differs"):
