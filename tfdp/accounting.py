@@ -13,11 +13,20 @@ from scipy import optimize
 from tfdp.mechanisms import _validate
 
 COMPOSITIONS = ("sequential", "parallel", "separate")
+# Neighbouring relations a sound epsilon can refer to: "replace_one" (bounded DP: one record's
+# value changes; the papers' sensitivity analyses) and "add_remove" (unbounded DP: one record is
+# added or removed; dp_accounting's Poisson-subsampled analysis).
+RELATIONS = ("replace_one", "add_remove")
 ACCOUNTANTS = ("rdp", "pld")
 SAMPLINGS = ("poisson", "shuffle", "shuffle_no_amplification")
 
 _ENTRY_FIELDS = ("name", "mechanism", "epsilon", "delta", "protects", "composition", "group",
-                 "claimed_epsilon", "claimed_delta", "note")
+                 "claimed_epsilon", "claimed_delta", "note", "relation", "covers", "segments")
+# Fields a ledger file written before `relation` / `covers` / `segments` existed may lack.
+_OPTIONAL_DEFAULTS = {"relation": "replace_one", "covers": "", "segments": None}
+# Keys of one executed segment of a per-step spend (see `PrivacyLedger.record_steps`).
+SEGMENT_KEYS = ("start_step", "steps", "passes", "num_examples", "batch_size",
+                "noise_multiplier")
 
 SAMPLING_NOTES = {
     "poisson": ("DP-SGD accounted with the {accountant} accountant for Poisson-subsampled "
@@ -61,8 +70,14 @@ class PrivacyLedger:
     def add(self, name: str, *, mechanism: str, epsilon: float, delta: float = 0.0,
             protects: str = "", composition: str = "sequential", group: Optional[str] = None,
             claimed_epsilon: Optional[float] = None, claimed_delta: Optional[float] = None,
-            note: str = "") -> dict:
-        """Adds a named entry; an identical re-add is a no-op.
+            note: str = "", relation: str = "replace_one", covers: str = "",
+            segments: Optional[list] = None) -> dict:
+        """Adds a named entry (one spend of privacy budget).
+
+        Idempotence is explicit: re-adding an entry is a no-op only when it names the same
+        spend, i.e. it has the same name, the same non-empty `covers` (what the spend covers,
+        e.g. "setup" or "steps 0-59") and the same content. Any other re-use of a name raises,
+        so a second genuine spend is never merged into the first.
 
         Args:
             name: unique entry name (e.g. "eps1_relevance").
@@ -75,25 +90,119 @@ class PrivacyLedger:
             claimed_epsilon: what the paper claims for this entry, if different.
             claimed_delta: the paper's delta for this entry, if different.
             note: free text (assumptions the number rests on).
+            relation: neighbouring relation of the sound (epsilon, delta): "replace_one"
+                (default; one record's value changes) or "add_remove" (one record added or
+                removed).
+            covers: what this spend covers (e.g. "setup", "steps 0-59"); a re-add with the
+                same non-empty `covers` and content is recognised as a replay.
+            segments: for per-step spends, the executed segments (see `record_steps`).
 
         Returns:
             A copy of the stored entry.
 
         Raises:
-            ValueError: on invalid arguments, or a re-add of `name` with different content.
+            ValueError: on invalid arguments, or a re-use of `name` that is not a replay.
         """
         entry = _make_entry(name, mechanism=mechanism, epsilon=epsilon, delta=delta,
                             protects=protects, composition=composition, group=group,
                             claimed_epsilon=claimed_epsilon, claimed_delta=claimed_delta,
-                            note=note)
+                            note=note, relation=relation, covers=covers, segments=segments)
         existing = self._entries.get(entry["name"])
         if existing is not None:
-            if _same_entry(existing, entry):
-                return dict(existing)
-            raise ValueError(f"name: entry {entry['name']!r} already exists with different "
-                             f"content ({existing} vs {entry})")
+            if entry["covers"] and existing["covers"] == entry["covers"]:
+                if _same_entry(existing, entry):
+                    return dict(existing)  # a replay of the same spend
+                raise ValueError(f"name: entry {entry['name']!r} covering {entry['covers']!r} "
+                                 f"already exists with different content ({existing} vs "
+                                 f"{entry})")
+            raise ValueError(
+                f"name: entry {entry['name']!r} already exists (covers "
+                f"{existing['covers'] or 'unspecified'!r}); a second spend needs its own name, "
+                "and a replay of the same spend must carry the same non-empty `covers`")
         self._entries[entry["name"]] = entry
         return dict(entry)
+
+    def record_steps(self, name: str, *, segments: list, delta: float, sampling: str,
+                     accountant: str = "rdp", protects: str = "training records",
+                     claimed_epsilon: Optional[float] = None, note: str = "") -> dict:
+        """Creates or extends the entry of a per-step (DP-SGD style) spend from what executed.
+
+        The entry's epsilon is the composition of every executed segment (a segment is a
+        stretch of steps run with one batch size, sampling rate q = batch_size / num_examples
+        and noise multiplier sigma, e.g. one start or resume of a run), so it is the epsilon
+        of the computation that ran, whatever was planned. Calling it again with the same
+        segments is a no-op; with more segments or a longer last segment it replaces the
+        entry; segments can never be dropped or shortened (the spend never shrinks).
+
+        Args:
+            name: entry name (e.g. "dpsgd").
+            segments: list of dicts with keys `SEGMENT_KEYS`: start_step (global index of the
+                first step), steps (steps executed), passes (epochs in which those steps ran;
+                each is one pass over the data for shuffled batches), num_examples,
+                batch_size and noise_multiplier.
+            delta: target delta in (0, 1).
+            sampling: "poisson" (sound for Poisson lots; add/remove-one) or "shuffle"
+                (shuffled fixed-size batches: the sound value is the per-pass bound without
+                amplification, replace-one; the Poisson number is recorded as claimed).
+            accountant: "rdp" or "pld".
+            protects: what the entry protects.
+            claimed_epsilon: overrides the claimed value (default: see `sampling`).
+            note: appended to the generated note.
+
+        Returns:
+            A copy of the stored entry.
+
+        Raises:
+            ValueError: on invalid segments or arguments, or segments that do not extend the
+                existing entry's.
+        """
+        segs = [_check_segment(seg, i) for i, seg in enumerate(segments)]
+        if sampling not in ("poisson", "shuffle"):
+            raise ValueError(f"sampling must be 'poisson' or 'shuffle', got {sampling!r}")
+        if accountant not in ACCOUNTANTS:
+            raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}")
+        dlt = _validate.check_delta(delta)
+        poisson_eps = segments_epsilon(segs, delta=dlt, accountant=accountant,
+                                       sampling="poisson")
+        if sampling == "poisson":
+            sound, claimed, relation = poisson_eps, claimed_epsilon, "add_remove"
+            text = SAMPLING_NOTES["poisson"].format(accountant=accountant)
+        else:
+            sound = segments_epsilon(segs, delta=dlt, accountant=accountant,
+                                     sampling="shuffle_no_amplification")
+            claimed = poisson_eps if claimed_epsilon is None else claimed_epsilon
+            relation = "replace_one"
+            text = (SAMPLING_NOTES["shuffle"].format(accountant=accountant) + " Sound value: "
+                    + SAMPLING_NOTES["shuffle_no_amplification"].format(accountant=accountant))
+        parts = [f"[{s['start_step']}, {s['start_step'] + s['steps']}): q={s['batch_size']}/"
+                 f"{s['num_examples']}, sigma={s['noise_multiplier']:.6g}, {s['passes']} "
+                 "pass(es)" for s in segs]
+        text += (" Composed over the executed segments: " + "; ".join(parts)
+                 + f"; delta={dlt:.3g}.") if segs else " No step has executed yet."
+        if note:
+            text += " " + note
+        covers = "steps " + ", ".join(f"{s['start_step']}-{s['start_step'] + s['steps']}"
+                                      for s in segs) if segs else "steps none"
+        existing = self._entries.get(name)
+        if existing is not None:
+            old = existing.get("segments")
+            if old is None:
+                raise ValueError(f"name: entry {name!r} exists and is not a per-step spend")
+            if not _extends(old, segs):
+                raise ValueError(f"segments: the segments of {name!r} may only grow ({old} -> "
+                                 f"{segs})")
+            if old == segs:
+                return dict(existing)
+            del self._entries[name]
+        try:
+            return self.add(name, mechanism=f"dpsgd_{accountant}", epsilon=sound, delta=dlt,
+                            protects=protects, composition="sequential",
+                            claimed_epsilon=claimed, note=text, relation=relation,
+                            covers=covers, segments=segs)
+        except ValueError:
+            if existing is not None:
+                self._entries[name] = existing
+            raise
 
     def add_dpsgd(self, name: str, *, num_examples: int, batch_size: int,
                   noise_multiplier: float, delta: float, epochs: Optional[float] = None,
@@ -135,7 +244,9 @@ class PrivacyLedger:
             text += " " + note
         return self.add(name, mechanism=f"dpsgd_{accountant}", epsilon=sound_eps, delta=delta,
                         protects=protects, composition="sequential",
-                        claimed_epsilon=claimed, claimed_delta=None, note=text)
+                        claimed_epsilon=claimed, claimed_delta=None, note=text,
+                        relation="add_remove" if sampling == "poisson" else "replace_one",
+                        covers=f"steps 0-{n_steps}")
 
     @property
     def entries(self) -> list[dict]:
@@ -161,8 +272,19 @@ class PrivacyLedger:
     # -------------------------------------------------------------------------- totals
 
     def total(self) -> tuple[float, float]:
-        """Soundly accounted (epsilon, delta) over all non-"separate" entries."""
+        """Soundly accounted (epsilon, delta) over all non-"separate" entries.
+
+        Entries of different neighbouring relations are not added as they are: when both
+        occur, add/remove-one entries are converted to replace-one first (group privacy for
+        a group of two: (eps, delta) -> (2 eps, (1 + e^eps) delta)); `relation()` says which
+        relation the total refers to.
+        """
         return _compose(self._entries.values(), claimed=False)
+
+    def relation(self) -> str:
+        """Neighbouring relation of `total()`: "replace_one", or "add_remove" when every
+        composed entry uses add/remove-one."""
+        return _total_relation(self._entries.values())
 
     def claimed_total(self) -> tuple[float, float]:
         """(epsilon, delta) as the papers claim, falling back to the sound value per entry."""
@@ -185,6 +307,7 @@ class PrivacyLedger:
             "claimed_epsilon": c_eps,
             "claimed_delta": c_dlt,
             "differs": self.differs(),
+            "relation": self.relation(),
             "entries": self.entries,
         }
 
@@ -204,6 +327,10 @@ class PrivacyLedger:
             unknown = set(e) - set(_ENTRY_FIELDS)
             if unknown:
                 raise ValueError(f"data: entry {e['name']!r} has unknown fields {sorted(unknown)}")
+            if e["name"] in ledger:
+                # Never merged: two entries under one name may be two genuine spends.
+                raise ValueError(f"data: entry {e['name']!r} appears more than once; each spend "
+                                 "needs its own name")
             kwargs = {k: e[k] for k in _ENTRY_FIELDS if k in e and k != "name"}
             ledger.add(e["name"], **kwargs)
         for key, value in (("epsilon", ledger.total()[0]), ("delta", ledger.total()[1]),
@@ -212,6 +339,9 @@ class PrivacyLedger:
             if key in data and not _close(float(data[key]), value):
                 raise ValueError(f"data: stored {key} {data[key]!r} does not match the entries "
                                  f"({value!r})")
+        if "relation" in data and data["relation"] != ledger.relation():
+            raise ValueError(f"data: stored relation {data['relation']!r} does not match the "
+                             f"entries ({ledger.relation()!r})")
         return ledger
 
     def save(self, path: str) -> str:
@@ -226,8 +356,15 @@ class PrivacyLedger:
         Raises:
             ValueError: if the file content is not a valid ledger.
         """
-        with open(path, encoding="utf-8") as f:
-            return cls.from_dict(json.load(f))
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}: cannot read the privacy ledger ({e})") from e
+        try:
+            return cls.from_dict(data)
+        except ValueError as e:
+            raise ValueError(f"{path}: not a valid privacy ledger ({e})") from e
 
     def summary(self) -> str:
         """A short human-readable account, one line per entry plus the totals."""
@@ -279,8 +416,94 @@ def _make_entry(name: Any, **kw: Any) -> dict:
         "claimed_delta": (None if kw["claimed_delta"] is None
                           else _ledger_delta(kw["claimed_delta"], "claimed_delta")),
         "note": kw["note"],
+        "relation": kw["relation"],
+        "covers": kw["covers"],
+        "segments": (None if kw["segments"] is None
+                     else [_check_segment(seg, i) for i, seg in enumerate(kw["segments"])]),
     }
+    if entry["relation"] not in RELATIONS:
+        raise ValueError(f"relation must be one of {RELATIONS}, got {kw['relation']!r}")
+    if not isinstance(entry["covers"], str):
+        raise ValueError(f"covers must be a string, got {kw['covers']!r}")
     return entry
+
+
+def _check_segment(seg: Any, index: int) -> dict:
+    if not isinstance(seg, dict) or set(seg) != set(SEGMENT_KEYS):
+        raise ValueError(f"segments[{index}]: expected a dict with keys {SEGMENT_KEYS}, got "
+                         f"{seg!r}")
+    out = {}
+    for key in ("start_step", "steps", "passes"):
+        value = seg[key]
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"segments[{index}].{key}: expected an integer >= 0, got {value!r}")
+        out[key] = int(value)
+    out["num_examples"] = _check_int(seg["num_examples"], f"segments[{index}].num_examples")
+    out["batch_size"] = _check_int(seg["batch_size"], f"segments[{index}].batch_size")
+    if out["batch_size"] > out["num_examples"]:
+        raise ValueError(f"segments[{index}].batch_size: exceeds num_examples")
+    out["noise_multiplier"] = _validate.check_positive(seg["noise_multiplier"],
+                                                       f"segments[{index}].noise_multiplier")
+    if out["steps"] > 0 and out["passes"] < 1:
+        raise ValueError(f"segments[{index}].passes: steps ran in at least one pass")
+    return {k: out[k] for k in SEGMENT_KEYS}
+
+
+def _extends(old: list, new: list) -> bool:
+    """True when `new` equals `old` except for more segments or a longer last segment."""
+    if len(new) < len(old):
+        return False
+    for i, (a, b) in enumerate(zip(old, new)):
+        fixed = [k for k in SEGMENT_KEYS if k not in ("steps", "passes")]
+        if any(a[k] != b[k] for k in fixed):
+            return False
+        if i < len(old) - 1 and (a["steps"], a["passes"]) != (b["steps"], b["passes"]):
+            return False
+        if b["steps"] < a["steps"] or b["passes"] < a["passes"]:
+            return False
+    return True
+
+
+def segments_epsilon(segments: list, *, delta: float, accountant: str = "rdp",
+                     sampling: str = "poisson") -> float:
+    """epsilon at `delta` of executed DP-SGD segments composed in one accountant.
+
+    Each segment is `SEGMENT_KEYS`. "poisson": steps compositions of the Poisson-subsampled
+    Gaussian with q = batch_size / num_examples (Abadi et al. 2016; add/remove-one).
+    "shuffle": the same Poisson analysis applied to shuffled batches (claimed, not a bound).
+    "shuffle_no_amplification": each pass over the data releases every example in at most
+    one batch, a Gaussian with replace-one sensitivity 2C and std sigma*C, i.e. noise
+    multiplier sigma/2, composed over the passes that ran (sound for any batch order).
+
+    Returns:
+        epsilon (0 when no step executed).
+
+    Raises:
+        ValueError: on invalid arguments.
+    """
+    segs = [_check_segment(seg, i) for i, seg in enumerate(segments)]
+    dlt = _validate.check_delta(delta)
+    if accountant not in ACCOUNTANTS:
+        raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}")
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
+    events = []
+    for seg in segs:
+        if seg["steps"] == 0:
+            continue
+        sigma = seg["noise_multiplier"]
+        if sampling == "shuffle_no_amplification":
+            events.append(dp_accounting.SelfComposedDpEvent(
+                dp_accounting.GaussianDpEvent(sigma / 2.0), seg["passes"]))
+        else:
+            q = seg["batch_size"] / seg["num_examples"]
+            events.append(dp_accounting.SelfComposedDpEvent(
+                dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)),
+                seg["steps"]))
+    if not events:
+        return 0.0
+    return float(_make_accountant(accountant).compose(
+        dp_accounting.ComposedDpEvent(events)).get_epsilon(dlt))
 
 
 def _ledger_epsilon(value: Any, name: str) -> float:
@@ -305,7 +528,7 @@ def _close(a: float, b: float) -> bool:
 
 def _same_entry(a: dict, b: dict) -> bool:
     for k in _ENTRY_FIELDS:
-        x, y = a[k], b[k]
+        x, y = a.get(k, _OPTIONAL_DEFAULTS.get(k)), b.get(k, _OPTIONAL_DEFAULTS.get(k))
         if isinstance(x, float) and isinstance(y, float):
             if not _close(x, y):
                 return False
@@ -314,8 +537,30 @@ def _same_entry(a: dict, b: dict) -> bool:
     return True
 
 
+def _total_relation(entries: Iterable[dict]) -> str:
+    rels = {e["relation"] for e in entries if e["composition"] != "separate"}
+    return "add_remove" if rels == {"add_remove"} else "replace_one"
+
+
+def _to_replace_one(eps: float, dlt: float) -> tuple[float, float]:
+    """add/remove-one (eps, delta)-DP implies replace-one (2 eps, (1 + e^eps) delta)-DP.
+
+    A replacement is a removal followed by an addition: group privacy for k = 2 (Dwork &
+    Roth 2014, Thm 2.2 and its (eps, delta) form).
+    """
+    if math.isinf(eps):
+        return math.inf, dlt
+    return 2.0 * eps, min((1.0 + math.exp(min(eps, 700.0))) * dlt, 1.0)
+
+
 def _compose(entries: Iterable[dict], claimed: bool) -> tuple[float, float]:
-    """Basic sequential composition over entries and parallel groups (max within a group)."""
+    """Basic sequential composition over entries and parallel groups (max within a group).
+
+    Sound totals mixing neighbouring relations convert add/remove-one entries to
+    replace-one first (`_to_replace_one`); claimed totals compose the numbers as claimed.
+    """
+    entries = list(entries)
+    convert = not claimed and _total_relation(entries) == "replace_one"
     eps_total, delta_total = 0.0, 0.0
     groups: dict[str, tuple[float, float]] = {}
     for e in entries:
@@ -323,6 +568,8 @@ def _compose(entries: Iterable[dict], claimed: bool) -> tuple[float, float]:
         if claimed:
             eps = eps if e["claimed_epsilon"] is None else e["claimed_epsilon"]
             dlt = dlt if e["claimed_delta"] is None else e["claimed_delta"]
+        elif convert and e["relation"] == "add_remove" and e["composition"] != "separate":
+            eps, dlt = _to_replace_one(eps, dlt)
         if e["composition"] == "sequential":
             eps_total += eps  # basic sequential composition (Dwork & Roth 2014, Thm 3.16)
             delta_total += dlt
@@ -356,7 +603,9 @@ def dpsgd_epsilon(*, num_examples: int, batch_size: int, noise_multiplier: float
       batches: each example is in at most one batch per pass, so each pass is one
       Gaussian mechanism with replace-one sensitivity 2C and std sigma*C, i.e. a
       Gaussian with noise multiplier sigma/2; ceil(steps / steps_per_pass) passes are
-      composed, with steps_per_pass = ceil(num_examples / batch_size).
+      composed, with steps_per_pass = floor(num_examples / batch_size) (the training loop
+      drops the remainder, so a pass has floor(n/b) steps; counting with floor never counts
+      fewer passes than ran).
 
     With `epochs`, steps = ceil(epochs * num_examples / batch_size) (TF-Privacy's
     convention).
@@ -488,7 +737,7 @@ def _check_int(value: Any, name: str) -> int:
 def _dpsgd_event(q: float, sigma: float, steps: int, num_examples: int, batch_size: int,
                  sampling: str) -> dp_accounting.DpEvent:
     if sampling == "shuffle_no_amplification":
-        per_pass = int(math.ceil(num_examples / batch_size))
+        per_pass = num_examples // batch_size  # steps of one pass (remainder dropped)
         passes = int(math.ceil(steps / per_pass))
         # Replace-one sensitivity 2C with noise std sigma*C: a Gaussian with multiplier sigma/2.
         return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma / 2.0), passes)
@@ -507,7 +756,10 @@ __all__ = [
     "ACCOUNTANTS",
     "COMPOSITIONS",
     "PrivacyLedger",
+    "RELATIONS",
     "SAMPLINGS",
+    "SEGMENT_KEYS",
+    "segments_epsilon",
     "dpsgd_epsilon",
     "dpsgd_noise_multiplier",
     "dpsgd_note",

@@ -29,8 +29,10 @@ def test_shuffle_assumptions():
     assert dpsgd_epsilon(**MNIST, sampling="shuffle") == poisson
     sound = dpsgd_epsilon(**MNIST, sampling="shuffle_no_amplification")
     assert sound > poisson
-    # 60 passes of a Gaussian with multiplier 1.1/2 equal one Gaussian with 0.55/sqrt(60).
-    one = dpsgd_epsilon(num_examples=100, batch_size=100, noise_multiplier=1.1 / 60 ** 0.5,
+    # ceil(60 * 60000 / 256) = 14063 steps of floor(60000 / 256) = 234 per pass (the loop
+    # drops the remainder) are 61 passes; 61 Gaussians with multiplier 1.1/2 equal one with
+    # 0.55/sqrt(61).
+    one = dpsgd_epsilon(num_examples=100, batch_size=100, noise_multiplier=1.1 / 61 ** 0.5,
                         steps=1, delta=1e-5, sampling="shuffle_no_amplification")
     assert sound == pytest.approx(one, rel=1e-3)
     assert "not a proven bound" in dpsgd_note(sampling="shuffle")
@@ -128,3 +130,24 @@ def test_bad_input_noise_multiplier():
     with pytest.raises(ValueError, match="steps"):
         dpsgd_noise_multiplier(target_epsilon=1.0, num_examples=100, batch_size=10, steps=0,
                                delta=1e-5)
+
+
+def test_shuffle_counts_the_passes_that_ran():
+    """Regression: 3 epochs of floor(5000/2000) = 2 steps are 3 passes, not ceil-based 2."""
+    kw = dict(num_examples=5000, batch_size=2000, noise_multiplier=2.0, delta=1e-5)
+    three = dpsgd_epsilon(steps=6, sampling="shuffle_no_amplification", **kw)
+    # Before the fix: ceil(5000/2000) = 3 steps per pass, so 6 steps counted as 2 passes.
+    two_passes = dpsgd_epsilon(num_examples=100, batch_size=100, noise_multiplier=2.0,
+                               steps=2, delta=1e-5, sampling="shuffle_no_amplification")
+    three_passes = dpsgd_epsilon(num_examples=100, batch_size=100, noise_multiplier=2.0,
+                                 steps=3, delta=1e-5, sampling="shuffle_no_amplification")
+    assert three == pytest.approx(three_passes, rel=1e-12)
+    assert three == pytest.approx(9.010, abs=1e-3) and two_passes == pytest.approx(7.077, abs=1e-3)
+    # The per-segment ledger counts the passes the loop ran too.
+    led = PrivacyLedger()
+    e = led.record_steps("dpsgd", segments=[dict(start_step=0, steps=6, passes=3,
+                                                  num_examples=5000, batch_size=2000,
+                                                  noise_multiplier=2.0)],
+                         delta=1e-5, sampling="shuffle")
+    assert e["epsilon"] == pytest.approx(three, rel=1e-12)
+    assert e["relation"] == "replace_one"

@@ -79,16 +79,68 @@ def test_separate_entries_are_recorded_not_composed():
     assert "robustness" in led and len(led) == 2
 
 
-def test_identical_readd_is_noop_conflict_raises():
+def test_replay_is_explicit_and_a_second_spend_never_collapses():
+    """Regression: an identical second add under one name used to be silently dropped."""
     led = PrivacyLedger()
-    first = led.add("x", mechanism="laplace", epsilon=0.5, note="n")
-    again = led.add("x", mechanism="laplace", epsilon=0.5, note="n")
-    assert first == again and len(led) == 1 and led.total() == (0.5, 0.0)
+    led.add("q", mechanism="laplace", epsilon=0.5, note="n")
+    # A second genuine spend with identical content is refused, never merged (before the
+    # fix this returned silently and the total stayed 0.5 for two spends).
+    with pytest.raises(ValueError, match="second spend"):
+        led.add("q", mechanism="laplace", epsilon=0.5, note="n")
+    led.add("q2", mechanism="laplace", epsilon=0.5, note="n")
+    assert led.total() == (1.0, 0.0)
+    # A replay names the spend it covers: same covers + same content is a no-op.
+    first = led.add("x", mechanism="laplace", epsilon=0.5, note="n", covers="setup")
+    again = led.add("x", mechanism="laplace", epsilon=0.5, note="n", covers="setup")
+    assert first == again and led.total() == (1.5, 0.0)
     with pytest.raises(ValueError, match="name"):
-        led.add("x", mechanism="laplace", epsilon=0.6, note="n")
-    with pytest.raises(ValueError, match="name"):
-        led.add("x", mechanism="laplace", epsilon=0.5, note="other")
-    assert led.total() == (0.5, 0.0)
+        led.add("x", mechanism="laplace", epsilon=0.6, note="n", covers="setup")
+    with pytest.raises(ValueError, match="name"):  # another spend under the same name
+        led.add("x", mechanism="laplace", epsilon=0.5, note="n", covers="steps 0-10")
+    assert led.total() == (1.5, 0.0)
+
+
+def test_from_dict_refuses_a_repeated_entry():
+    """Regression: a file listing one entry twice used to load as one spend."""
+    led = PrivacyLedger()
+    led.add("a", mechanism="laplace", epsilon=1.0)
+    d = led.to_dict()
+    d["entries"] = d["entries"] * 2
+    d["epsilon"] = 2.0
+    with pytest.raises(ValueError, match="more than once"):
+        PrivacyLedger.from_dict(d)
+
+
+def test_relations_are_converted_before_adding():
+    led = PrivacyLedger()
+    led.add("a", mechanism="gaussian", epsilon=1.0, delta=1e-6, relation="add_remove")
+    assert led.total() == (1.0, 1e-6) and led.relation() == "add_remove"
+    led.add("b", mechanism="laplace", epsilon=0.5)  # replace-one
+    eps, dlt = led.total()
+    # add/remove (1, 1e-6) -> replace-one (2, (1 + e) 1e-6) by group privacy of size 2.
+    assert eps == pytest.approx(2.5) and dlt == pytest.approx((1 + math.e) * 1e-6)
+    assert led.relation() == "replace_one" and led.to_dict()["relation"] == "replace_one"
+    assert PrivacyLedger.from_dict(json.loads(json.dumps(led.to_dict()))).total() == (eps, dlt)
+    with pytest.raises(ValueError, match="relation"):
+        led.add("c", mechanism="x", epsilon=1.0, relation="neighbours")
+
+
+def test_record_steps_composes_segments_and_never_shrinks():
+    seg = dict(start_step=0, steps=39, passes=1, num_examples=5000, batch_size=128,
+               noise_multiplier=1.0180412198462867)
+    led = PrivacyLedger()
+    one = led.record_steps("dpsgd", segments=[seg], delta=1e-5, sampling="poisson")
+    assert one["epsilon"] == pytest.approx(1.7206, abs=1e-3) and one["relation"] == "add_remove"
+    more = dict(seg, start_step=39, steps=20, passes=4, batch_size=1000)
+    both = led.record_steps("dpsgd", segments=[seg, more], delta=1e-5, sampling="poisson")
+    # The issue's example: 39 steps at q = 0.0256 then 20 at q = 0.2 is about eps = 7.36.
+    assert both["epsilon"] == pytest.approx(7.356, abs=2e-3)
+    assert both["covers"] == "steps 0-39, 39-59" and len(led) == 1
+    with pytest.raises(ValueError, match="only grow"):
+        led.record_steps("dpsgd", segments=[seg], delta=1e-5, sampling="poisson")
+    assert led.total()[0] == both["epsilon"]
+    back = PrivacyLedger.from_dict(json.loads(json.dumps(led.to_dict())))
+    assert back.get("dpsgd")["segments"] == both["segments"]
 
 
 def test_json_round_trip(tmp_path):
@@ -101,9 +153,10 @@ def test_json_round_trip(tmp_path):
     assert back.to_dict() == led.to_dict()
     assert back.total()[0] == math.inf
     assert back.claimed_total() == led.claimed_total()
-    # A resumed run re-adding the same entries does not double count.
+    # Re-adding the same entries is refused unless they name the spend they cover.
     for e in led.entries:
-        back.add(e["name"], **{k: v for k, v in e.items() if k != "name"})
+        with pytest.raises(ValueError, match="second spend"):
+            back.add(e["name"], **{k: v for k, v in e.items() if k != "name"})
     assert back.to_dict() == led.to_dict()
     assert not [p for p in (tmp_path / "sub").iterdir() if p.name.startswith(".tmp")]
     assert PrivacyLedger.from_dict(json.loads(json.dumps(led.to_dict()))).to_dict() == led.to_dict()

@@ -196,7 +196,8 @@ def test_ledger_independent_of_steps():
     @tf.function
     def step(seed):
         with replica.step_context(seed):
-            return m.train_step(model, opt, tf.constant(x[:50]), tf.constant(y[:50]), 50)
+            return m.train_step(model, opt, tf.constant(x[:50]), tf.constant(y[:50]), 50,
+                                indices=tf.range(50, dtype=tf.int64))
     for i in range(3):
         step(tf.constant([i, 7], tf.int64))
     assert ledger.to_dict() == before
@@ -214,9 +215,10 @@ def test_per_example_fixed_noise_is_fixed_per_record_and_has_the_scale():
     m = _method(adlm.AdLM, batch_size=50, adlm_delta_h0=100.0)
     _ready(m, x, y)
     xt = tf.constant(x)
-    noise = tf.function(lambda v: m.noisy_inputs(v, m.record_seeds(v)) - v)
-    n1 = noise(xt).numpy()
-    n2 = noise(xt[::-1]).numpy()[::-1]
+    idx = tf.range(len(x), dtype=tf.int64)
+    noise = tf.function(lambda v, i: m.noisy_inputs(v, m.record_seeds(i)) - v)
+    n1 = noise(xt, idx).numpy()
+    n2 = noise(xt[::-1], idx[::-1]).numpy()[::-1]
     np.testing.assert_array_equal(n1, n2)  # same record, same noise, in any batch position
     assert not np.allclose(n1[0], n1[1])
     scale = m.setup_state()["input_scale"]
@@ -265,15 +267,16 @@ def test_fm_modes():
     onehot = np.eye(10)[y]
     m = _method(adlm.ILM, batch_size=10, epsilon=0.5)
     model, _ = _ready(m, x, y)
-    phi0, phi1, phi2 = m.coefficients(xt, yt, 10, m.record_seeds(xt))
+    idx = tf.range(len(x), dtype=tf.int64)
+    phi0, phi1, phi2 = m.coefficients(xt, yt, 10, m.record_seeds(idx))
     assert phi0 is None and phi2 is None  # exact log 2 and 1/8 inside adlm_taylor_loss
-    again = tf.function(lambda a, b: m.coefficients(a, b, 10, m.record_seeds(a))[1])(xt, yt)
+    again = tf.function(lambda a, b: m.coefficients(a, b, 10, m.record_seeds(idx))[1])(xt, yt)
     np.testing.assert_array_equal(phi1.numpy(), again.numpy())
     assert not np.allclose(phi1.numpy(), 0.5 - onehot)
     m2 = _method(adlm.ILM, batch_size=10, epsilon=0.5, adlm_fm_mode="per_example_all_orders")
     _ready(m2, x, y)
     phi0, phi1, phi2 = tf.function(
-        lambda a, b: m2.coefficients(a, b, 10, m2.record_seeds(a)))(xt, yt)
+        lambda a, b: m2.coefficients(a, b, 10, m2.record_seeds(idx)))(xt, yt)
     assert np.all(phi2.numpy() >= 0) and np.any(phi2.numpy() == 0)
     assert not np.allclose(phi0.numpy(), math.log(2))
 
@@ -302,7 +305,7 @@ def test_no_noise_at_inference_and_data_isolation():
     np.testing.assert_array_equal(a, b)
     xbar = tf.constant(x[:20] + 0.5)
     _, phi1, _ = m.coefficients(tf.constant(x[:20]), tf.constant(y[:20]), 10,
-                                m.record_seeds(tf.constant(x[:20])))
+                                m.record_seeds(tf.range(20, dtype=tf.int64)))
     start = [v.numpy() for v in model.trainable_variables]
     results = []
     for _ in range(2):
@@ -328,7 +331,8 @@ def test_training_step_same_seed_same_result():
         @tf.function
         def step():
             with replica.step_context(tf.constant([4, 4], tf.int64)):
-                return m.train_step(model, opt, tf.constant(x[:20]), tf.constant(y[:20]), 20)
+                return m.train_step(model, opt, tf.constant(x[:20]), tf.constant(y[:20]), 20,
+                                    indices=tf.range(20, dtype=tf.int64))
         step()
         outs.append(model.get_layer(models.OUTPUT_LAYER).kernel.numpy())
     np.testing.assert_array_equal(outs[0], outs[1])
@@ -358,3 +362,25 @@ def test_batch_shared_noise_is_shared_across_replicas():
     parts = [t.numpy() for t in strategy.experimental_local_results(out)]
     assert len(parts) == 2
     np.testing.assert_allclose(parts[0][0], parts[1][0], atol=1e-6)
+
+
+def test_duplicate_images_get_independent_noise():
+    """Regression (issue: noise keyed by content): two identical images, even with different
+    labels, used to get identical input and label noise; noise is keyed by position now."""
+    x, y = _data(40)
+    x[1] = x[0]  # a duplicate record with another label
+    y[0], y[1] = 3, 7
+    m = _method(adlm.ILM, batch_size=20, epsilon=0.5)
+    _ready(m, x, y)
+    xt, yt = tf.constant(x[:2]), tf.constant(y[:2])
+    seeds = m.record_seeds(tf.constant([0, 1], tf.int64))
+    noise = (m.noisy_inputs(xt, seeds) - xt).numpy()
+    assert np.abs(noise[0] - noise[1]).min() > 0  # every feature differs
+    _, phi1, _ = m.coefficients(xt, yt, 10, seeds)
+    label_noise = phi1.numpy() - (0.5 - np.eye(10)[y[:2]])
+    assert np.abs(label_noise[0] - label_noise[1]).min() > 0
+    # Same position, same noise (drawn once per record: reproducible across epochs).
+    again = (m.noisy_inputs(xt, m.record_seeds(tf.constant([0, 1], tf.int64))) - xt).numpy()
+    np.testing.assert_array_equal(noise, again)
+    with pytest.raises(ValueError, match="indices"):
+        m.train_step(None, None, xt, yt, 2)

@@ -18,7 +18,7 @@ def test_laplace_scale_fixtures():
     # Per-example input noise Delta_h0 / (eps2 |L|) with the ref-code preset (beta_j = 1).
     per_example = m.laplace_scale(epsilon=0.075, sensitivity=9800) / 1800
     assert per_example == pytest.approx(72.5926, abs=1e-4)
-    assert m.laplace_scale(epsilon=2.0, sensitivity=0.0) == 0.0
+    assert m.laplace_scale(epsilon=2.0, sensitivity=0.0, allow_zero=True) == 0.0
 
 
 @pytest.mark.parametrize("kwargs, word", [

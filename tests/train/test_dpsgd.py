@@ -20,6 +20,16 @@ def _method(tmp_path, epsilon=None, epochs=2, batch_size=100, **opts):
     return m
 
 
+def _charge_planned(m, ledger, n, batch=100):
+    """Records the planned steps as the loop would after running them all."""
+    spend = m.step_spend()
+    steps = m.max_steps()
+    ledger.record_steps(spend["name"], segments=[dict(
+        start_step=0, steps=steps, passes=-(-steps // (n // batch)), num_examples=n,
+        batch_size=batch, noise_multiplier=spend["noise_multiplier"])],
+        delta=spend["delta"], sampling=spend["sampling"], accountant=spend["accountant"])
+
+
 def test_clipped_sum_closed_form():
     # Example 0: gradient (3, 4) split over two tensors, norm 5 -> scaled by C/5 = 0.2.
     # Example 1: gradient (0.3, 0.4), norm 0.5 <= C -> unchanged.
@@ -36,6 +46,8 @@ def test_sigma_solved_from_target_epsilon(tmp_path):
     m.setup(np.zeros((1000, 2), np.float32), np.zeros(1000, np.int64), ledger,
             np.random.default_rng(0))
     assert m.max_steps() == 2 * (1000 // 100)
+    assert len(ledger) == 0  # the loop charges the steps that execute
+    _charge_planned(m, ledger, 1000)
     eps, delta = ledger.total()
     assert eps <= 1.0 and eps == pytest.approx(1.0, rel=1e-3)
     assert delta == 1e-5
@@ -52,6 +64,7 @@ def test_fixed_sigma_stops_when_budget_is_spent(tmp_path):
             np.random.default_rng(0))
     steps = m.max_steps()
     assert 0 < steps < 50 * 10
+    _charge_planned(m, ledger, 1000)
 
     def eps(t):
         return accounting.dpsgd_epsilon(num_examples=1000, batch_size=100, noise_multiplier=2.0,
@@ -74,6 +87,7 @@ def test_shuffle_sampling_records_claimed_and_sound(tmp_path):
     ledger = accounting.PrivacyLedger()
     m.setup(np.zeros((1000, 2), np.float32), np.zeros(1000, np.int64), ledger,
             np.random.default_rng(0))
+    _charge_planned(m, ledger, 1000)
     d = ledger.to_dict()
     # Calibrated on the Poisson analysis (claimed); the sound no-amplification bound is larger.
     assert d["claimed_epsilon"] == pytest.approx(2.0, rel=1e-3)

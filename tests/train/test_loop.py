@@ -53,6 +53,8 @@ class _OnceNoiseMethod(Method):
     """
 
     name = "once_noise_test"
+    # noise_seed may change on resume: the test shows the restored noise wins over it.
+    resume_mutable_flags = ("epochs", "noise_seed")
 
     def setup(self, x_train, y_train, ledger, rng):
         ledger.add("test_noise", mechanism="laplace", epsilon=0.5, protects="training records")
@@ -159,8 +161,13 @@ def test_dpsgd_resume_keeps_noise_stream_and_budget(tmp_path, tiny_data):
                          verbose=0)
     for a, b in zip(_weights(full.model), _weights(resumed.model)):
         np.testing.assert_array_equal(a, b)
-    assert resumed.ledger == full.ledger
+    # Same executed computation, accounted per segment: [0, 6) then [6, 12) composes to the
+    # epsilon of 12 steps.
     assert len(resumed.ledger["entries"]) == 1
+    assert resumed.ledger["epsilon"] == pytest.approx(full.ledger["epsilon"], rel=1e-9)
+    segs = resumed.ledger["entries"][0]["segments"]
+    assert [(s["start_step"], s["steps"]) for s in segs] == [(0, 6), (6, 6)]
+    assert full.ledger["entries"][0]["segments"][0]["steps"] == 12
 
 
 def test_run_directory_contents(tmp_path, tiny_data):
@@ -178,7 +185,11 @@ def test_run_directory_contents(tmp_path, tiny_data):
     assert config["seed"] == 7 and config["seed_source"] == "flag"
     assert config["input_shape"] == list(_SHAPE)
     metrics = rd.read_json(rundir.METRICS_FILE)
-    assert set(metrics) >= {"test_accuracy", "train_loss", "epochs_completed", "seconds"}
+    assert set(metrics) >= {"test_accuracy", "epochs_completed", "seconds", "segments",
+                            loop.NONPRIVATE_STATS_KEY}
+    assert "train_loss" not in metrics  # non-private statistics live under their own key
+    stats = metrics[loop.NONPRIVATE_STATS_KEY]
+    assert stats["privatized"] is False and stats["train_loss"] is not None
     assert 0.0 <= metrics["test_accuracy"] <= 1.0
     assert rd.read_json(rundir.LEDGER_FILE)["entries"] == []
     # model.keras maps inputs to the same logits as the trained model.
@@ -191,7 +202,8 @@ def test_run_directory_contents(tmp_path, tiny_data):
                 os.path.join(rd.file(rundir.TENSORBOARD_DIR), name)):
             tags.update(v.tag for v in event.summary.value
                         if v.metadata.plugin_data.plugin_name == "scalars")
-    assert {"train/loss", "train/accuracy", "test/accuracy"} <= tags
+    assert {"nonprivate_train/loss", "nonprivate_train/accuracy", "test/accuracy"} <= tags
+    assert not {"train/loss", "train/accuracy"} & tags
     # An existing run directory without resume is refused before any work.
     with pytest.raises(ValueError, match="model_dir"):
         loop.train(nonprivate.NonPrivate(_config(tmp_path, "run", epochs=1)), tiny_data,

@@ -139,8 +139,8 @@ def test_baseline_flagfiles_validate(tmp_path, flagfile):
     fv = copy.deepcopy(train_app.FLAGS)
     path = os.path.join(_ROOT, "flags", "baselines", flagfile)
     fv(["tfdp-train", f"--flagfile={path}", f"--model_dir={tmp_path / 'run'}"])
-    values, options = train_app.values_from_flags(fv)
-    spec = train_app.resolve(values, options)
+    values, options, present = train_app.values_from_flags(fv)
+    spec = train_app.resolve(values, options, present)
     assert spec.config.method in ("nonprivate", "dpsgd")
     if spec.config.method == "dpsgd":
         assert spec.config.epsilon is not None and options["dpsgd_sampling"] == "poisson"

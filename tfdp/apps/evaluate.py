@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from absl import app, flags, logging
 
 from tfdp import evaluate as evaluate_lib
+from tfdp import rundir
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "Run directory written by tfdp-train.")
@@ -47,6 +49,20 @@ def _options() -> evaluate_lib.EvalOptions:
         draws_per_step=FLAGS.draws_per_step, seed=FLAGS.seed, data_dir=FLAGS.data_dir)
 
 
+def check_model_dir(model_dir: str) -> str | None:
+    """What makes `model_dir` unusable for evaluation (None when it is usable)."""
+    if not os.path.exists(model_dir):
+        return f"--model_dir: {model_dir} does not exist"
+    if not os.path.isdir(model_dir):
+        return f"--model_dir: {model_dir} is not a directory"
+    if not os.path.exists(os.path.join(model_dir, rundir.MODEL_FILE)):
+        return (f"--model_dir: {model_dir} holds no trained model ({rundir.MODEL_FILE}); "
+                "finish the run first (tfdp-train --resume --model_dir=...)")
+    if not os.access(model_dir, os.W_OK):
+        return f"--model_dir: {model_dir} is not writable (evaluation.json goes there)"
+    return None
+
+
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -56,7 +72,15 @@ def main(argv: list[str]) -> None:
         options = evaluate_lib.validate_options(_options())
     except ValueError as e:
         raise app.UsageError(str(e)) from e
-    summary = evaluate_lib.evaluate_run(FLAGS.model_dir, options)
+    problem = check_model_dir(FLAGS.model_dir)
+    if problem:
+        sys.exit(f"tfdp-evaluate: error: {problem}")
+    try:
+        # Exclusive use of the run directory: no training or other evaluation writes there.
+        with rundir.RunLock(FLAGS.model_dir):
+            summary = evaluate_lib.evaluate_run(FLAGS.model_dir, options)
+    except ValueError as e:
+        sys.exit(f"tfdp-evaluate: error: {e}")
     logging.info("clean accuracy %.4f", summary["clean_accuracy"])
     for name, entry in summary["attacks"].items():
         for size, res in entry.items():

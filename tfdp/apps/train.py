@@ -22,7 +22,12 @@ DEFAULTS = {"epochs": 1, "batch_size": 128, "learning_rate": 1e-3, "optimizer": 
 # Flags that define a run besides the method's own; written to flags.txt.
 RUN_FLAGS = ("method", "dataset", "data_dir", "model_dir", "epochs", "batch_size",
              "learning_rate", "optimizer", "seed", "epsilon", "delta", "value_range",
-             "strategy", "num_train", "num_test", "checkpoint_every")
+             "strategy", "num_train", "num_test", "checkpoint_every", "cpu_replicas")
+# Flags that only steer how a run executes; a resume may change them freely. The training data
+# may move (--data_dir); its content is compared with the run's by hash.
+RUN_CONTROL_FLAGS = ("model_dir", "strategy", "cpu_replicas", "checkpoint_every",
+                     "stop_after_epochs", "verbose", "download", "data_dir", "num_test",
+                     "resume", "overwrite")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("method", "adlm", f"Training method: one of {sorted(registry.METHODS)}.")
@@ -52,6 +57,13 @@ flags.DEFINE_integer("stop_after_epochs", None,
                      "Exit after checkpointing this many epochs (a deterministic interruption; "
                      "continue with --resume).")
 flags.DEFINE_integer("verbose", 1, "0: quiet; 1: progress bar and summary.")
+flags.DEFINE_bool("overwrite", False,
+                  "Start afresh in a --model_dir that holds files but no checkpoint and no "
+                  "finished model (a run stopped before its first checkpoint). Never deletes a "
+                  "run that can be resumed.")
+flags.DEFINE_integer("cpu_replicas", None,
+                     "Split the CPU into N logical devices before any strategy is built, so "
+                     "--strategy=mirrored runs N replicas on a CPU-only machine.")
 
 
 
@@ -80,6 +92,8 @@ class RunSpec:
     strategy: str
     resume: bool
     num_train: int | None
+    overwrite: bool
+    cpu_replicas: int | None
     num_test: int | None
     checkpoint_every: int
     stop_after_epochs: int | None
@@ -112,7 +126,82 @@ def default_model_dir(method: str, dataset: str) -> str:
     return os.path.join("runs", f"{method}-{dataset}-{stamp}")
 
 
-def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> RunSpec:
+def stored_run_flags(model_dir: str) -> dict:
+    """The flag values a run was started with, from its config.json ("flags" and "options").
+
+    Raises:
+      ValueError: naming the file when it is missing or corrupt.
+    """
+    from tfdp import rundir  # pylint: disable=import-outside-toplevel
+    config = rundir.read_json(os.path.join(model_dir, rundir.CONFIG_FILE))
+    if not isinstance(config, dict):
+        raise ValueError(f"{os.path.join(model_dir, rundir.CONFIG_FILE)}: not a run configuration")
+    stored = dict(config.get("flags") or {})
+    if not stored:  # runs written before config.json held the flags
+        stored = {k: config.get(k) for k in ("method", "dataset", "epochs", "batch_size",
+                                             "learning_rate", "optimizer", "seed", "epsilon",
+                                             "delta", "value_range")}
+    stored["options"] = dict(config.get("options") or {})
+    return stored
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        try:
+            return [float(v) for v in a] == [float(v) for v in b]
+        except (TypeError, ValueError):
+            return list(a or []) == list(b or [])
+    if _is_number(a) and _is_number(b):
+        return float(a) == float(b)
+    return a == b
+
+
+def merge_resume(values: Mapping[str, Any], options: Mapping[str, Any],
+                 present: set[str], method_cls) -> tuple[dict, dict]:
+    """Values of a --resume: the run's own flags from config.json, checked against the given.
+
+    Args:
+      values, options: generic and method flag values.
+      present: names of the flags given explicitly (command line or flagfile).
+      method_cls: the run's method class.
+
+    Returns:
+      (values, options) with every flag not given taken from the run.
+
+    Raises:
+      ValueError: naming each given flag that changes the run (besides the method's
+        `resume_mutable_flags` and the run-control flags) with both values.
+    """
+    stored = stored_run_flags(values["model_dir"])
+    mutable = set(getattr(method_cls, "resume_mutable_flags", ("epochs",))) | set(
+        RUN_CONTROL_FLAGS)
+    merged, merged_opts = dict(values), dict(options)
+    conflicts = []
+    for name, old in stored.items():
+        if name == "options":
+            continue
+        if name in present:
+            if name not in mutable and not _same(old, values.get(name)):
+                conflicts.append(f"--{name}: the run was started with {old!r}, the resume "
+                                 f"asks for {values.get(name)!r}")
+        elif name not in ("model_dir",) and name in RUN_FLAGS:
+            merged[name] = old
+    for name, old in stored["options"].items():
+        if name in present:
+            if name not in mutable and not _same(old, options.get(name)):
+                conflicts.append(f"--{name}: the run was started with {old!r}, the resume "
+                                 f"asks for {options.get(name)!r}")
+        else:
+            merged_opts[name] = old
+    if conflicts:
+        raise ValueError("--resume: these flags change the run in " + str(values["model_dir"])
+                         + " (a resume reads the run's configuration from its config.json; "
+                         "start a new run to change them):\n  " + "\n  ".join(conflicts))
+    return merged, merged_opts
+
+
+def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+            present: set[str] | None = None) -> RunSpec:
     """Validates flag values and resolves method defaults; raises before any work.
 
     Args:
@@ -133,6 +222,19 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None)
     from tfdp.train import base, loop  # pylint: disable=import-outside-toplevel
 
     v = dict(values)
+    options = dict(options or {})
+    if present is None:  # library use: every value given is explicit
+        present = {k for k, val in v.items() if val is not None} | set(options)
+    if v.get("resume"):
+        if not v.get("model_dir"):
+            raise ValueError("--resume: needs --model_dir of the run to continue")
+        loop.check_run_dir(v["model_dir"], resume=True, flag_prefix="--")
+        if "method" not in present:
+            v["method"] = stored_run_flags(v["model_dir"]).get("method")
+        if v.get("method") not in registry.METHODS:
+            raise ValueError(f"--method: unknown method {v.get('method')!r}")
+        v, options = merge_resume(v, options, set(present),
+                                  registry.get_method_class(v["method"]))
     method = v.get("method") or "adlm"
     if method not in registry.METHODS:
         raise ValueError(f"--method: unknown method {method!r}; choose one of "
@@ -184,18 +286,22 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None)
         raise ValueError(f"--checkpoint_every: expected an integer >= 1, got "
                          f"{checkpoint_every!r}")
     resume = bool(v.get("resume"))
+    overwrite = bool(v.get("overwrite"))
+    cpu_replicas = v.get("cpu_replicas")
+    if cpu_replicas is not None and (not isinstance(cpu_replicas, int) or cpu_replicas < 1):
+        raise ValueError(f"--cpu_replicas: expected an integer >= 1, got {cpu_replicas!r}")
+    num_train = v.get("num_train")
+    if num_train is not None and num_train < batch_size:
+        raise ValueError(f"--num_train: {num_train} examples are fewer than one batch "
+                         f"(--batch_size={batch_size})")
     model_dir = v.get("model_dir")
     if resume and not model_dir:
         raise ValueError("--resume: needs --model_dir of the run to continue")
     model_dir = model_dir or default_model_dir(method, dataset)
-    if resume and not os.path.isdir(model_dir):
-        raise ValueError(f"--resume: run directory {model_dir} does not exist")
-    if resume and not loop.has_checkpoint(model_dir):
-        raise ValueError(f"--resume: run directory {model_dir} holds no checkpoint")
     chief = strategy != "multi_worker" or loop.tf_config_is_chief()
-    if not resume and chief and loop.run_dir_has_files(model_dir):
-        raise ValueError(f"--model_dir: {model_dir} already exists and is not empty; pass "
-                         "--resume to continue that run or choose another directory")
+    if chief or resume:
+        loop.check_run_dir(model_dir, resume=resume, overwrite=overwrite, epochs=epochs,
+                           flag_prefix="--")
 
     config = base.TrainConfig(
         method=method, dataset=dataset, model_dir=model_dir, epochs=epochs,
@@ -204,26 +310,39 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None)
         value_range=value_range, options=dict(options or {}))
     method_cls(config).validate()
     return RunSpec(config=config, method_cls=method_cls, optimizer=optimizer, strategy=strategy,
-                   resume=resume, num_train=v.get("num_train"), num_test=v.get("num_test"),
+                   resume=resume, num_train=num_train, num_test=v.get("num_test"),
+                   overwrite=overwrite, cpu_replicas=cpu_replicas,
                    checkpoint_every=checkpoint_every,
                    stop_after_epochs=v.get("stop_after_epochs"), data_dir=v.get("data_dir"),
                    download=bool(v.get("download")), verbose=int(v.get("verbose", 1)))
 
 
-def flags_text(spec: RunSpec) -> str:
-    """flags.txt: `--name=value` lines that re-create the run with --flagfile."""
+def run_flags(spec: RunSpec) -> dict:
+    """The resolved generic flag values of a run (stored in config.json under "flags")."""
     cfg = spec.config
-    values = {
+    return {
         "method": cfg.method, "dataset": cfg.dataset, "data_dir": spec.data_dir,
-        "model_dir": cfg.model_dir, "epochs": cfg.epochs, "batch_size": cfg.batch_size,
+        "epochs": cfg.epochs, "batch_size": cfg.batch_size,
         "learning_rate": cfg.learning_rate, "optimizer": spec.optimizer, "seed": cfg.seed,
         "epsilon": cfg.epsilon, "delta": cfg.delta,
-        "value_range": ",".join(repr(float(b)) for b in cfg.value_range),
+        "value_range": [float(b) for b in cfg.value_range],
         "strategy": spec.strategy, "num_train": spec.num_train, "num_test": spec.num_test,
-        "checkpoint_every": spec.checkpoint_every,
+        "checkpoint_every": spec.checkpoint_every, "cpu_replicas": spec.cpu_replicas,
     }
-    lines = [f"--{k}={_flag_str(val)}" for k, val in values.items() if val is not None]
-    lines += [f"--{k}={_flag_str(val)}" for k, val in sorted(cfg.options.items())
+
+
+def flags_text(spec: RunSpec) -> str:
+    """flags.txt: `--name=value` lines that re-create the run with --flagfile.
+
+    The run directory is not among them: a copied run directory must never point back at
+    the original, so --model_dir is always given on the command line.
+    """
+    values = run_flags(spec)
+    values["value_range"] = ",".join(repr(float(b)) for b in spec.config.value_range)
+    lines = ["# re-run with --flagfile=flags.txt --model_dir=<new directory>; continue this "
+             "run with --resume --model_dir=<this directory>"]
+    lines += [f"--{k}={_flag_str(val)}" for k, val in values.items() if val is not None]
+    lines += [f"--{k}={_flag_str(val)}" for k, val in sorted(spec.config.options.items())
               if val is not None]
     return "\n".join(lines) + "\n"
 
@@ -266,21 +385,52 @@ def execute(spec: RunSpec):
     return loop.train(method, run_data, strategy=strategy, optimizer=spec.optimizer,
                       resume=spec.resume, checkpoint_every=spec.checkpoint_every,
                       stop_after_epochs=spec.stop_after_epochs, flags_text=flags_text(spec),
-                      verbose=spec.verbose)
+                      config_extra={"flags": run_flags(spec),
+                                    "cpu_replicas": spec.cpu_replicas},
+                      verbose=spec.verbose, overwrite=spec.overwrite)
 
 
-def values_from_flags(flag_values) -> tuple[dict, dict]:
-    """Generic flag values and the chosen method's own flag values, from parsed FlagValues."""
+def values_from_flags(flag_values) -> tuple[dict, dict, set]:
+    """Generic and method flag values, and the names given explicitly, from parsed FlagValues.
+
+    On --resume without --method, the method (whose flags to read) comes from the run's
+    config.json.
+    """
     values = {name: flag_values[name].value for name in RUN_FLAGS + (
-        "resume", "stop_after_epochs", "download", "verbose")}
+        "resume", "stop_after_epochs", "download", "verbose", "overwrite")}
     method = flag_values["method"].value
+    if (values["resume"] and values["model_dir"] and not flag_values["method"].present
+            and os.path.isdir(values["model_dir"])):
+        try:
+            method = stored_run_flags(values["model_dir"]).get("method") or method
+        except ValueError:
+            pass  # reported by resolve, naming the file
+        values["method"] = method
     options = {}
     if method in registry.METHODS:
         module = registry.method_module(method)
         if importlib.util.find_spec(module) is not None:
             importlib.import_module(module)
             options = _flag_module_values(module, flag_values)
-    return values, options
+    present = {name for name in list(values) + list(options) if flag_values[name].present}
+    return values, options, present
+
+
+def _split_cpu(replicas: int | None) -> None:
+    """--cpu_replicas: N logical CPU devices, configured before TensorFlow initialises them."""
+    if replicas is None:
+        return
+    if not isinstance(replicas, int) or replicas < 1:
+        raise ValueError(f"--cpu_replicas: expected an integer >= 1, got {replicas!r}")
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration()] * replicas)
+    except RuntimeError:
+        raise ValueError("--cpu_replicas: TensorFlow's devices were already initialised in this "
+                         "process; the split must happen before any strategy or tensor is "
+                         "created") from None
 
 
 def main(argv) -> None:
@@ -294,13 +444,31 @@ def main(argv) -> None:
     from tfdp import data  # pylint: disable=import-outside-toplevel
     from tfdp.train import loop  # pylint: disable=import-outside-toplevel
     try:
+        replicas = FLAGS.cpu_replicas
+        if (replicas is None and FLAGS.resume and FLAGS.model_dir
+                and os.path.isdir(FLAGS.model_dir)):
+            try:  # a resume keeps the run's device split unless told otherwise
+                replicas = stored_run_flags(FLAGS.model_dir).get("cpu_replicas")
+            except ValueError:
+                replicas = None  # reported by resolve, naming the file
+        _split_cpu(replicas)
         spec = resolve(*values_from_flags(FLAGS))
     except (ValueError, ImportError) as e:
         sys.exit(f"tfdp-train: error: {e}")
     try:
         execute(spec)
-    except (data.DataNotFoundError, data.DataCorruptError, loop.SetupError) as e:
-        # Raised before the first training step; nothing but an empty run directory exists.
+    except KeyboardInterrupt:
+        model_dir = spec.config.model_dir
+        if loop.has_checkpoint(model_dir):
+            hint = f"resume with --resume --model_dir={model_dir}"
+        else:
+            hint = (f"no checkpoint was written yet; start again with --overwrite "
+                    f"--model_dir={model_dir}")
+        print(f"tfdp-train: interrupted; {hint}", file=sys.stderr)
+        sys.exit(130)
+    except (data.DataNotFoundError, data.DataCorruptError, loop.SetupError, ValueError) as e:
+        # Bad input, a locked or conflicting run directory, corrupt run state: a message,
+        # not a traceback (checked before the first training step).
         sys.exit(f"tfdp-train: error: {e}")
 
 

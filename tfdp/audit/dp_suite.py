@@ -33,14 +33,84 @@ def _layer_mech(layer) -> empirical.Mechanism:
     return run
 
 
+# The DP-SGD smoke configuration (flags/baselines/dpsgd_smoke.flags on the 5000-record
+# sample): q = 128/5000 and sigma solved for eps = 2 over 2 epochs of floor(5000/128) steps.
+DPSGD_SMOKE = dict(num_examples=5000, batch_size=128, epochs=2, target_epsilon=2.0, delta=1e-5)
+
+
+def dpsgd_smoke_step() -> tuple[float, float]:
+    """(q, sigma) of one step of the DP-SGD smoke run, as its setup computes them."""
+    from tfdp import accounting  # pylint: disable=import-outside-toplevel
+    c = DPSGD_SMOKE
+    steps = c["epochs"] * (c["num_examples"] // c["batch_size"])
+    sigma = accounting.dpsgd_noise_multiplier(
+        target_epsilon=c["target_epsilon"], num_examples=c["num_examples"],
+        batch_size=c["batch_size"], steps=steps, delta=c["delta"])
+    return c["batch_size"] / c["num_examples"], sigma
+
+
+def _subsampled_gaussian_mech(q: float, sigma: float) -> empirical.Mechanism:
+    """One DP-SGD step on a neighbouring pair (add/remove-one, clip norm C = 1).
+
+    The released sum of clipped gradients is x * Bernoulli(q) + N(0, sigma^2 I): the target
+    record (gradient x, ||x|| = C) joins the Poisson lot with probability q, every other
+    record contributes 0 (the worst case), and the noise is added once to the sum.
+    """
+    def run(x, num, rng):
+        joined = rng.random(num) < q
+        noise = mechanisms.sample_gaussian(np.full(x.size, sigma), (num, x.size), rng=rng)
+        return np.asarray(x, np.float64)[None, :] * joined[:, None] + noise
+    return run
+
+
+def dpsgd_step_case(q: float, sigma: float, delta: float = 1e-5,
+                    name: str = "dpsgd_step") -> dict:
+    """Audit case of one DP-SGD step with sampling rate q and noise multiplier sigma.
+
+    The claim is what the ledger composes per step: the Poisson-subsampled Gaussian at
+    (q, sigma), add/remove-one, epsilon at `delta` from the RDP accountant (Abadi et al.
+    2016; `tfdp.accounting.segments_epsilon` with one step). The attacker is the
+    likelihood-ratio test of the pair, which is monotone in the projection on x1 - x0.
+    """
+    from tfdp import accounting  # pylint: disable=import-outside-toplevel
+    claimed = accounting.segments_epsilon(
+        [dict(start_step=0, steps=1, passes=1, num_examples=1_000_000,
+              batch_size=max(1, round(q * 1_000_000)), noise_multiplier=sigma)],
+        delta=delta, sampling="poisson")
+    x0, x1 = np.zeros(_D), np.zeros(_D)
+    x1[0] = 1.0
+    return dict(name=name, mechanism=_subsampled_gaussian_mech(q, sigma), x0=x0, x1=x1,
+                attacker=empirical.gaussian_attacker(x0, x1, sigma),
+                score=empirical.gaussian_score(x0, x1, sigma), claimed_eps=claimed,
+                delta=delta, q=q, sigma=sigma)
+
+
+def dpsgd_cases_from_ledger(ledger: dict, delta: float | None = None) -> list[dict]:
+    """One audit case per executed DP-SGD segment of a run's ledger.json (its q and sigma)."""
+    out = []
+    for entry in ledger.get("entries", []):
+        for i, seg in enumerate(entry.get("segments") or []):
+            if seg["steps"] == 0:
+                continue
+            q = seg["batch_size"] / seg["num_examples"]
+            out.append(dpsgd_step_case(q, seg["noise_multiplier"],
+                                       delta if delta is not None else entry["delta"],
+                                       name=f"dpsgd_step[{entry['name']}:{i}]"))
+    return out
+
+
 def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
                 include_layers: bool = True, gpm_eps: float = 0.125, gpm_beta: float = 1e-4,
-                gpm_d: int = 256) -> list[dict]:
+                gpm_d: int = 256, dpsgd_steps: list[tuple[float, float]] | None = None
+                ) -> list[dict]:
     """Builds (mechanism, neighbours, attacker, claim) for every shipped mechanism.
 
     Each case uses a neighbouring pair at exactly the sensitivity the calibration assumes
     (L1 distance 1 for Laplace, L2 distance 1 / r-weighted distance 1 for HGM) and the
     likelihood-ratio attacker of the claimed noise family, i.e. the strongest generic test.
+
+    Args:
+      dpsgd_steps: (q, sigma) of the DP-SGD steps to audit (default: the smoke run's).
 
     Returns:
       list of dicts with keys name, mechanism, x0, x1, attacker, claimed_eps, delta.
@@ -107,6 +177,9 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
                           attacker=empirical.gaussian_attacker(x0, x1, stds),
                           score=empirical.gaussian_score(x0, x1, stds),
                           claimed_eps=eps, delta=delta))
+    # DP-SGD's per-step mechanism at the executed sampling rate and noise multiplier.
+    for q, sig in (dpsgd_steps if dpsgd_steps is not None else [dpsgd_smoke_step()]):
+        cases.append(dpsgd_step_case(q, sig, delta))
     for case in cases:
         case.setdefault("x0", x0)
         case.setdefault("x1", x1)

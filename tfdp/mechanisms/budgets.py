@@ -67,7 +67,8 @@ def adaptive_budget_weights(relevance: Any, *, floor: float) -> np.ndarray:
 
 
 def adlm_feature_noise_scales(*, sensitivity: float, epsilon: float, beta: Any,
-                              batch_size: Optional[int] = None) -> np.ndarray:
+                              batch_size: Optional[int] = None,
+                              allow_zero: bool = False) -> np.ndarray:
     """Per-feature Laplace scales Delta_h0 / (beta_j eps2), divided by |L| when given.
 
     AdLM Algorithm 1 lines 12-14: xbar_ij = x_ij + Lap(Delta_h0 / eps_j) / |L| with
@@ -83,9 +84,10 @@ def adlm_feature_noise_scales(*, sensitivity: float, epsilon: float, beta: Any,
         float64 array of beta's shape.
 
     Raises:
-        ValueError: on invalid arguments.
+        ValueError: on invalid arguments, a zero sensitivity without allow_zero, or a
+            scale that is 0, inf or underflows in float32.
     """
-    sens = _validate.check_sensitivity(sensitivity)
+    sens = _validate.check_calibration_sensitivity(sensitivity, allow_zero)
     eps = _validate.check_epsilon(epsilon)
     b = _validate.check_scale_array(beta, "beta")
     if b.size == 0 or np.any(b <= 0.0):
@@ -93,7 +95,7 @@ def adlm_feature_noise_scales(*, sensitivity: float, epsilon: float, beta: Any,
     scales = sens / (b * eps)  # AdLM Alg. 1 line 12, Lap(Delta_h0 / eps_j)
     if batch_size is not None:
         scales = scales / _check_count(batch_size, "batch_size")
-    return scales
+    return _validate.check_noise_scale(scales, allow_zero, "scales")
 
 
 # ------------------------------------------------------------------------------ StoBatch
@@ -145,18 +147,21 @@ def stobatch_gammas(*, sensitivity: float, batch_size: int, first_layer_norm: fl
 
 
 def stobatch_noise_scales(*, sensitivity: float, epsilon1: float,
-                          batch_size: int) -> tuple[float, float]:
+                          batch_size: int,
+                          allow_zero: bool = False) -> tuple[float, float]:
     """Per-coordinate Laplace scales (b_x, b_h) of chi1/m and 2 chi2/m (StoBatch §2.3-2.4).
 
     b_x = Delta_R / (m eps1) and b_h = 2 Delta_R / (m eps1).
 
     Raises:
-        ValueError: on invalid arguments.
+        ValueError: on invalid arguments, a zero sensitivity without allow_zero, or a
+            scale that is 0, inf or underflows in float32.
     """
-    sens = _validate.check_sensitivity(sensitivity)
+    sens = _validate.check_calibration_sensitivity(sensitivity, allow_zero)
     eps1 = _validate.check_epsilon(epsilon1, "epsilon1")
     m = _check_count(batch_size, "batch_size")
     b_x = sens / (m * eps1)  # StoBatch §2.3: chi1 ~ Lap(Delta_R / eps1), added as chi1 / m
+    _validate.check_noise_scale([b_x, 2.0 * b_x], allow_zero, "scales")
     return b_x, 2.0 * b_x  # StoBatch §2.4: 2 chi2 / m
 
 

@@ -14,7 +14,8 @@ HGM_CONDITION2_DELTA = math.sqrt(2.0 / math.pi) * math.exp(-0.5)  # 0.48394...
 _BISECTION_STEPS = 200
 
 
-def classical_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
+def classical_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float,
+                             allow_zero: bool = False) -> float:
     """Noise standard deviation of the classical Gaussian mechanism.
 
     sigma = sqrt(2 ln(1.25/delta)) * sensitivity / epsilon (Dwork & Roth 2014, Thm A.1;
@@ -31,16 +32,18 @@ def classical_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float
         sigma in float64.
 
     Raises:
-        ValueError: on invalid arguments, including epsilon > 1.
+        ValueError: on invalid arguments, including epsilon > 1, a zero sensitivity without
+            allow_zero, or a sigma that is 0 or inf in float32.
     """
     eps = _validate.check_epsilon(epsilon)
     dlt = _validate.check_delta(delta)
-    sens = _validate.check_sensitivity(sensitivity)
+    sens = _validate.check_calibration_sensitivity(sensitivity, allow_zero)
     if eps > 1.0:
         raise ValueError(
             f"epsilon must be <= 1 for the classical Gaussian mechanism (got {epsilon!r}); "
             "use analytic_gaussian_sigma or hgm_sigma for larger epsilon")
-    return classical_gaussian_multiplier(dlt) * sens / eps  # HGM Theorem 1
+    return _validate.check_noise_scale(classical_gaussian_multiplier(dlt) * sens / eps,
+                                       allow_zero, "sigma")  # HGM Theorem 1
 
 
 def classical_gaussian_multiplier(delta: float) -> float:
@@ -93,7 +96,8 @@ def _gaussian_delta_unit(sigma: float, eps: float) -> float:
     return max(delta, 0.0)
 
 
-def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
+def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float,
+                            allow_zero: bool = False) -> float:
     """Smallest sigma for which the Gaussian mechanism is (epsilon, delta)-DP (exact).
 
     Analytic Gaussian mechanism of Balle & Wang 2018 (HGM spec §2.8): bisection on
@@ -109,11 +113,12 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float)
         sigma in float64 (linear in sensitivity).
 
     Raises:
-        ValueError: on invalid arguments.
+        ValueError: on invalid arguments, a zero sensitivity without allow_zero, or a
+            scale that is 0, inf or underflows in float32.
     """
     eps = _validate.check_epsilon(epsilon)
     dlt = _validate.check_delta(delta)
-    sens = _validate.check_sensitivity(sensitivity)
+    sens = _validate.check_calibration_sensitivity(sensitivity, allow_zero)
     if sens == 0.0:
         return 0.0
     # HGM's sigma is always valid (§2.5), so it brackets from above.
@@ -132,7 +137,8 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float)
             log_lo = mid
         if log_hi - log_lo < 1e-15:
             break
-    return math.exp(log_hi) * sens  # AGM sigma is linear in the sensitivity
+    # AGM sigma is linear in the sensitivity.
+    return _validate.check_noise_scale(math.exp(log_hi) * sens, allow_zero, "sigma")
 
 
 def hgm_s(delta: float) -> float:
@@ -180,7 +186,8 @@ def hgm_multiplier(*, epsilon: float, delta: float) -> float:
     return cond1 if cond2 is None else max(cond1, cond2)
 
 
-def hgm_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
+def hgm_sigma(*, epsilon: float, delta: float, sensitivity: float,
+              allow_zero: bool = False) -> float:
     """sigma of HGM's extended / heterogeneous Gaussian mechanism (HGM Theorems 2 and 3).
 
     Valid for every epsilon > 0. For the heterogeneous mechanism pass the r-weighted
@@ -195,14 +202,17 @@ def hgm_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
         sigma in float64.
 
     Raises:
-        ValueError: on invalid arguments.
+        ValueError: on invalid arguments, a zero sensitivity without allow_zero, or a
+            scale that is 0, inf or underflows in float32.
     """
     mult = hgm_multiplier(epsilon=epsilon, delta=delta)
-    sens = _validate.check_sensitivity(sensitivity)
-    return mult * sens  # HGM Theorem 3: sigma = Delta_A(r) * c(eps, delta) / eps
+    sens = _validate.check_calibration_sensitivity(sensitivity, allow_zero)
+    # HGM Theorem 3: sigma = Delta_A(r) * c(eps, delta) / eps.
+    return _validate.check_noise_scale(mult * sens, allow_zero, "sigma")
 
 
-def gaussian_tail_sigma(*, epsilon: float, delta: float, sensitivity: float) -> float:
+def gaussian_tail_sigma(*, epsilon: float, delta: float, sensitivity: float,
+                        allow_zero: bool = False) -> float:
     """sigma from the privacy-loss tail bound used by GPM (GPM Thm 2.3, spec gpm.md §2).
 
     eps = D^2/(2 s^2) - (D/s) Phi^{-1}(delta) solved for s:
@@ -211,13 +221,15 @@ def gaussian_tail_sigma(*, epsilon: float, delta: float, sensitivity: float) -> 
     not the exact (analytic) calibration.
 
     Raises:
-        ValueError: on invalid arguments.
+        ValueError: on invalid arguments, a zero sensitivity without allow_zero, or a
+            scale that is 0, inf or underflows in float32.
     """
     eps = _validate.check_epsilon(epsilon)
     dlt = _validate.check_delta(delta)
-    sens = _validate.check_sensitivity(sensitivity)
+    sens = _validate.check_calibration_sensitivity(sensitivity, allow_zero)
     a = float(special.ndtri(dlt))
-    return sens / (a + math.sqrt(a * a + 2.0 * eps))  # GPM Thm 2.3, inverted
+    sigma = sens / (a + math.sqrt(a * a + 2.0 * eps))  # GPM Thm 2.3, inverted
+    return _validate.check_noise_scale(sigma, allow_zero, "sigma")
 
 
 def gaussian_tail_epsilon(*, sigma: float, delta: float, sensitivity: float) -> float:

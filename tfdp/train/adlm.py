@@ -26,8 +26,7 @@ _DEFAULT_SPLIT = {"mnist": (0.25, 0.25, 0.5), "cifar10": (0.1, 0.6, 0.3)}
 _DEFAULT_FLOOR = {"mnist": 1e-5, "cifar10": 1e-2}
 # FM modes realised as a data-independent linear loss term.
 _LINEAR_FM = ("ref_code", "batch_sum_fixed")
-# Levels used to turn a record's pixels into exact integers for its noise key.
-_KEY_LEVELS = 65535
+AUX_DATA = ("private", "public_split")
 
 flags.DEFINE_list("adlm_eps_split", None,
                   "eps1,eps2,eps3 as fractions of --epsilon summing to 1 (default: the code "
@@ -76,6 +75,14 @@ flags.DEFINE_enum("adlm_aux_model", "same", list(adlm_models.AUX_KINDS),
                   "Auxiliary (non-private) model for the relevance step: the private "
                   "network's structure or a one-hidden-layer MLP.")
 flags.DEFINE_integer("adlm_aux_epochs", 2, "Training epochs of the auxiliary model.")
+flags.DEFINE_enum("adlm_aux_data", "private", list(AUX_DATA),
+                  "Data of the auxiliary relevance model (spec E4): private = the training set "
+                  "D itself, without privacy (the paper; no finite sound eps1); public_split = "
+                  "a held-out split removed from D (--adlm_aux_public_size records), so the "
+                  "relevance function is independent of D and eps1 is a sound bound.")
+flags.DEFINE_integer("adlm_aux_public_size", None,
+                     "Records held out from the training set for --adlm_aux_data=public_split "
+                     "(default: 10% of the training set).")
 flags.DEFINE_enum("adlm_batches", "fixed", list(BATCH_SCHEDULES),
                   "Batches: fixed disjoint batches (visited in a new order each epoch) or "
                   "freshly shuffled batches each epoch.")
@@ -166,6 +173,8 @@ class AdLM(Method):
 
     name = "adlm"
     adaptive = True
+    # Per-record noise is keyed by the record's position in the training set (never content).
+    uses_record_indices = True
     # Generic-flag defaults (not from the paper): small enough for the embedded sample. The
     # noise-mode defaults are paper-literal; flags/adlm/*.flags hold the tested settings.
     default_flags = {"epochs": 3, "batch_size": 250, "learning_rate": 1e-2, "optimizer": "adam",
@@ -175,6 +184,7 @@ class AdLM(Method):
         super().__init__(config)
         self._state: dict[str, np.ndarray] = {}
         self._info: dict[str, Any] = {}
+        self._public: tuple[np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ options
 
@@ -243,6 +253,16 @@ class AdLM(Method):
             raise ValueError(f"--adlm_lrp_mu: expected a number >= 0, got {mu!r}")
         if int(self._o("adlm_aux_epochs", 2)) < 1:
             raise ValueError("--adlm_aux_epochs: expected an int >= 1")
+        aux_data = self._o("adlm_aux_data", "private")
+        if aux_data not in AUX_DATA:
+            raise ValueError(f"--adlm_aux_data: expected one of {AUX_DATA}, got {aux_data!r}")
+        size = self._o("adlm_aux_public_size")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
+                                 or size < 1):
+            raise ValueError(f"--adlm_aux_public_size: expected an int >= 1, got {size!r}")
+        if size is not None and aux_data != "public_split":
+            raise ValueError("--adlm_aux_public_size: only used with "
+                             "--adlm_aux_data=public_split")
         if not 0.0 <= float(self._o("adlm_bn_momentum", 0.9)) < 1.0:
             raise ValueError("--adlm_bn_momentum: expected a number in [0, 1)")
         if int(self._o("adlm_crop", 20)) < 1:
@@ -253,6 +273,22 @@ class AdLM(Method):
             raise ValueError(f"--value_range: AdLM's Delta_h0 assumes |x| <= 1; got {low},{high}")
         if int(cfg.batch_size) < 1:
             raise ValueError(f"--batch_size: expected an int >= 1, got {cfg.batch_size!r}")
+
+    # ------------------------------------------------------------------ public split (E4)
+
+    def _uses_public_split(self) -> bool:
+        return self.adaptive and self._o("adlm_aux_data", "private") == "public_split"
+
+    def public_split_size(self, num_train: int) -> int:
+        """Records held out for the auxiliary model (spec E4), removed from D by the loop."""
+        if not self._uses_public_split():
+            return 0
+        size = self._o("adlm_aux_public_size")
+        return int(size) if size is not None else max(1, int(num_train) // 10)
+
+    def set_public_data(self, x_public: np.ndarray, y_public: np.ndarray) -> None:
+        self._public = (np.asarray(x_public, np.float32),
+                        np.asarray(y_public).astype(np.int64).reshape(-1))
 
     # ------------------------------------------------------------------ setup (host side)
 
@@ -270,7 +306,14 @@ class AdLM(Method):
                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                     metrics=["accuracy"])
         epochs = int(self._o("adlm_aux_epochs", 2))
-        hist = aux.fit(x, y, batch_size=128, epochs=epochs, verbose=0, shuffle=True)
+        if self._uses_public_split():
+            if self._public is None:
+                raise ValueError("--adlm_aux_data: public_split needs the held-out split "
+                                 "(set_public_data) before setup")
+            x_aux, y_aux = self._public  # disjoint from D: the relevance function is fixed
+        else:
+            x_aux, y_aux = x, y  # spec E4: trained on D without privacy (the paper)
+        hist = aux.fit(x_aux, y_aux, batch_size=128, epochs=epochs, verbose=0, shuffle=True)
         aux_acc = float(hist.history["accuracy"][-1])
         logging.info("AdLM auxiliary model (%s, %d epochs): train accuracy %.4f", kind, epochs,
                      aux_acc)
@@ -282,7 +325,8 @@ class AdLM(Method):
             transform = "ref_code_cifar" if arch == "cifar10" else "ref_code_mnist"
         rbar, info = relevance.private_average(r, epsilon=eps1, rng=rng, transform=transform)
         info.update({"aux_model": kind, "aux_epochs": epochs, "aux_train_accuracy": aux_acc,
-                     "transform": transform})
+                     "transform": transform, "aux_data": self._o("adlm_aux_data", "private"),
+                     "aux_examples": int(len(x_aux))})
         return rbar, info
 
     def _beta(self, x, y, num_classes, arch, eps1, rng) -> np.ndarray:
@@ -347,9 +391,9 @@ class AdLM(Method):
         # AdLM Algorithm 1 l.14: bbar = b + Lap(Delta_h0 / eps2) / |L|.
         st["bias_noise"] = (mechanisms.sample_laplace(dh0 / eps2 / batch, size=(filters,), rng=rng)
                             if self._o("adlm_perturb_bias", True) else np.zeros(filters))
-        # Secret key of the per-record noise (per_example modes): two integer weight vectors.
-        st["key_weights"] = rng.integers(1, 2**31 - 1, size=(2, int(np.prod(shape))),
-                                         dtype=np.int64)
+        # Secret key of the per-record noise (per_example modes); a record's noise is keyed by
+        # this key and the record's position in the training set, never by its content.
+        st["record_key"] = rng.integers(1, 2**62, size=(2,), dtype=np.int64)
         self._add_ledger(ledger, n=n, d=d, eps=(eps1, eps2, eps3), dh0=dh0, delta_f=delta_f,
                          eps_j_sum=float(eps_j.sum()), feature_range=float(high - low),
                          mode=mode, fm_mode=fm_mode, gran=gran, channels=shape[-1])
@@ -358,25 +402,38 @@ class AdLM(Method):
                     fm_mode, gran, channels) -> None:
         eps1, eps2, eps3 = eps
         batch = int(self.config.batch_size)
-        if self.adaptive:
+        if self.adaptive and self._uses_public_split():
+            # Spec E4 rigorous option: the auxiliary model saw only the held-out public split,
+            # so the relevance function is fixed w.r.t. D and Delta_R = 2d/|D| holds.
+            public = 0 if self._public is None else len(self._public[0])
+            ledger.add(f"{self.name}_eps1_relevance", mechanism="laplace", epsilon=eps1,
+                       protects="training records (average LRP relevance)",
+                       covers="setup",
+                       note=(f"AdLM Lemma 1-2: Rbar = mean relevance + Lap(2d/(|D| eps1)), d={d}, "
+                             f"|D|={n}. The auxiliary model was trained on a public split of "
+                             f"{public} records removed from D (spec E4), so the relevance "
+                             "function does not depend on D and the claim is sound."))
+        elif self.adaptive:
             # Delta_R = 2d/|D| treats the auxiliary model as fixed (spec E4); it was trained on
             # D, so one record can move every normalised relevance: L1 change <= d, and the
             # Laplace scale 2d/(|D| eps1) then gives eps1 * |D| / 2.
             sound = eps1 * n / 2.0
             ledger.add(f"{self.name}_eps1_relevance", mechanism="laplace", epsilon=sound,
                        protects="training records (average LRP relevance)",
-                       claimed_epsilon=eps1,
+                       claimed_epsilon=eps1, covers="setup",
                        note=(f"AdLM Lemma 1-2: Rbar = mean relevance + Lap(2d/(|D| eps1)), d={d}, "
                              f"|D|={n}. The claim holds for an auxiliary model independent of "
                              "D; here it was trained on D without privacy (spec E4), so the "
-                             "sound bound uses sensitivity d: eps1*|D|/2."))
+                             "sound bound uses sensitivity d: eps1*|D|/2 (use "
+                             "--adlm_aux_data=public_split for a sound eps1)."))
         if mode == "per_example_fixed" and gran == "feature":
             sound_x = per_record_epsilon_inputs(batch_size=batch, eps_j_sum=eps_j_sum,
                                                 feature_range=feature_range, delta_h0_value=dh0)
             why_x = ("each record's noisy copy xbar_i = x_i + Lap(Delta_h0/eps_j)/|L| is released "
                      "once; per-record bound |L| sum_j eps_j max|x_ij - x'_ij| / Delta_h0 (spec "
-                     "§3.9). The noise of a record is a keyed pseudo-random function of its "
-                     "content, so the bound assumes no two records are identical.")
+                     "§3.9). The noise of a record is keyed by its position in the training "
+                     "set (and a secret run key), never by its content, so identical records "
+                     "get independent noise.")
         else:
             sound_x = math.inf
             why_x = {"per_example_fixed": "a pixel's noise is shared by its channels, so channel "
@@ -388,7 +445,7 @@ class AdLM(Method):
             why_x = f"no finite per-record bound: {why_x} (spec §3.9, E1)."
         ledger.add(f"{self.name}_eps2_inputs", mechanism=f"laplace_input_{mode}", epsilon=sound_x,
                    protects="training records (inputs of the first affine layer)",
-                   claimed_epsilon=eps2,
+                   claimed_epsilon=eps2, covers="setup",
                    note=(f"AdLM Lemma 3-4 claim eps2 by one Laplace draw on the batch sum; "
                          f"Delta_h0={dh0:g}, |L|={batch}. Sound: {why_x}"))
         if fm_mode in _LINEAR_FM:
@@ -397,11 +454,12 @@ class AdLM(Method):
                      "data-independent linear term is added (code release).")
         else:
             sound_y = per_record_epsilon_labels(batch_size=batch, eps3=eps3, delta_f=delta_f)
-            why_y = ("phibar1 = 1/2 - y + Lap(Delta_F/eps3)/|L| per record and class, drawn once; "
-                     "a label change moves two classes by 1: 2|L|eps3/Delta_F (spec §3.9).")
+            why_y = ("phibar1 = 1/2 - y + Lap(Delta_F/eps3)/|L| per record and class, drawn once "
+                     "and keyed by the record's position; a label change moves two classes by "
+                     "1: 2|L|eps3/Delta_F (spec §3.9).")
         ledger.add(f"{self.name}_eps3_functional_mechanism", mechanism=f"laplace_fm_{fm_mode}",
                    epsilon=sound_y, protects="training records (labels in the Taylor loss)",
-                   claimed_epsilon=eps3,
+                   claimed_epsilon=eps3, covers="setup",
                    note=(f"AdLM Lemma 5-6 claim eps3 by one draw on the batch sum of the "
                          f"coefficients; Delta_F={delta_f:g}. Sound: {why_y}"
                          + ("" if self.adaptive else " ILM: the eps1 share of --epsilon is not "
@@ -438,8 +496,11 @@ class AdLM(Method):
                                         name="adlm_shared_noise")
         self.fm_noise = tf.Variable(st["fm_noise"].astype(np.float32), trainable=False,
                                     name="adlm_fm_noise")
-        self.key_weights = tf.Variable(st["key_weights"].astype(np.int64), trainable=False,
-                                       name="adlm_key_weights")
+        if "record_key" not in st:
+            raise ValueError("setup state: no per-record noise key (a run from before noise "
+                             "was keyed by position cannot be resumed; start a new run)")
+        self.record_key = tf.Variable(st["record_key"].astype(np.int64), trainable=False,
+                                      name="adlm_record_key")
         return model
 
     # ------------------------------------------------------------------ training
@@ -447,19 +508,21 @@ class AdLM(Method):
     def batch_schedule(self) -> str:
         return self._o("adlm_batches", "fixed")
 
-    def record_seeds(self, x: tf.Tensor) -> tf.Tensor:
-        """Per-record stateless seeds [B, 2]: a keyed integer hash of the record's pixels.
+    def record_seeds(self, indices: tf.Tensor) -> tf.Tensor:
+        """Per-record stateless seeds [B, 2] from the records' positions in the training set.
 
-        The pixels are mapped exactly to integers in [0, 65535] over --value_range and
-        combined with the run's secret integer weights, so a record gets the same seed (and
-        the same noise) in every epoch and after a resume.
+        Seed i is (key_0, key_1 + position_i) with the run's secret key: a record gets the
+        same seed (and the same noise) in every epoch and after a resume, and two records at
+        different positions get independent noise even when their contents are identical.
+
+        Args:
+            indices: int64 [B], each record's index in the (private) training set.
         """
-        low, high = self.config.value_range
-        q = tf.cast(tf.round((tf.reshape(x, [tf.shape(x)[0], -1]) - low) / (high - low)
-                             * _KEY_LEVELS), tf.int64)
-        w = tf.convert_to_tensor(self.key_weights)
-        return tf.stack([tf.reduce_sum(q * w[0][None, :], axis=1),
-                         tf.reduce_sum(q * w[1][None, :], axis=1)], axis=1)
+        idx = tf.cast(tf.convert_to_tensor(indices), tf.int64)
+        if idx.shape.rank != 1:
+            raise ValueError(f"indices: expected positions of shape [B], got {idx.shape}")
+        key = tf.convert_to_tensor(self.record_key)
+        return tf.stack([tf.fill(tf.shape(idx), key[0]), key[1] + idx], axis=1)
 
     def _per_record(self, seeds: tf.Tensor, salt: int, shape, scale) -> tf.Tensor:
         def draw(s):
@@ -500,12 +563,15 @@ class AdLM(Method):
         phi2 = tf.maximum(0.125 + self._per_record(seeds, 4, [num_classes], fm_scale), 0.0)
         return phi0, phi1, phi2
 
-    def train_step(self, model, optimizer, x, y, global_batch_size):
-        x = tf.convert_to_tensor(x, tf.float32)
-        num_classes = int(model.output_shape[-1])
+    def train_step(self, model, optimizer, x, y, global_batch_size, indices=None):
         needs_seeds = (self._o("adlm_input_noise", "per_example_fixed") == "per_example_fixed"
                        or self._o("adlm_fm_mode", "per_example_label_only") not in _LINEAR_FM)
-        seeds = self.record_seeds(x) if needs_seeds else None
+        if needs_seeds and indices is None:
+            raise ValueError("indices: per-record noise needs each record's position in the "
+                             "training set (the loop passes it)")
+        x = tf.convert_to_tensor(x, tf.float32)
+        num_classes = int(model.output_shape[-1])
+        seeds = self.record_seeds(indices) if needs_seeds else None
         xbar = self.noisy_inputs(x, seeds)
         phi0, phi1, phi2 = self.coefficients(x, y, num_classes, seeds)
         return self.step_on_noisy(model, optimizer, xbar, phi0, phi1, phi2, y, global_batch_size)

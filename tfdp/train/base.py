@@ -63,6 +63,12 @@ class Method(abc.ABC):
     """
 
     name: str = ""
+    # Flags that may take a new value on --resume (what they change is accounted or has no
+    # privacy effect); any other change of the run's configuration is refused on resume.
+    resume_mutable_flags: ClassVar[tuple[str, ...]] = ("epochs",)
+    # True: the loop passes `indices=` (each example's position in the training set, int64
+    # [B]) to `train_step`, for per-record randomness keyed by position, never by content.
+    uses_record_indices: ClassVar[bool] = False
     # Per-method defaults of the generic flags (epochs, batch_size, learning_rate, optimizer,
     # epsilon, delta) used when the flag is not given on the command line.
     default_flags: ClassVar[dict] = {}
@@ -111,15 +117,52 @@ class Method(abc.ABC):
         """Restores what `setup_state` returned, instead of re-running `setup` on resume."""
         del state
 
-    def checkpoint_objects(self) -> dict:
-        """Extra trackables (tf.Variable / tf.Module) to checkpoint besides model and optimizer.
+    def step_spend(self) -> dict | None:
+        """The privacy spent by every training step, for methods that spend per step.
 
-        The default collects the method's own tf.Variable and tf.Module attributes, so noise a
-        method keeps outside its model is restored on resume too.
+        Return None (default) when the method's privacy is spent in `setup` (its ledger
+        entries are final there). A per-step method (DP-SGD, Secure-SGD) returns a dict with
+        keys "name" (ledger entry name), "noise_multiplier" (sigma), "sampling" ("poisson" or
+        "shuffle"), "accountant" ("rdp" or "pld"), "delta" and optionally "protects" and
+        "note"; the loop then keeps the ledger entry equal to the composition of the steps that
+        actually executed, segment by segment across resumes (`PrivacyLedger.record_steps`;
+        docs/ledger.md), charging each epoch before running it.
         """
+        return None
+
+    def public_split_size(self, num_train: int) -> int:
+        """How many training records to hold out as public data (default 0: none).
+
+        The loop removes that many records (a seeded random choice, independent of the data)
+        from the private training set before `setup` and hands them to `set_public_data`; the
+        private set the method trains on, and its accounting, no longer contain them.
+        """
+        del num_train
+        return 0
+
+    def set_public_data(self, x_public: np.ndarray, y_public: np.ndarray) -> None:
+        """Receives the public split (see `public_split_size`) before `setup`."""
+        del x_public, y_public
+
+    def checkpoint_objects(self) -> dict:
+        """Extra trackables to checkpoint besides the loop's model and optimizer.
+
+        Any object tf.train.Checkpoint can track is accepted: tf.Variable, tf.Module,
+        tf.random.Generator, and Keras 3 models, layers and optimizers (trackable on the
+        TensorFlow backend). The loop raises at start-up, naming the key, for anything else.
+        Called after `build_model`; objects returned here are restored on resume.
+
+        The default collects the method's own tf.Variable, tf.Module, tf.random.Generator,
+        Keras layer/model and Keras optimizer attributes, so noise a method keeps outside its
+        model (or a second model and its optimizer) is restored on resume too.
+        """
+        import keras  # pylint: disable=import-outside-toplevel
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        # State-holding kinds only (not e.g. a tf.data.Dataset attribute, also trackable).
+        kinds = (tf.Variable, tf.Module, tf.random.Generator, keras.layers.Layer,
+                 keras.optimizers.Optimizer)
         return {k: v for k, v in sorted(vars(self).items())
-                if isinstance(v, (tf.Variable, tf.Module)) and not k.startswith("__")}
+                if isinstance(v, kinds) and not k.startswith("__")}
 
     def step_seed(self, salt: int = 0):
         """The current step's stateless seed (int64 [2]), identical on every replica.

@@ -64,6 +64,8 @@ class DPSGD(Method):
     """
 
     name = "dpsgd"
+    # A resume may change these: the ledger accounts every segment with its own q (docs/ledger.md).
+    resume_mutable_flags = ("epochs", "batch_size")
     default_flags = {"epochs": 5, "batch_size": 128, "learning_rate": 3e-3, "optimizer": "adam",
                      "epsilon": 2.0, "delta": 1e-5}
 
@@ -140,10 +142,14 @@ class DPSGD(Method):
                         f"would exceed target epsilon {cfg.epsilon:g}.")
         else:
             self._steps = planned
-        ledger.add_dpsgd("dpsgd", num_examples=n, batch_size=batch,
-                         noise_multiplier=self.noise_multiplier, delta=cfg.delta,
-                         steps=self._steps, accountant=self.accountant,
-                         sampling=self._account_sampling(), note=note)
+        del ledger  # the loop charges the steps that execute (step_spend)
+        self._note = note
+
+    def step_spend(self) -> dict:
+        """Per-step Gaussian spend; the loop records the executed segments in the ledger."""
+        return {"name": "dpsgd", "noise_multiplier": self.noise_multiplier,
+                "sampling": self._account_sampling(), "accountant": self.accountant,
+                "delta": self.config.delta, "note": getattr(self, "_note", "")}
 
     def max_steps(self) -> int | None:
         return self._steps
