@@ -9,8 +9,9 @@ from tfdp import data
 from tfdp.train import dpsgd, loop, nonprivate
 from tfdp.train.base import Method, TrainConfig
 
-SHAPE = (8, 8, 1)
-CLASSES = 3
+SHAPE = (28, 28, 1)
+CLASSES = 10
+VALUE_RANGE = (-1.0, 1.0)
 # A certification entry for the PixelDP-style test method (HGM Theorem 2/3 radius).
 HGM_CERT = {"mechanism": "hgm", "construction_bound": 0.1, "epsilon": 1.0, "delta": 1e-5}
 
@@ -64,21 +65,20 @@ class LinearNoisy(TinyPixelDP):
 
 @pytest.fixture(scope="session")
 def tiny_data():
-    x_train, y_train = data.load("synthetic", "train", shape=SHAPE, num_classes=CLASSES,
-                                 num_examples=96, seed=0)
-    x_test, y_test = data.load("synthetic", "test", shape=SHAPE, num_classes=CLASSES,
-                               num_examples=40, seed=0)
+    x_train, y_train = data.load("sample", "train", value_range=VALUE_RANGE, num_examples=320)
+    x_test, y_test = data.load("sample", "test", value_range=VALUE_RANGE, num_examples=60)
     return loop.Data(x_train, y_train, x_test, y_test, SHAPE, CLASSES)
 
 
 def train_run(path, method_cls, data_, method="nonprivate", **kw):
     """Trains `method_cls` briefly into run directory `path`; returns the RunResult."""
-    base = dict(method=method, dataset="synthetic", model_dir=str(path), epochs=1,
-                batch_size=16, learning_rate=0.05, seed=7)
+    base = dict(method=method, dataset="sample", model_dir=str(path), epochs=2,
+                batch_size=32, learning_rate=0.01, seed=7, value_range=VALUE_RANGE)
     base.update(kw)
     return loop.train(method_cls(TrainConfig(**base)), data_, verbose=0,
+                      optimizer="adam",
                       flags_text=f"--method={method}\n--seed=7\n--model_dir={path}\n"
-                                 "--epochs=1\n")
+                                 "--epochs=2\n--dataset=sample\n")
 
 
 @pytest.fixture(scope="session")
@@ -104,3 +104,10 @@ def dpsgd_run(tmp_path_factory, tiny_data):
     opts = {"dpsgd_l2_clip": 0.5, "dpsgd_noise_multiplier": 1.0, "dpsgd_model": "mlp"}
     return train_run(tmp_path_factory.mktemp("dpsgd") / "run", dpsgd.DPSGD, tiny_data,
                      method="dpsgd", delta=1e-5, options=opts)
+
+
+@pytest.fixture(scope="session")
+def pixeldp_export(tmp_path_factory, pixeldp_run):
+    from tfdp import export
+    return export.export_run(pixeldp_run.model_dir,
+                             str(tmp_path_factory.mktemp("pixeldp_export") / "out"))
