@@ -177,7 +177,7 @@ def _model_functions(model: Any, certification: Optional[Mapping[str, Any]]) -> 
 
 def _tf_beta_ppf(p: tf.Tensor, a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     """Quantile of Beta(a, b) at p (float64, elementwise) by bisection on tf.math.betainc."""
-    p, a, b = (tf.cast(v, tf.float64) for v in (p, a, b))
+    p, a, b = (_f64(v) for v in (p, a, b))
     shape = tf.shape(a + b + p)
     lo = tf.zeros(shape, tf.float64)
     hi = tf.ones(shape, tf.float64)
@@ -233,9 +233,7 @@ def tf_bernstein_bounds(mean: tf.Tensor, var: tf.Tensor, num_draws: tf.Tensor,
 
 def tf_max_epsilon(lower: tf.Tensor, upper: tf.Tensor, delta: Any = 0.0) -> tf.Tensor:
     """Graph version of `tfdp.certify.max_epsilon` (PixelDP Eq. 4 solved for eps')."""
-    lo = tf.cast(lower, tf.float64)
-    up = tf.cast(upper, tf.float64)
-    d = tf.cast(delta, tf.float64)
+    lo, up, d = _f64(lower), _f64(upper), _f64(delta)
     lo, up, d = lo + 0.0 * (up + d), up + 0.0 * (lo + d), d + 0.0 * (lo + up)
     # t* = (-delta + sqrt(delta^2 + 4 upper (lower - delta))) / (2 upper)
     disc = d * d + 4.0 * up * (lo - d)
@@ -247,6 +245,13 @@ def tf_max_epsilon(lower: tf.Tensor, upper: tf.Tensor, delta: Any = 0.0) -> tf.T
     t = tf.where(up > 0, t_quad, tf.where(d > 0, t_lin, inf))
     eps = tf.where(t > 1.0, tf.math.log(tf.maximum(t, 1.0)), 0.0)
     return tf.where(lo - d > 0, eps, 0.0)
+
+
+def _f64(value: Any) -> tf.Tensor:
+    """float64 tensor of value (Python floats converted directly, never through float32)."""
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        return tf.cast(value, tf.float64)
+    return tf.constant(np.asarray(value, np.float64))
 
 
 def _tf_log_ndtr(x: tf.Tensor) -> tf.Tensor:
@@ -340,7 +345,7 @@ def _tf_stobatch_radius(lower: tf.Tensor, upper: tf.Tensor, cert: Mapping[str, A
     elif mode == "mu_train":
         mu = tf.constant(float(cert["mu_train"]), tf.float64)
     else:
-        mu = tf.cast(attack_size, tf.float64)
+        mu = _f64(attack_size)
     delta_rx = mu * float(cert["d_cert"])
     eps_star = tf_max_epsilon(lower, upper, 0.0)
     # StoBatch Eq. 13
@@ -374,8 +379,7 @@ def tf_certified_radius(lower: tf.Tensor, upper: tf.Tensor, certification: Mappi
     cert = certify_lib.validate_certification(certification)
     mech = cert["mechanism"]
     cap = cert.get("eps_cap")
-    lower = tf.cast(lower, tf.float64)
-    upper = tf.cast(upper, tf.float64)
+    lower, upper, attack_size = _f64(lower), _f64(upper), _f64(attack_size)
     if mech == "stobatch":
         radius = _tf_stobatch_radius(lower, upper, cert, attack_size)
         if cap is not None:  # as tfdp.certify: cap eps_r* through the radius

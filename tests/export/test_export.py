@@ -286,3 +286,48 @@ def test_failed_export_leaves_nothing_half_written(tmp_path, pixeldp_run, monkey
     monkeypatch.undo()
     out = export.export_run(pixeldp_run.model_dir, str(old), overwrite=True)
     assert "certify" in out.signatures and sorted(os.listdir(tmp_path)) == ["old"]
+
+
+def test_stobatch_style_passes_and_once_noise(tmp_path):
+    # StoBatch-style certification: two Laplace layers whose noise was drawn once (saved as
+    # variables), Monte-Carlo passes that each refresh one of them, product of the softmax
+    # outputs (StoBatch Theorem 5); the export must reproduce tfdp.certify on it.
+    import layers  # pylint: disable=import-outside-toplevel
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((6, 6, 1))
+    h = layers.LaplaceNoise(0.2, noise_mode="once", seed=1, name="input_noise",
+                            inference_fresh_scale=0.5)(inp)
+    h = keras.layers.Dense(8)(keras.layers.Flatten()(h))
+    h = layers.LaplaceNoise(0.3, noise_mode="once", seed=2, name="latent_noise")(h)
+    model = keras.Model(inp, keras.layers.Dense(4)(keras.layers.ReLU()(h)))
+    cert = {"mechanism": "stobatch", "sensitivity": 2.0, "batch_size": 10, "epsilon1": 0.2,
+            "d_cert": 36, "delta_rh": 3.0, "delta_rx_mode": "mu_a", "psi": 2.0,
+            "passes": [["input_noise"], ["latent_noise"]], "bound": "hoeffding"}
+    run = rundir.RunDir(str(tmp_path / "run"), create=True)
+    model.save(run.file(rundir.MODEL_FILE))
+    run.write_json(rundir.CONFIG_FILE, {"method": "stobatch_test", "dataset": "synthetic",
+                                        "value_range": [-1.0, 1.0], "input_shape": [6, 6, 1],
+                                        "num_classes": 4, "certification": cert})
+    run.write_json(rundir.LEDGER_FILE, {"epsilon": 0.0, "delta": 0.0, "claimed_epsilon": 0.0,
+                                        "claimed_delta": 0.0, "differs": False, "entries": []})
+    out = export.export_run(run.path, str(tmp_path / "out"), draws_per_step=64)
+    assert out.card["signatures"]["certify"]["bound"] == "hoeffding"
+    m = tf.saved_model.load(out.export_dir)
+    x = np.random.default_rng(0).uniform(-1, 1, (5, 6, 6, 1)).astype(np.float32)
+    for size in (0.001, 0.01):
+        got = m.certify(tf.constant(x), tf.constant(150, tf.int32),
+                        tf.constant(0.05, tf.float64), tf.constant(size, tf.float64),
+                        tf.constant(4, tf.int64))
+        want = export.certify_in_process(model, cert, x, 150, 0.05, size, 4,
+                                         bound="hoeffding", draws_per_step=64)
+        np.testing.assert_array_equal(got["counts"].numpy(), want["counts"])
+        # Means: the same draws summed per chunk here and per export step (float64).
+        np.testing.assert_allclose(got["mean_scores"].numpy(), want["mean_scores"], rtol=1e-9)
+        np.testing.assert_array_equal(got["prediction"].numpy(), want["prediction"])
+        np.testing.assert_allclose(got["radius"].numpy(), want["radius"], rtol=1e-9,
+                                   atol=1e-15)
+        np.testing.assert_array_equal(got["certified"].numpy(), want["certified"])
+        assert want["radius"].max() > 0
+    # The deterministic path keeps the drawn-once noise off, as the in-process model does.
+    np.testing.assert_allclose(m.serve(tf.constant(x)).numpy(),
+                               model(x, training=False).numpy(), atol=1e-6)
