@@ -65,20 +65,20 @@ class LinearNoisy(TinyPixelDP):
 
 @pytest.fixture(scope="session")
 def tiny_data():
-    x_train, y_train = data.load("sample", "train", value_range=VALUE_RANGE, num_examples=320)
+    x_train, y_train = data.load("sample", "train", value_range=VALUE_RANGE, num_examples=1000)
     x_test, y_test = data.load("sample", "test", value_range=VALUE_RANGE, num_examples=60)
     return loop.Data(x_train, y_train, x_test, y_test, SHAPE, CLASSES)
 
 
 def train_run(path, method_cls, data_, method="nonprivate", **kw):
     """Trains `method_cls` briefly into run directory `path`; returns the RunResult."""
-    base = dict(method=method, dataset="sample", model_dir=str(path), epochs=2,
-                batch_size=32, learning_rate=0.01, seed=7, value_range=VALUE_RANGE)
+    base = dict(method=method, dataset="sample", model_dir=str(path), epochs=3,
+                batch_size=50, learning_rate=0.005, seed=7, value_range=VALUE_RANGE)
     base.update(kw)
     return loop.train(method_cls(TrainConfig(**base)), data_, verbose=0,
                       optimizer="adam",
                       flags_text=f"--method={method}\n--seed=7\n--model_dir={path}\n"
-                                 "--epochs=2\n--dataset=sample\n")
+                                 "--epochs=3\n--dataset=sample\n")
 
 
 @pytest.fixture(scope="session")

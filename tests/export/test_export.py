@@ -107,6 +107,13 @@ def test_saved_model_cli_show_and_run(tmp_path, pixeldp_run, pixeldp_export, tin
     want = pixeldp_run.model(x, training=False).numpy()
     np.testing.assert_allclose(np.load(tmp_path / "pred" / "logits.npy"), want, atol=1e-6)
     np.testing.assert_array_equal(np.load(tmp_path / "pred" / "class.npy"), want.argmax(-1))
+
+
+@pytest.mark.slow
+def test_saved_model_cli_certify(tmp_path, pixeldp_run, pixeldp_export, tiny_data):
+    x = tiny_data.x_test[:3]
+    np.save(tmp_path / "x.npy", x)
+    out_dir = pixeldp_export.export_dir
     _cli("run", "--dir", out_dir, "--tag_set", "serve", "--signature_def", "certify",
          "--inputs", f"x={tmp_path / 'x.npy'}", "--input_exprs",
          "num_draws=100;alpha=0.05;attack_size=0.01;seed=5", "--outdir",
@@ -196,7 +203,7 @@ def test_model_card_allow_list(tmp_path, pixeldp_run):
     assert card["certification"]["mechanism"] == "hgm"
     assert card["data"]["dataset"] == "sample"
     assert card["data"]["value_range"] == list(VALUE_RANGE)
-    assert "--epochs=2" in card["flags"]
+    assert "--epochs=3" in card["flags"]
     assert card["versions"]["tensorflow"] == tf.__version__
     assert set(card["signatures"]) == {"serving_default", "serve", "noisy_predict", "certify"}
     loaded = tf.saved_model.load(out.export_dir)
