@@ -45,7 +45,7 @@ def test_adlm_run_exports(tmp_path):
                "--dataset=sample", "--num_train=600", "--num_test=100", "--epochs=1",
                "--batch_size=200", "--adlm_aux_epochs=1", f"--model_dir={run}", "--verbose=0")
     assert out.returncode == 0, out.stderr[-3000:]
-    exported = _run("tfdp.apps.export", f"--model_dir={run}")
+    exported = _run("tfdp.apps.export", f"--latest_under={tmp_path}")
     assert exported.returncode == 0, exported.stderr[-3000:]
     target = run / "saved_model"
     assert f"export directory: {target}" in exported.stdout
@@ -61,3 +61,15 @@ def test_adlm_run_exports(tmp_path):
     assert card["ledger"]["claimed_epsilon"] == pytest.approx(8.0)
     assert card["run"]["method"] == "adlm"
     assert not any(line.startswith("--seed") for line in card["flags"])
+
+
+def test_latest_run(tmp_path):
+    from tfdp.apps import export as export_app  # pylint: disable=import-outside-toplevel
+    with pytest.raises(ValueError, match="latest_under"):
+        export_app.latest_run(str(tmp_path))
+    for i, name in enumerate(["b-old", "a-new", "c-unfinished"]):
+        (tmp_path / name).mkdir()
+        if name != "c-unfinished":
+            (tmp_path / name / "model.keras").write_text("x")
+            os.utime(tmp_path / name / "model.keras", (1000 + i, 1000 + i))
+    assert export_app.latest_run(str(tmp_path)) == str(tmp_path / "a-new")

@@ -1,6 +1,7 @@
 """tfdp-export: a finished run directory as a TensorFlow SavedModel with a model card.
 
 Usage: tfdp-export --model_dir=RUN --export_dir=OUT [--overwrite] [--bound=...]
+       tfdp-export --latest_under=runs   (the newest finished run in runs/)
 Prints the export directory and, per signature, its inputs and outputs.
 """
 
@@ -23,6 +24,33 @@ flags.DEFINE_enum("bound", None, ["clopper_pearson", "hoeffding", "bernstein"],
                   "certification entry, else clopper_pearson).")
 flags.DEFINE_integer("draws_per_step", 256, "Monte-Carlo draws per forward pass of certify.")
 flags.DEFINE_bool("include_keras", True, "Also copy model.keras into the export.")
+flags.DEFINE_string("latest_under", None, "Instead of --model_dir: export the most recently "
+                    "finished run directory (one holding model.keras) inside this folder.")
+
+
+def latest_run(folder: str) -> str:
+    """The most recently finished run directory directly inside `folder`.
+
+    Args:
+        folder: a folder of run directories (e.g. runs/).
+
+    Returns:
+        the path of the subdirectory whose model.keras is newest.
+
+    Raises:
+        ValueError: naming --latest_under, if the folder holds no finished run.
+    """
+    from tfdp import rundir  # pylint: disable=import-outside-toplevel
+    candidates = []
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            model = os.path.join(folder, name, rundir.MODEL_FILE)
+            if os.path.isfile(model):
+                candidates.append((os.path.getmtime(model), os.path.join(folder, name)))
+    if not candidates:
+        raise ValueError(f"latest_under: {folder} holds no finished run directory "
+                         f"(none has {rundir.MODEL_FILE})")
+    return max(candidates)[1]
 
 
 def describe(export_dir: str) -> str:
@@ -50,16 +78,18 @@ def describe(export_dir: str) -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    if not FLAGS.model_dir:
-        raise app.UsageError("--model_dir is required")
+    if bool(FLAGS.model_dir) == bool(FLAGS.latest_under):
+        raise app.UsageError("give exactly one of --model_dir and --latest_under")
     from tfdp import export  # pylint: disable=import-outside-toplevel
-    export_dir = FLAGS.export_dir or os.path.join(FLAGS.model_dir, "saved_model")
     try:
-        result = export.export_run(FLAGS.model_dir, export_dir, overwrite=FLAGS.overwrite,
+        model_dir = FLAGS.model_dir or latest_run(FLAGS.latest_under)
+        export_dir = FLAGS.export_dir or os.path.join(model_dir, "saved_model")
+        result = export.export_run(model_dir, export_dir, overwrite=FLAGS.overwrite,
                                    bound=FLAGS.bound, draws_per_step=FLAGS.draws_per_step,
                                    include_keras=FLAGS.include_keras)
     except ValueError as e:
         raise app.UsageError(f"--{e}" if str(e).split(":")[0] in FLAGS else str(e)) from e
+    print(f"exported run: {os.path.abspath(model_dir)}")
     print(f"export directory: {result.export_dir}")
     print("signatures:")
     print(describe(result.export_dir))
