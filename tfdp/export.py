@@ -108,9 +108,8 @@ def _seeded_noise(model: Any, key: tf.Tensor) -> Iterator[None]:
     graph is traced, so the draws are a pure function of `key` (no counter variable is
     read or advanced, and the exported signatures are stateless).
     """
-    from tfdp import evaluate as evaluate_lib  # pylint: disable=import-outside-toplevel
     sites = _DrawSites(key)
-    noise_layers = evaluate_lib._noise_layers(model)  # pylint: disable=protected-access
+    noise_layers = _all_noise_layers(model)
 
     def next_seed(tag: int, per_replica: bool) -> tf.Tensor:
         del tag, per_replica
@@ -125,6 +124,38 @@ def _seeded_noise(model: Any, key: tf.Tensor) -> Iterator[None]:
         for layer in noise_layers:
             if "_next_seed" in vars(layer):
                 object.__delattr__(layer, "_next_seed")
+
+
+def _all_noise_layers(model: Any) -> list:
+    """Every tfdp noise layer inside a model: nested models and layers' own sublayers."""
+    from layers.noise import _NoiseLayer  # pylint: disable=import-outside-toplevel
+    found, seen, stack = [], set(), [model]
+    while stack:
+        layer = stack.pop()
+        if id(layer) in seen:
+            continue
+        seen.add(id(layer))
+        if isinstance(layer, _NoiseLayer):
+            found.append(layer)
+        stack.extend(getattr(layer, "layers", None) or [])
+        if hasattr(layer, "_flatten_layers"):
+            stack.extend(layer._flatten_layers(  # pylint: disable=protected-access
+                include_self=False, recursive=False))
+    return found
+
+
+@contextlib.contextmanager
+def _all_noise_off(model: Any) -> Iterator[None]:
+    """Switches the inference noise of every noise layer off for the enclosed trace."""
+    noise_layers = _all_noise_layers(model)
+    saved = [(layer, layer.inference_noise) for layer in noise_layers]
+    try:
+        for layer in noise_layers:
+            layer.inference_noise = False
+        yield
+    finally:
+        for layer, on in saved:
+            layer.inference_noise = on
 
 
 def _base_key(seed: Any, tag: int) -> tf.Tensor:
@@ -168,8 +199,13 @@ def _model_functions(model: Any, certification: Optional[Mapping[str, Any]]) -> 
                 return fn(x)
         return g
 
+    def deterministic(x):
+        # Noise layers the harness does not switch (e.g. inside custom layers) are off too.
+        with _all_noise_off(model):
+            return noise_free(x)
+
     has_noise = bool(evaluate_lib._noise_layers(model))  # pylint: disable=protected-access
-    return _Functions(noise_free, seeded(noisy), seeded(score), score_is_logits, has_noise)
+    return _Functions(deterministic, seeded(noisy), seeded(score), score_is_logits, has_noise)
 
 
 # ------------------------------------------------------- in-graph certification statistics

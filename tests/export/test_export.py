@@ -342,3 +342,29 @@ def test_stobatch_style_passes_and_once_noise(tmp_path, bound):
     # The deterministic path keeps the drawn-once noise off, as the in-process model does.
     np.testing.assert_allclose(m.serve(tf.constant(x)).numpy(),
                                model(x, training=False).numpy(), atol=1e-6)
+
+
+def test_nested_noise_is_off_in_serving_and_stateless(tmp_path):
+    # A noise layer inside a custom layer (DPAutoEncoderConv's Laplace noise), saved with its
+    # inference noise on: serving_default must still be noise-free and every signature
+    # stateless (the layer's draw counter never advances).
+    import layers  # pylint: disable=import-outside-toplevel
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 1))
+    enc = layers.DPAutoEncoderConv(4, 3, 0.5, seed=1, name="ae")
+    h = enc(inp)
+    model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.Flatten()(h)))
+    layers.set_inference_noise(model, True)
+    run = rundir.RunDir(str(tmp_path / "run"), create=True)
+    model.save(run.file(rundir.MODEL_FILE))
+    run.write_json(rundir.CONFIG_FILE, {"method": "ae_test", "dataset": "synthetic",
+                                        "value_range": [-1.0, 1.0], "input_shape": [8, 8, 1],
+                                        "num_classes": 3, "certification": None})
+    run.write_json(rundir.LEDGER_FILE, {"epsilon": 0.0, "delta": 0.0, "entries": []})
+    out = export.export_run(run.path, str(tmp_path / "out"))
+    m = tf.saved_model.load(out.export_dir)
+    x = tf.constant(np.random.default_rng(0).uniform(-1, 1, (2, 8, 8, 1)).astype(np.float32))
+    a, b = m.serve(x).numpy(), m.serve(x).numpy()
+    np.testing.assert_array_equal(a, b)
+    layers.set_inference_noise(model, False)
+    np.testing.assert_allclose(a, model(x, training=False).numpy(), atol=1e-6)
