@@ -12,7 +12,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402  (after the TF log level is set)
+from absl import app, flags, logging  # noqa: E402  (after the TF log level is set)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "Run directory written by tfdp-train.")
@@ -76,6 +76,7 @@ def describe(export_dir: str) -> str:
 
 
 def main(argv: list[str]) -> None:
+    logging.set_verbosity(logging.WARNING)
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if bool(FLAGS.model_dir) == bool(FLAGS.latest_under):
@@ -95,7 +96,8 @@ def main(argv: list[str]) -> None:
     print(describe(result.export_dir))
     ledger = result.card.get("ledger") or {}
     print(f"model card: {os.path.join(result.export_dir, export.CARD_FILE)} "
-          f"(epsilon={ledger.get('epsilon')}, delta={ledger.get('delta')})")
+          f"(sound epsilon={ledger.get('epsilon')}, delta={ledger.get('delta')}; claimed "
+          f"epsilon={ledger.get('claimed_epsilon')}, delta={ledger.get('claimed_delta')})")
 
 
 def run() -> None:
