@@ -103,7 +103,7 @@ def nonprivate_run(tmp_path_factory, tiny_data):
 def dpsgd_run(tmp_path_factory, tiny_data):
     opts = {"dpsgd_l2_clip": 0.5, "dpsgd_noise_multiplier": 1.0, "dpsgd_model": "mlp"}
     return train_run(tmp_path_factory.mktemp("dpsgd") / "run", dpsgd.DPSGD, tiny_data,
-                     method="dpsgd", delta=1e-5, options=opts)
+                     method="dpsgd", delta=1e-5, options=opts, epochs=1)
 
 
 @pytest.fixture(scope="session")

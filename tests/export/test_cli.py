@@ -20,6 +20,7 @@ def _run(*args, timeout=600):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_cli_exports_and_refuses_a_busy_directory(tmp_path, pixeldp_run):
     out = _run("tfdp.apps.export", f"--model_dir={pixeldp_run.model_dir}",
                f"--export_dir={tmp_path / 'out'}")
