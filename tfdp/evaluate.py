@@ -301,7 +301,7 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
             raise ValueError(f"bound: the exported certify signature uses "
                              f"{model.certify_bound!r}, not {bound!r}")
         noise_free = model.noise_free
-        noisy = model.noisy if model.has_noise else model.noise_free
+        noisy = model.noisy if model.has_noise else noise_free
         noisy_logits = True
     else:
         noise_free, noisy, noisy_logits = model_functions(model, cert)

@@ -845,6 +845,7 @@ def export_run(model_dir: str, export_dir: str, *, overwrite: bool = False,
     card["signatures_exported"] = sorted(signatures)
 
     parent = os.path.dirname(target)
+    created_parent = not os.path.exists(parent)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=f".tmp-{os.path.basename(target)}-")
     staging = tempfile.mkdtemp(prefix="tfdp-card-")
@@ -858,6 +859,9 @@ def export_run(model_dir: str, export_dir: str, *, overwrite: bool = False,
         _replace_dir(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if created_parent:
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)

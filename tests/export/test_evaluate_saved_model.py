@@ -28,6 +28,14 @@ def test_attacks_through_exported_gradients_match_keras(tmp_path, pixeldp_run, p
         assert got["attacks"][name]["0.1"]["accuracy"] == pytest.approx(
             want["attacks"][name]["0.1"]["accuracy"], abs=1.5 / 40)
     assert got["attacks"]["fgsm"]["0.1"]["accuracy"] < got["clean_accuracy"]
+    assert got["attack_target"] == "noise_free"
+    # Expectation over transformation through the exported noisy_predict gradients.
+    eot = evaluate.evaluate_saved_model(
+        pixeldp_export.export_dir,
+        evaluate.EvalOptions(attacks=("fgsm",), attack_sizes=(0.1,), num_examples=20,
+                             batch_size=20, seed=0, eot_draws=3), str(tmp_path / "eot"))
+    assert eot["attack_target"] == "eot_noisy"
+    assert eot["attacks"]["fgsm"]["0.1"]["accuracy"] <= eot["clean_accuracy"]
     on_disk = json.load(open(tmp_path / "eval" / rundir.EVALUATION_FILE))
     assert on_disk["saved_model"] == pixeldp_export.export_dir
     assert not os.path.exists(os.path.join(pixeldp_export.export_dir, rundir.EVALUATION_FILE))

@@ -282,6 +282,9 @@ def test_failed_export_leaves_nothing_half_written(tmp_path, pixeldp_run, monkey
     with pytest.raises(OSError, match="disk full"):
         export.export_run(pixeldp_run.model_dir, str(tmp_path / "out"))
     assert os.listdir(tmp_path) == []  # neither the target nor a temporary directory
+    with pytest.raises(OSError, match="disk full"):
+        export.export_run(pixeldp_run.model_dir, str(tmp_path / "new" / "out"))
+    assert os.listdir(tmp_path) == []  # the parent it created is gone too
     # With --overwrite, a failure keeps the previous export untouched.
     old = tmp_path / "old"
     old.mkdir()
