@@ -1,4 +1,4 @@
-"""tfdp.export: the SavedModel serves without tfdp, matches the in-process model and tfdp.certify."""
+"""tfdp.export: the SavedModel serves without tfdp, matches the model and tfdp.certify."""
 
 import json
 import os
