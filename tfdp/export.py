@@ -868,6 +868,30 @@ def export_run(model_dir: str, export_dir: str, *, overwrite: bool = False,
     return ExportResult(target, sorted(signatures), card)
 
 
+def latest_run(folder: str) -> str:
+    """The most recently finished run directory directly inside `folder`.
+
+    Args:
+        folder: a folder of run directories (e.g. runs/).
+
+    Returns:
+        the path of the subdirectory whose model.keras is newest.
+
+    Raises:
+        ValueError: naming --latest_under, if the folder holds no finished run.
+    """
+    candidates = []
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            model = os.path.join(folder, name, rundir.MODEL_FILE)
+            if os.path.isfile(model):
+                candidates.append((os.path.getmtime(model), os.path.join(folder, name)))
+    if not candidates:
+        raise ValueError(f"latest_under: {folder} holds no finished run directory "
+                         f"(none has {rundir.MODEL_FILE})")
+    return max(candidates)[1]
+
+
 def _replace_dir(src: str, dst: str) -> None:
     """Renames the finished directory src to dst, replacing dst (old copy removed last)."""
     if not os.path.exists(dst):

@@ -65,12 +65,11 @@ def test_adlm_run_exports(tmp_path):
 
 
 def test_latest_run(tmp_path):
-    from tfdp.apps import export as export_app  # pylint: disable=import-outside-toplevel
     with pytest.raises(ValueError, match="latest_under"):
-        export_app.latest_run(str(tmp_path))
+        export.latest_run(str(tmp_path))
     for i, name in enumerate(["b-old", "a-new", "c-unfinished"]):
         (tmp_path / name).mkdir()
         if name != "c-unfinished":
             (tmp_path / name / "model.keras").write_text("x")
             os.utime(tmp_path / name / "model.keras", (1000 + i, 1000 + i))
-    assert export_app.latest_run(str(tmp_path)) == str(tmp_path / "a-new")
+    assert export.latest_run(str(tmp_path)) == str(tmp_path / "a-new")

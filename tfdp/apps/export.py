@@ -28,31 +28,6 @@ flags.DEFINE_string("latest_under", None, "Instead of --model_dir: export the mo
                     "finished run directory (one holding model.keras) inside this folder.")
 
 
-def latest_run(folder: str) -> str:
-    """The most recently finished run directory directly inside `folder`.
-
-    Args:
-        folder: a folder of run directories (e.g. runs/).
-
-    Returns:
-        the path of the subdirectory whose model.keras is newest.
-
-    Raises:
-        ValueError: naming --latest_under, if the folder holds no finished run.
-    """
-    from tfdp import rundir  # pylint: disable=import-outside-toplevel
-    candidates = []
-    if os.path.isdir(folder):
-        for name in os.listdir(folder):
-            model = os.path.join(folder, name, rundir.MODEL_FILE)
-            if os.path.isfile(model):
-                candidates.append((os.path.getmtime(model), os.path.join(folder, name)))
-    if not candidates:
-        raise ValueError(f"latest_under: {folder} holds no finished run directory "
-                         f"(none has {rundir.MODEL_FILE})")
-    return max(candidates)[1]
-
-
 def describe(export_dir: str) -> str:
     """Text listing of the signatures of the SavedModel in export_dir (names, dtypes, shapes).
 
@@ -83,7 +58,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError("give exactly one of --model_dir and --latest_under")
     from tfdp import export  # pylint: disable=import-outside-toplevel
     try:
-        model_dir = FLAGS.model_dir or latest_run(FLAGS.latest_under)
+        model_dir = FLAGS.model_dir or export.latest_run(FLAGS.latest_under)
         export_dir = FLAGS.export_dir or os.path.join(model_dir, "saved_model")
         result = export.export_run(model_dir, export_dir, overwrite=FLAGS.overwrite,
                                    bound=FLAGS.bound, draws_per_step=FLAGS.draws_per_step,
