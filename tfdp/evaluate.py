@@ -293,19 +293,47 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
         data_sizes = [attacks.rescale_size(s, opts.size_range, (low, high))
                       for s in opts.attack_sizes]
 
-    noise_free, noisy, noisy_logits = model_functions(model, cert)
+    exported = _is_exported(model)
+    if exported:
+        # An exported SavedModel (tfdp.export.ExportedModel): attacks use the gradients of its
+        # `serve` / `noisy_predict` endpoints, certificates come from its `certify` signature.
+        if do_certify and bound != model.certify_bound:
+            raise ValueError(f"bound: the exported certify signature uses "
+                             f"{model.certify_bound!r}, not {bound!r}")
+        noise_free = model.noise_free
+        noisy = model.noisy if model.has_noise else noise_free
+        noisy_logits = True
+    else:
+        noise_free, noisy, noisy_logits = model_functions(model, cert)
     attack_fn = noisy if (opts.eot_draws > 1 and noisy_logits) else noise_free
     if opts.eot_draws > 1 and not noisy_logits:
         logging.warning("eot_draws: StoBatch's composed score is not a logits function; "
                         "attacking the noise-free network")
     predictor = (certify_lib.MonteCarloPredictor(noisy, from_logits=noisy_logits,
                                                  draws_per_step=opts.draws_per_step)
-                 if do_certify else None)
+                 if do_certify and not exported else None)
+    # Seeds of the exported certify signature's noise (a stream apart from the attacks').
+    cert_rng = np.random.default_rng(None if opts.seed is None else [int(opts.seed), 1])
     det_fn = tf.function(noise_free, reduce_retracing=True)
     rng = np.random.default_rng(opts.seed)
     num_classes = int(noise_free(tf.constant(x[:1])).shape[-1])
 
+    def predict_exported(xb: np.ndarray, sizes_for_radius: Sequence[float]):
+        seed = int(cert_rng.integers(0, 2**62))
+        # Only StoBatch's "mu_a" radius depends on the attack size; the same seed gives the
+        # same draws, so one call serves every size otherwise.
+        per_size = cert["mechanism"] == "stobatch" and cert.get("delta_rx_mode") == "mu_a"
+        radii = {}
+        for s in (sizes_for_radius if per_size else sizes_for_radius[:1]):
+            out = model.certify(xb, num_draws, alpha, s, seed)
+            radii[s] = out["radius"]
+        pred = out["prediction"]
+        return pred, {s: radii[s if per_size else sizes_for_radius[0]]
+                      for s in sizes_for_radius}
+
     def predict(xb: np.ndarray, sizes_for_radius: Sequence[float]):
+        if do_certify and exported:
+            return predict_exported(xb, sizes_for_radius)
         if predictor is None:
             pred = np.argmax(det_fn(tf.constant(xb)).numpy(), axis=-1)
             return pred, None
@@ -390,6 +418,12 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
                                   "eps_data": d}
         summary["attacks"][name] = entry
     return summary, records
+
+
+def _is_exported(model: Any) -> bool:
+    """Whether `model` is an exported SavedModel (tfdp.export.ExportedModel)."""
+    from tfdp import export  # pylint: disable=import-outside-toplevel
+    return isinstance(model, export.ExportedModel)
 
 
 def write_certificates(path: str, records: Sequence[tuple]) -> str:
@@ -483,4 +517,62 @@ def evaluate_run(model_dir: str, options: EvalOptions) -> dict:
     summary["plot"] = PLOT_FILE
     plot_accuracy(rd.file(PLOT_FILE), summary)
     rd.write_json(rundir.EVALUATION_FILE, summary)
+    return summary
+
+
+def evaluate_saved_model(saved_model: str, options: EvalOptions,
+                         output_dir: Optional[str] = None) -> dict:
+    """Evaluates a SavedModel written by tfdp-export, e.g. one received from someone else.
+
+    The data set and value range come from the export's model card. Attacks differentiate
+    through the exported `serve` endpoint (or `noisy_predict` with `eot_draws > 1`);
+    certification calls the exported `certify` signature, whose bound is fixed at export.
+
+    Args:
+        saved_model: the export directory.
+        options: what to evaluate.
+        output_dir: where evaluation.json, certificates.tsv and the plot go (default:
+            SAVED_MODEL-evaluation beside the export; the export itself is never written).
+
+    Returns:
+        the summary written to evaluation.json.
+
+    Raises:
+        ValueError: on bad options, a directory without an export, or data that does not
+            fit the export's input shape; before any work.
+    """
+    opts = validate_options(options)
+    from tfdp import export  # pylint: disable=import-outside-toplevel
+    model = export.ExportedModel(saved_model)
+    card = model.card
+    data_card = card.get("data") or {}
+    if not data_card.get("dataset"):
+        raise ValueError(f"saved_model: the model card of {model.path} names no dataset")
+    value_range = tuple(data_card.get("value_range") or (-1.0, 1.0))
+    out_path = os.path.abspath(output_dir) if output_dir else model.path + "-evaluation"
+    if os.path.commonpath([out_path, model.path]) == model.path:
+        raise ValueError("model_dir: the evaluation output must not go inside the export")
+    from tfdp import data as data_lib  # pylint: disable=import-outside-toplevel
+    load_kwargs = {}
+    if opts.num_examples is not None:
+        load_kwargs["num_examples"] = int(opts.num_examples)
+    x, y = data_lib.load(data_card["dataset"], "test", data_dir=opts.data_dir,
+                         value_range=value_range, **load_kwargs)
+    want_shape = list(data_card.get("input_shape") or [])
+    if want_shape and list(x.shape[1:]) != [int(d) for d in want_shape]:
+        raise ValueError(f"data_dir: test examples of shape {list(x.shape[1:])} do not fit "
+                         f"the export's input shape {want_shape}")
+    start = time.perf_counter()
+    summary, records = evaluate_arrays(model, x, y, value_range=value_range,
+                                       certification=model.certification, options=opts)
+    rd = rundir.RunDir(out_path, create=True)
+    summary["saved_model"] = model.path
+    summary["method"] = (card.get("run") or {}).get("method")
+    summary["dataset"] = data_card["dataset"]
+    summary["seconds"] = time.perf_counter() - start
+    write_certificates(rd.file(rundir.CERTIFICATES_FILE), records)
+    summary["plot"] = PLOT_FILE
+    plot_accuracy(rd.file(PLOT_FILE), summary)
+    rd.write_json(rundir.EVALUATION_FILE, summary)
+    summary["output_dir"] = rd.path
     return summary

@@ -36,6 +36,9 @@ flags.DEFINE_integer("batch_size", 100, "Examples per batch.")
 flags.DEFINE_integer("draws_per_step", 256, "Monte-Carlo draws per forward pass.")
 flags.DEFINE_integer("seed", None, "Seed of the Madry random starts (unset: OS entropy).")
 flags.DEFINE_string("data_dir", None, "Data root (default: the run's data_dir).")
+flags.DEFINE_string("saved_model", None, "Evaluate this SavedModel written by tfdp-export "
+                    "instead of a run directory; results go to --model_dir if given, else "
+                    "to SAVED_MODEL-evaluation.")
 
 
 def _options() -> evaluate_lib.EvalOptions:
@@ -66,6 +69,9 @@ def check_model_dir(model_dir: str) -> str | None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if FLAGS.saved_model:
+        _evaluate_saved_model()
+        return
     if not FLAGS.model_dir:
         raise app.UsageError("--model_dir is required")
     try:
@@ -88,6 +94,17 @@ def main(argv: list[str]) -> None:
             logging.info("%s @ %s: accuracy %.4f, certified %s", name, size, res["accuracy"],
                          "n/a" if cert is None else f"{cert:.4f}")
     print(f"wrote {summary['model_dir']}/evaluation.json")
+
+
+def _evaluate_saved_model() -> None:
+    """--saved_model: evaluates an exported model; results beside it or in --model_dir."""
+    try:
+        summary = evaluate_lib.evaluate_saved_model(
+            FLAGS.saved_model, evaluate_lib.validate_options(_options()), FLAGS.model_dir)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from e
+    logging.info("clean accuracy %.4f", summary["clean_accuracy"])
+    print(f"wrote {summary['output_dir']}/evaluation.json")
 
 
 def run() -> None:

@@ -1,0 +1,84 @@
+"""tfdp-export: a finished run directory as a TensorFlow SavedModel with a model card.
+
+Usage: tfdp-export --model_dir=RUN --export_dir=OUT [--overwrite] [--bound=...]
+       tfdp-export --latest_under=runs   (the newest finished run in runs/)
+Prints the export directory and, per signature, its inputs and outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags, logging  # noqa: E402  (after the TF log level is set)
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model_dir", None, "Run directory written by tfdp-train.")
+flags.DEFINE_string("export_dir", None, "SavedModel directory to write (default: "
+                    "MODEL_DIR/saved_model).")
+flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty --export_dir.")
+flags.DEFINE_enum("bound", None, ["clopper_pearson", "hoeffding", "bernstein"],
+                  "Confidence bound of the certify signature (default: the run's "
+                  "certification entry, else clopper_pearson).")
+flags.DEFINE_integer("draws_per_step", 256, "Monte-Carlo draws per forward pass of certify.")
+flags.DEFINE_bool("include_keras", True, "Also copy model.keras into the export.")
+flags.DEFINE_string("latest_under", None, "Instead of --model_dir: export the most recently "
+                    "finished run directory (one holding model.keras) inside this folder.")
+
+
+def describe(export_dir: str) -> str:
+    """Text listing of the signatures of the SavedModel in export_dir (names, dtypes, shapes).
+
+    Args:
+        export_dir: a SavedModel directory.
+
+    Returns:
+        one line per signature and per input / output.
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    loaded = tf.saved_model.load(export_dir)
+    lines = []
+    for name in sorted(loaded.signatures):
+        fn = loaded.signatures[name]
+        args = fn.structured_input_signature[1]
+        ins = ", ".join(f"{k}: {v.dtype.name}{list(v.shape)}" for k, v in sorted(args.items()))
+        outs = ", ".join(f"{k}: {v.dtype.name}{list(v.shape)}"
+                         for k, v in sorted(fn.structured_outputs.items()))
+        lines.append(f"  {name}({ins}) -> {{{outs}}}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    logging.set_verbosity(logging.WARNING)
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if bool(FLAGS.model_dir) == bool(FLAGS.latest_under):
+        raise app.UsageError("give exactly one of --model_dir and --latest_under")
+    from tfdp import export  # pylint: disable=import-outside-toplevel
+    try:
+        model_dir = FLAGS.model_dir or export.latest_run(FLAGS.latest_under)
+        export_dir = FLAGS.export_dir or os.path.join(model_dir, "saved_model")
+        result = export.export_run(model_dir, export_dir, overwrite=FLAGS.overwrite,
+                                   bound=FLAGS.bound, draws_per_step=FLAGS.draws_per_step,
+                                   include_keras=FLAGS.include_keras)
+    except ValueError as e:
+        raise app.UsageError(f"--{e}" if str(e).split(":")[0] in FLAGS else str(e)) from e
+    print(f"exported run: {os.path.abspath(model_dir)}")
+    print(f"export directory: {result.export_dir}")
+    print("signatures:")
+    print(describe(result.export_dir))
+    ledger = result.card.get("ledger") or {}
+    print(f"model card: {os.path.join(result.export_dir, export.CARD_FILE)} "
+          f"(sound epsilon={ledger.get('epsilon')}, delta={ledger.get('delta')}; claimed "
+          f"epsilon={ledger.get('claimed_epsilon')}, delta={ledger.get('claimed_delta')})")
+
+
+def run() -> None:
+    """Console-script entry point."""
+    app.run(main, argv=sys.argv)
+
+
+if __name__ == "__main__":
+    run()

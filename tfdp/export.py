@@ -1,0 +1,1057 @@
+"""SavedModel export of a run: deterministic, noisy and certifying signatures, and a model card.
+
+`export_run(model_dir, export_dir)` turns a finished run directory (model.keras, config.json,
+ledger.json) into a TensorFlow SavedModel that loads with `tf.saved_model.load` and serves
+with TF Serving or `saved_model_cli` in a process that cannot import tfdp. Signatures (all
+inputs float32 images of the run's input shape, pixel values in the run's value range):
+
+* `serving_default(x)`: the noise-free prediction (every tfdp noise layer off):
+  {"logits", "probabilities", "class"}.
+* `serve(x)`: the logits alone, the endpoint Keras 3's `model.export()` writes (so
+  `keras.layers.TFSMLayer(export_dir, call_endpoint="serve")` wraps the export).
+* `noisy_predict(x, seed)` (models with tfdp noise layers): one forward pass with every
+  noise layer's inference noise on; each row of x gets its own draw. The noise is a
+  stateless function of the int64 `seed`: the same seed gives the same output.
+* `certify(x, num_draws, alpha, attack_size, seed)` (runs whose config.json has a
+  "certification" entry): the Monte-Carlo prediction, class counts, confidence bounds,
+  robustness radius and `certified = radius >= attack_size and radius > 0`, computed in
+  the graph with the formulas of `tfdp.certify` (same bound, same radius) for every
+  mechanism `tfdp.certify.MECHANISMS` names. Noise drawn once ("once" mode) is part of
+  the model's variables and saved with them; fresh noise is drawn from `seed`.
+
+A model card (`model_card.json`, beside `saved_model.pb` and as the SavedModel asset
+`assets/model_card.json`) states the ledger, the data set and its value range, the flags,
+the certification parameters, the versions and, when the run has one, the evaluation
+summary. It is built from an allow-list: it never holds training loss or accuracy, the
+run's seed (which would let anyone regenerate its privacy noise) or local paths.
+
+Noise seeds: a draw of the exported graph takes the stateless seed
+fold_in(fold_in([seed, tag], chunk), site), where tag separates `noisy_predict` from
+`certify`, chunk is the Monte-Carlo step (0 for `noisy_predict`) and site counts the
+model's noise draws in call order. `certify_in_process` draws the same noise through
+`tfdp.certify.MonteCarloPredictor`, which is how the export is checked against tfdp.certify.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import tempfile
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tfdp import certify as certify_lib
+from tfdp import checks, rundir
+
+CARD_FILE = "model_card.json"
+KERAS_FILE = "model.keras"
+CARD_FORMAT = "tfdp-model-card/1"
+DEFAULT_DRAWS_PER_STEP = 256
+SIGNATURES = ("serving_default", "serve", "noisy_predict", "certify")
+
+# Tags folded into the user's seed, so noisy_predict and certify never share a draw.
+_TAG_NOISY = 1
+_TAG_CERTIFY = 2
+
+# Bisection steps of the in-graph Beta quantile (Clopper-Pearson): the bracket [0, 1]
+# halves each step, 2^-100 is far below float64 resolution.
+_BETA_STEPS = 100
+# The analytic Gaussian calibration (tfdp.mechanisms.analytic_gaussian_sigma): bisection on
+# log sigma for at most 200 steps, stopping once the bracket is narrower than 1e-15.
+_AGM_STEPS = 200
+_AGM_WIDTH = 1e-15
+
+# Config keys copied to the model card (everything else in config.json is left out).
+_CONFIG_KEYS = ("method", "dataset", "value_range", "input_shape", "num_classes", "epochs",
+                "batch_size", "learning_rate", "optimizer", "epsilon", "delta",
+                "strategy", "num_replicas", "num_train", "num_test", "batch_schedule",
+                "seed_source")
+# Flags never copied to the model card: the seed regenerates the run's privacy noise; the
+# others are local paths or run-control switches.
+_PRIVATE_FLAGS = ("seed", "model_dir", "data_dir", "resume", "stop_after_epochs", "verbose",
+                  "download", "flagfile")
+# metrics.json: only these test-set fields (no training statistics of any kind).
+_METRICS_KEYS = ("test_accuracy",)
+# evaluation.json: the test-set summary fields.
+_EVALUATION_KEYS = ("clean_accuracy", "clean_certified_accuracy", "attacks", "num_examples",
+                    "value_range", "size_range", "prediction", "attack_target",
+                    "attack_labels", "nb_iter", "eot_draws", "certification",
+                    "certified_accuracy_note", "num_draws", "alpha", "bound", "robust_rule")
+
+
+# ----------------------------------------------------------------------- seeded noise
+
+
+class _DrawSites:
+    """Trace-time state of the seeded noise: the current key and the draws made so far."""
+
+    def __init__(self, key: tf.Tensor):
+        self.key = key
+        self.count = 0
+
+
+@contextlib.contextmanager
+def _seeded_noise(model: Any, key: tf.Tensor) -> Iterator[None]:
+    """Within the block, every fresh noise draw of `model` is seeded from `key`.
+
+    The noise layers draw their stateless seed through `_next_seed`; here it becomes
+    fold_in(key, site) with site = 1, 2, ... counting the draws in call order while a
+    graph is traced, so the draws are a pure function of `key` (no counter variable is
+    read or advanced, and the exported signatures are stateless).
+    """
+    sites = _DrawSites(key)
+    noise_layers = _all_noise_layers(model)
+
+    def next_seed(tag: int, per_replica: bool) -> tf.Tensor:
+        del tag, per_replica
+        sites.count += 1
+        return tf.random.experimental.stateless_fold_in(sites.key, sites.count)
+
+    for layer in noise_layers:
+        object.__setattr__(layer, "_next_seed", next_seed)
+    try:
+        yield
+    finally:
+        for layer in noise_layers:
+            if "_next_seed" in vars(layer):
+                object.__delattr__(layer, "_next_seed")
+
+
+def _all_noise_layers(model: Any) -> list:
+    """Every tfdp noise layer inside a model: nested models and layers' own sublayers."""
+    from layers.noise import _NoiseLayer  # pylint: disable=import-outside-toplevel
+    found, seen, stack = [], set(), [model]
+    while stack:
+        layer = stack.pop()
+        if id(layer) in seen:
+            continue
+        seen.add(id(layer))
+        if isinstance(layer, _NoiseLayer):
+            found.append(layer)
+        stack.extend(getattr(layer, "layers", None) or [])
+        if hasattr(layer, "_flatten_layers"):
+            stack.extend(layer._flatten_layers(  # pylint: disable=protected-access
+                include_self=False, recursive=False))
+    return found
+
+
+@contextlib.contextmanager
+def _all_noise_off(model: Any) -> Iterator[None]:
+    """Switches the inference noise of every noise layer off for the enclosed trace."""
+    noise_layers = _all_noise_layers(model)
+    saved = [(layer, layer.inference_noise) for layer in noise_layers]
+    try:
+        for layer in noise_layers:
+            layer.inference_noise = False
+        yield
+    finally:
+        for layer, on in saved:
+            layer.inference_noise = on
+
+
+def _base_key(seed: Any, tag: int) -> tf.Tensor:
+    """The [2] int64 stateless key of a user seed and a signature tag."""
+    seed = tf.cast(seed, tf.int64)
+    return tf.stack([seed, tf.constant(tag, tf.int64)])
+
+
+def _chunk_key(key: tf.Tensor, chunk: Any) -> tf.Tensor:
+    return tf.random.experimental.stateless_fold_in(key, tf.cast(chunk, tf.int64))
+
+
+@dataclasses.dataclass
+class _Functions:
+    """The model functions the signatures are built from.
+
+    Attributes:
+        noise_free: x -> logits with every noise layer off.
+        noisy: (x, key) -> logits, every noise layer's inference noise on, seeded by key.
+        score: (x, key) -> certification scores (logits when `score_is_logits`), seeded.
+        score_is_logits: whether `score` returns logits (False: StoBatch's product of
+            softmax outputs, already in [0, 1]).
+        has_noise: whether the model has tfdp noise layers.
+    """
+
+    noise_free: Callable
+    noisy: Callable
+    score: Callable
+    score_is_logits: bool
+    has_noise: bool
+
+
+def _model_functions(model: Any, certification: Optional[Mapping[str, Any]]) -> _Functions:
+    from tfdp import evaluate as evaluate_lib  # pylint: disable=import-outside-toplevel
+    noise_free, noisy, _ = evaluate_lib.model_functions(model, None)
+    _, score, score_is_logits = evaluate_lib.model_functions(model, certification)
+
+    def seeded(fn: Callable) -> Callable:
+        def g(x, key):
+            with _seeded_noise(model, key):
+                return fn(x)
+        return g
+
+    def deterministic(x):
+        # Noise layers the harness does not switch (e.g. inside custom layers) are off too.
+        with _all_noise_off(model):
+            return noise_free(x)
+
+    has_noise = bool(evaluate_lib._noise_layers(model))  # pylint: disable=protected-access
+    return _Functions(deterministic, seeded(noisy), seeded(score), score_is_logits, has_noise)
+
+
+# ------------------------------------------------------- in-graph certification statistics
+
+
+def _tf_beta_ppf(p: tf.Tensor, a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """Quantile of Beta(a, b) at p (float64, elementwise) by bisection on tf.math.betainc."""
+    p, a, b = (_f64(v) for v in (p, a, b))
+    shape = tf.shape(a + b + p)
+    lo = tf.zeros(shape, tf.float64)
+    hi = tf.ones(shape, tf.float64)
+
+    def body(i, lo, hi):
+        mid = 0.5 * (lo + hi)
+        below = tf.math.betainc(a, b, mid) < p
+        return i + 1, tf.where(below, mid, lo), tf.where(below, hi, mid)
+
+    _, lo, hi = tf.while_loop(lambda i, *_: i < _BETA_STEPS, body,
+                              [tf.constant(0), lo, hi])
+    return 0.5 * (lo + hi)
+
+
+def tf_clopper_pearson_bounds(counts: tf.Tensor, alpha: tf.Tensor
+                              ) -> tuple[tf.Tensor, tf.Tensor]:
+    """Graph version of `tfdp.certify.clopper_pearson_bounds` (Bonferroni over classes).
+
+    Args:
+        counts: (b, K) integer counts.
+        alpha: float64 scalar in (0, 1).
+
+    Returns:
+        (lower, upper) float64 (b, K).
+    """
+    c = tf.cast(counts, tf.float64)
+    n = tf.reduce_sum(c, axis=-1, keepdims=True) + tf.zeros_like(c)
+    a = alpha / tf.cast(tf.shape(c)[-1], tf.float64)
+    # Clopper & Pearson (1934): lower = Beta.ppf(a; c, n-c+1), upper = Beta.ppf(1-a; c+1, n-c)
+    lower = _tf_beta_ppf(a + tf.zeros_like(c), tf.where(c > 0, c, 1.0), n - c + 1.0)
+    upper = _tf_beta_ppf(1.0 - a + tf.zeros_like(c), c + 1.0, tf.where(c < n, n - c, 1.0))
+    return tf.where(c > 0, lower, 0.0), tf.where(c < n, upper, 1.0)
+
+
+def tf_hoeffding_bounds(mean: tf.Tensor, num_draws: tf.Tensor, alpha: tf.Tensor
+                        ) -> tuple[tf.Tensor, tf.Tensor]:
+    """Graph version of `tfdp.certify.hoeffding_bounds` (HGM spec §4.4)."""
+    k = tf.cast(tf.shape(mean)[-1], tf.float64)
+    n = tf.cast(num_draws, tf.float64)
+    half = tf.sqrt(tf.math.log(k / alpha) / (2.0 * n))
+    return (tf.clip_by_value(mean - half, 0.0, 1.0), tf.clip_by_value(mean + half, 0.0, 1.0))
+
+
+def tf_bernstein_bounds(mean: tf.Tensor, var: tf.Tensor, num_draws: tf.Tensor,
+                        alpha: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Graph version of `tfdp.certify.empirical_bernstein_bounds` (Maurer & Pontil 2009, Thm 4)."""
+    k = tf.cast(tf.shape(mean)[-1], tf.float64)
+    n = tf.cast(num_draws, tf.float64)
+    log_term = tf.math.log(2.0 * k / alpha)
+    half = tf.sqrt(2.0 * var * log_term / n) + 7.0 * log_term / (3.0 * (n - 1.0))
+    return (tf.clip_by_value(mean - half, 0.0, 1.0), tf.clip_by_value(mean + half, 0.0, 1.0))
+
+
+def tf_max_epsilon(lower: tf.Tensor, upper: tf.Tensor, delta: Any = 0.0) -> tf.Tensor:
+    """Graph version of `tfdp.certify.max_epsilon` (PixelDP Eq. 4 solved for eps')."""
+    lo, up, d = _f64(lower), _f64(upper), _f64(delta)
+    lo, up, d = lo + 0.0 * (up + d), up + 0.0 * (lo + d), d + 0.0 * (lo + up)
+    # t* = (-delta + sqrt(delta^2 + 4 upper (lower - delta))) / (2 upper)
+    disc = d * d + 4.0 * up * (lo - d)
+    safe_up = tf.where(up > 0, up, 1.0)
+    t_quad = (-d + tf.sqrt(tf.maximum(disc, 0.0))) / (2.0 * safe_up)
+    safe_d = tf.where(d > 0, d, 1.0)
+    t_lin = (lo - d) / safe_d
+    inf = tf.constant(np.inf, tf.float64)
+    t = tf.where(up > 0, t_quad, tf.where(d > 0, t_lin, inf))
+    eps = tf.where(t > 1.0, tf.math.log(tf.maximum(t, 1.0)), 0.0)
+    return tf.where(lo - d > 0, eps, 0.0)
+
+
+def _f64(value: Any) -> tf.Tensor:
+    """float64 tensor of value (Python floats converted directly, never through float32)."""
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        return tf.cast(value, tf.float64)
+    return tf.constant(np.asarray(value, np.float64))
+
+
+def _tf_log_ndtr(x: tf.Tensor) -> tf.Tensor:
+    """log Phi(x) in float64: erfc in the body, the asymptotic series in the far left tail."""
+    x = tf.cast(x, tf.float64)
+    sqrt_half = math.sqrt(0.5)
+    right = tf.math.log1p(-0.5 * tf.math.erfc(tf.maximum(x, 6.0) * sqrt_half))
+    middle = tf.math.log(0.5 * tf.math.erfc(-tf.clip_by_value(x, -20.0, 6.0) * sqrt_half))
+    xl = tf.minimum(x, -20.0)
+    z = 1.0 / (xl * xl)
+    # Phi(x) ~ phi(x)/(-x) * (1 - 1/x^2 + 3/x^4 - 15/x^6 + 105/x^8), x -> -inf
+    series = 1.0 - z * (1.0 - 3.0 * z * (1.0 - 5.0 * z * (1.0 - 7.0 * z)))
+    left = (-0.5 * xl * xl - tf.math.log(-xl) - 0.5 * math.log(2.0 * math.pi)
+            + tf.math.log(series))
+    return tf.where(x > 6.0, right, tf.where(x < -20.0, left, middle))
+
+
+def _tf_gaussian_delta_unit(sigma: tf.Tensor, eps: tf.Tensor) -> tf.Tensor:
+    """Balle & Wang 2018 Thm 8 at sensitivity 1 (as tfdp.mechanisms.gaussian)."""
+    a = 0.5 / sigma - eps * sigma
+    b = -0.5 / sigma - eps * sigma
+    log_pa = _tf_log_ndtr(a)
+    log_pb = _tf_log_ndtr(b)
+    delta = tf.exp(log_pa) * -tf.math.expm1(eps + log_pb - log_pa)
+    return tf.maximum(delta, 0.0)
+
+
+def _tf_hgm_multiplier(eps: tf.Tensor, delta: tf.Tensor) -> tf.Tensor:
+    """mult_HGM(eps, delta), HGM Theorem 2 (tfdp.mechanisms.hgm_multiplier)."""
+    s = tf.math.log(math.sqrt(2.0 / math.pi) / delta)  # HGM Theorem 2, s(delta)
+    cond1 = (1.0 + tf.sqrt(1.0 + 2.0 * eps)) / (2.0 * eps)
+    s_safe = tf.maximum(s, 0.0)
+    cond2 = (tf.sqrt(s_safe) + tf.sqrt(s_safe + eps)) / (math.sqrt(2.0) * eps)
+    return tf.where(s < 0.0, cond1, tf.maximum(cond1, cond2))
+
+
+def _tf_agm_multiplier(eps: tf.Tensor, delta: tf.Tensor) -> tf.Tensor:
+    """Analytic Gaussian sigma at sensitivity 1 (tfdp.mechanisms.analytic_gaussian_sigma)."""
+    hi = _tf_hgm_multiplier(eps, delta)
+    lo = hi / 2.0
+
+    # Bracket: halve lo while it is still valid (delta(lo) <= delta).
+    def bracket_cond(i, lo, hi):
+        return tf.logical_and(i < 1100, tf.reduce_any(
+            tf.logical_and(_tf_gaussian_delta_unit(lo, eps) <= delta, lo >= 1e-300)))
+
+    def bracket_body(i, lo, hi):
+        grow = tf.logical_and(_tf_gaussian_delta_unit(lo, eps) <= delta, lo >= 1e-300)
+        return i + 1, tf.where(grow, lo / 2.0, lo), tf.where(grow, lo, hi)
+
+    _, lo, hi = tf.while_loop(bracket_cond, bracket_body, [tf.constant(0), lo, hi])
+    log_lo, log_hi = tf.math.log(lo), tf.math.log(hi)
+
+    def body(i, log_lo, log_hi):
+        active = log_hi - log_lo >= _AGM_WIDTH
+        mid = 0.5 * (log_lo + log_hi)
+        valid = _tf_gaussian_delta_unit(tf.exp(mid), eps) <= delta
+        return (i + 1, tf.where(active & ~valid, mid, log_lo),
+                tf.where(active & valid, mid, log_hi))
+
+    _, _, log_hi = tf.while_loop(lambda i, *_: i < _AGM_STEPS, body,
+                                 [tf.constant(0), log_lo, log_hi])
+    return tf.exp(log_hi)
+
+
+def _tf_gaussian_radius(lower: tf.Tensor, upper: tf.Tensor, ratio: float, multiplier: str,
+                        eps_cap: Optional[float]) -> tf.Tensor:
+    """Graph version of `tfdp.certify.gaussian_radius` on the default delta' grid."""
+    grid = tf.constant(np.asarray(certify_lib.DEFAULT_DELTA_GRID, np.float64))[None, :]
+    eps = tf_max_epsilon(lower[:, None], upper[:, None], grid)  # (b, grid)
+    if eps_cap is not None:
+        eps = tf.minimum(eps, float(eps_cap))
+    passed = eps > 0
+    safe_eps = tf.where(passed, eps, 1.0)
+    d = grid + tf.zeros_like(eps)
+    if multiplier == "gm":
+        mult = tf.sqrt(2.0 * tf.math.log(1.25 / d)) / safe_eps  # HGM Theorem 1 constant
+    elif multiplier == "hgm":
+        mult = _tf_hgm_multiplier(safe_eps, d)  # HGM Eq. 10 (corrected, spec §4.2)
+    else:
+        mult = tf.where(passed, _tf_agm_multiplier(safe_eps, d), 1.0)
+    return tf.reduce_max(tf.where(passed, ratio / mult, 0.0), axis=-1)
+
+
+def _tf_stobatch_radius(lower: tf.Tensor, upper: tf.Tensor, cert: Mapping[str, Any],
+                        attack_size: tf.Tensor) -> tf.Tensor:
+    """Graph version of `tfdp.certify.stobatch_radius` (StoBatch Eq. 13, spec §7 A1/A19)."""
+    mode = cert["delta_rx_mode"]
+    if mode == "unit":
+        mu = tf.constant(1.0, tf.float64)
+    elif mode == "mu_train":
+        mu = tf.constant(float(cert["mu_train"]), tf.float64)
+    else:
+        mu = _f64(attack_size)
+    delta_rx = mu * float(cert["d_cert"])
+    eps_star = tf_max_epsilon(lower, upper, 0.0)
+    # StoBatch Eq. 13
+    radius = eps_star * float(cert["sensitivity"]) / (
+        float(cert["batch_size"]) * float(cert["epsilon1"])
+        * (delta_rx + float(cert["delta_rh"]) / 2.0))
+    if cert["radius_psi_correction"]:
+        radius = radius / float(cert["psi"])
+    return radius / float(cert["radius_divisor"])
+
+
+def tf_certified_radius(lower: tf.Tensor, upper: tf.Tensor, certification: Mapping[str, Any],
+                        attack_size: tf.Tensor) -> tf.Tensor:
+    """Graph version of `tfdp.certify.certified_radius` for a fixed certification dict.
+
+    The mechanism constants (noise-to-sensitivity ratios) are computed here in Python with
+    the same tfdp.mechanisms calibrations tfdp.certify uses, and become graph constants.
+
+    Args:
+        lower: (b,) lower bounds of the predicted class.
+        upper: (b,) upper bounds of the runner-up.
+        certification: the run's certification dict.
+        attack_size: float64 scalar (StoBatch's "mu_a" mode uses it).
+
+    Returns:
+        (b,) float64 radii, 0 = abstain.
+
+    Raises:
+        ValueError: on an invalid certification dict.
+    """
+    cert = certify_lib.validate_certification(certification)
+    mech = cert["mechanism"]
+    cap = cert.get("eps_cap")
+    lower, upper, attack_size = _f64(lower), _f64(upper), _f64(attack_size)
+    if mech == "stobatch":
+        radius = _tf_stobatch_radius(lower, upper, cert, attack_size)
+        if cap is not None:  # as tfdp.certify: cap eps_r* through the radius
+            capped = _tf_stobatch_radius(tf.constant([math.exp(2.0 * float(cap))], tf.float64),
+                                         tf.constant([1.0], tf.float64), cert, attack_size)
+            radius = tf.minimum(radius, capped)
+        return radius
+    bound_l = float(cert["construction_bound"])
+    eps_r = float(cert["epsilon"])
+    if mech == "pixeldp_laplace":
+        ratio = bound_l / eps_r  # PixelDP: b = Delta L / eps_r
+        eps = tf_max_epsilon(lower, upper, 0.0)
+        if cap is not None:
+            eps = tf.minimum(eps, float(cap))
+        return ratio * eps
+    delta_r = float(cert["delta"])
+    # pylint: disable=protected-access
+    if mech == "pixeldp_gaussian":
+        ratio = bound_l * float(certify_lib._gm_multiplier(np.float64(delta_r))) / eps_r
+        cap = 1.0 if cap is None else min(float(cap), 1.0)
+        return _tf_gaussian_radius(lower, upper, ratio, "gm", cap)
+    if mech == "hgm":
+        ratio = bound_l * float(certify_lib._hgm_multiplier(eps_r, delta_r))
+        return _tf_gaussian_radius(lower, upper, ratio, "hgm", cap)
+    ratio = bound_l * float(certify_lib._agm_multiplier(eps_r, delta_r))
+    return _tf_gaussian_radius(lower, upper, ratio, "agm", cap)
+
+
+def _tf_top_two(lower: tf.Tensor, upper: tf.Tensor, pred: tf.Tensor
+                ) -> tuple[tf.Tensor, tf.Tensor]:
+    """Lower bound of the predicted class and the largest upper bound of the others."""
+    lower_top = tf.gather(lower, pred, axis=1, batch_dims=1)
+    is_pred = tf.one_hot(pred, tf.shape(upper)[-1], on_value=True, off_value=False)
+    others = tf.where(is_pred, tf.constant(-np.inf, tf.float64), upper)
+    return lower_top, tf.reduce_max(others, axis=-1)
+
+
+# ------------------------------------------------------------------ the exported module
+
+
+def _monte_carlo(score: Callable, from_logits: bool, x: tf.Tensor, num_draws: tf.Tensor,
+                 key: tf.Tensor, num_classes: int, draws_per_step: int):
+    """Counts, sums and sums of squares of num_draws noisy scores per input.
+
+    The same tiling as tfdp.certify.MonteCarloPredictor (draw-major, draws_per_step draws
+    per forward pass); chunk i's noise is seeded by fold_in(key, i).
+    """
+    batch = tf.shape(x)[0]
+    step = tf.constant(draws_per_step, tf.int32)
+    num_steps = (num_draws + step - 1) // step
+    ones = tf.ones([tf.rank(x) - 1], tf.int32)
+
+    def body(i, counts, total, total_sq):
+        k = tf.minimum(step, num_draws - i * step)
+        tiled = tf.tile(x, tf.concat([[k], ones], 0))
+        out = score(tiled, _chunk_key(key, i))
+        if from_logits:
+            out = tf.nn.softmax(out, axis=-1)
+        scores = tf.reshape(tf.cast(out, tf.float64), [k, batch, num_classes])
+        winners = tf.one_hot(tf.argmax(scores, axis=-1), num_classes, dtype=tf.int64)
+        return (i + 1, counts + tf.reduce_sum(winners, axis=0),
+                total + tf.reduce_sum(scores, axis=0),
+                total_sq + tf.reduce_sum(tf.square(scores), axis=0))
+
+    zeros = tf.zeros([batch, num_classes], tf.float64)
+    _, counts, total, total_sq = tf.while_loop(
+        lambda i, *_: i < num_steps, body,
+        [tf.constant(0), tf.zeros([batch, num_classes], tf.int64), zeros, zeros])
+    return counts, total, total_sq
+
+
+def _outputs(logits: tf.Tensor) -> dict:
+    logits = tf.cast(logits, tf.float32)
+    return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
+            "class": tf.argmax(logits, axis=-1, output_type=tf.int64)}
+
+
+def build_module(model: Any, certification: Optional[Mapping[str, Any]],
+                 input_shape: Sequence[int], num_classes: int, *,
+                 bound: str = "clopper_pearson",
+                 draws_per_step: int = DEFAULT_DRAWS_PER_STEP) -> tuple[tf.Module, dict]:
+    """The tf.Module whose tf.functions become the SavedModel's signatures.
+
+    Args:
+        model: the run's Keras model (inputs -> logits).
+        certification: the run's certification dict, or None (no `certify` signature).
+        input_shape: shape of one example.
+        num_classes: K.
+        bound: confidence bound of `certify`, one of tfdp.certify.BOUNDS.
+        draws_per_step: Monte-Carlo draws per forward pass of `certify`.
+
+    Returns:
+        (module, signatures): a tf.Module with the tf.functions serving_default, serve, and
+        (when the model has noise layers) noisy_predict and (with a certification) certify;
+        and the dict of their concrete functions to save as signatures.
+
+    Raises:
+        ValueError: on a bad bound, draws_per_step or certification.
+    """
+    if bound not in certify_lib.BOUNDS:
+        raise ValueError(f"bound must be one of {certify_lib.BOUNDS}, got {bound!r}")
+    draws_per_step = checks.check_int(draws_per_step, "draws_per_step", minimum=1)
+    cert = (certify_lib.validate_certification(certification)
+            if certification is not None else None)
+    fns = _model_functions(model, cert)
+    num_classes = int(num_classes)
+    x_spec = tf.TensorSpec([None] + [int(d) for d in input_shape], tf.float32, name="x")
+    root = tf.__internal__.tracking.AutoTrackable()
+    # The model's variables (weights and drawn-once noise), tracked so that they are saved.
+    root.variables = list(model.variables)
+
+    @tf.function(input_signature=[x_spec])
+    def serving_default(x):
+        return _outputs(fns.noise_free(x))
+
+    @tf.function(input_signature=[x_spec])
+    def serve(x):
+        return tf.cast(fns.noise_free(x), tf.float32)
+
+    root.serving_default = serving_default
+    root.serve = serve
+    signatures = {"serving_default": serving_default.get_concrete_function(),
+                  "serve": serve.get_concrete_function()}
+
+    if fns.has_noise:
+        @tf.function(input_signature=[x_spec, tf.TensorSpec([], tf.int64, name="seed")])
+        def noisy_predict(x, seed):
+            return _outputs(fns.noisy(x, _chunk_key(_base_key(seed, _TAG_NOISY), 0)))
+
+        root.noisy_predict = noisy_predict
+        signatures["noisy_predict"] = noisy_predict.get_concrete_function()
+
+    if cert is not None:
+        @tf.function(input_signature=[
+            x_spec, tf.TensorSpec([], tf.int32, name="num_draws"),
+            tf.TensorSpec([], tf.float64, name="alpha"),
+            tf.TensorSpec([], tf.float64, name="attack_size"),
+            tf.TensorSpec([], tf.int64, name="seed")])
+        def certify(x, num_draws, alpha, attack_size, seed):
+            asserts = [
+                tf.debugging.assert_greater_equal(
+                    num_draws, 2 if bound == "bernstein" else 1,
+                    message=("num_draws must be >= 2 for the empirical Bernstein bound"
+                             if bound == "bernstein" else "num_draws must be >= 1")),
+                tf.debugging.assert_greater(alpha, tf.constant(0.0, tf.float64),
+                                            message="alpha must lie in (0, 1)"),
+                tf.debugging.assert_less(alpha, tf.constant(1.0, tf.float64),
+                                         message="alpha must lie in (0, 1)"),
+                tf.debugging.assert_greater_equal(
+                    attack_size, tf.constant(0.0, tf.float64),
+                    message="attack_size must be a finite number >= 0"),
+                tf.debugging.assert_all_finite(
+                    attack_size, message="attack_size must be a finite number >= 0"),
+                tf.debugging.assert_greater(tf.shape(x)[0], 0,
+                                            message="x must be a non-empty batch"),
+            ]
+            with tf.control_dependencies(asserts):
+                x = tf.identity(x)
+            counts, total, total_sq = _monte_carlo(
+                fns.score, fns.score_is_logits, x, num_draws,
+                _base_key(seed, _TAG_CERTIFY), num_classes, draws_per_step)
+            n = tf.cast(num_draws, tf.float64)
+            mean = total / n
+            var = tf.where(num_draws > 1,
+                           tf.maximum(total_sq - n * mean ** 2, 0.0) / tf.maximum(n - 1.0, 1.0),
+                           tf.zeros_like(mean))
+            if bound == "clopper_pearson":
+                lower, upper = tf_clopper_pearson_bounds(counts, alpha)
+                pred = tf.argmax(counts, axis=-1, output_type=tf.int64)
+            elif bound == "hoeffding":
+                lower, upper = tf_hoeffding_bounds(mean, num_draws, alpha)
+                pred = tf.argmax(mean, axis=-1, output_type=tf.int64)
+            else:
+                lower, upper = tf_bernstein_bounds(mean, var, num_draws, alpha)
+                pred = tf.argmax(mean, axis=-1, output_type=tf.int64)
+            lower_top, upper_other = _tf_top_two(lower, upper, pred)
+            radius = tf_certified_radius(lower_top, upper_other, cert, attack_size)
+            # isRobust = radius >= mu_a and radius > 0 (HGM Algorithm 1, StoBatch Alg. 3)
+            certified = tf.logical_and(radius >= attack_size, radius > 0.0)
+            return {"prediction": pred, "counts": counts, "mean_scores": mean,
+                    "lower_bound": lower_top, "upper_bound": upper_other,
+                    "radius": radius, "certified": certified}
+
+        root.certify = certify
+        signatures["certify"] = certify.get_concrete_function()
+    # The tf.Variables the traced functions capture, tracked too: loaders without the object
+    # graph (TF Serving, saved_model_cli's TF1 session) restore variables only through them.
+    captured: dict[int, Any] = {}
+    for fn in signatures.values():
+        for v in fn.variables:
+            captured.setdefault(id(v), v)
+    root.captured_variables = list(captured.values())
+    return root, signatures
+
+
+# ------------------------------------------------------------------------- model card
+
+
+def _read_json(path: str) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _is_private_flag(name: str) -> bool:
+    return name in _PRIVATE_FLAGS or name.endswith("_seed") or name.endswith("_dir")
+
+
+def _flags_from_text(text: str) -> list:
+    """The "--name[=value]" lines of flags.txt, without seeds, paths and run controls."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("--"):
+            continue
+        name = line[2:].partition("=")[0]
+        if _is_private_flag(name) or (name.startswith("no") and _is_private_flag(name[2:])):
+            continue
+        out.append(line)
+    return out
+
+
+def _signature_docs(has_noise: bool, cert: Optional[dict], input_shape: Sequence[int],
+                    value_range: Sequence[float], bound: str, draws_per_step: int) -> dict:
+    x_doc = {"dtype": "float32", "shape": [None] + [int(d) for d in input_shape],
+             "range": [float(v) for v in value_range],
+             "meaning": "images, pixel p in 0..255 scaled to low + (high - low) * p / 255"}
+    label = {"logits": "float32 [batch, K]", "probabilities": "float32 [batch, K] (softmax)",
+             "class": "int64 [batch] (argmax)"}
+    docs = {
+        "serving_default": {"inputs": {"x": x_doc}, "outputs": label,
+                            "noise": "off (deterministic)"},
+        "serve": {"inputs": {"x": x_doc}, "outputs": {"output_0": "float32 [batch, K] logits"},
+                  "noise": "off (deterministic); the endpoint keras Model.export() writes"},
+    }
+    if has_noise:
+        docs["noisy_predict"] = {
+            "inputs": {"x": x_doc, "seed": {"dtype": "int64", "shape": [],
+                                            "meaning": "stateless noise seed"}},
+            "outputs": label,
+            "noise": "every noise layer's inference noise on; one draw per row of x; the "
+                     "same seed gives the same output"}
+    if cert is not None:
+        docs["certify"] = {
+            "inputs": {
+                "x": x_doc,
+                "num_draws": {"dtype": "int32", "shape": [], "range": ">= 1"
+                              + (" (>= 2 for bernstein)" if bound == "bernstein" else "")},
+                "alpha": {"dtype": "float64", "shape": [], "range": "(0, 1)",
+                          "meaning": "failure probability; confidence 1 - alpha"},
+                "attack_size": {"dtype": "float64", "shape": [], "range": ">= 0",
+                                "meaning": "l-norm attack size in the units of x's range"},
+                "seed": {"dtype": "int64", "shape": [], "meaning": "stateless noise seed; "
+                         "use a fresh random seed for a certificate"}},
+            "outputs": {"prediction": "int64 [batch]", "counts": "int64 [batch, K]",
+                        "mean_scores": "float64 [batch, K]",
+                        "lower_bound": "float64 [batch]", "upper_bound": "float64 [batch]",
+                        "radius": "float64 [batch] (0 = abstain)",
+                        "certified": "bool [batch]: radius >= attack_size and radius > 0"},
+            "bound": bound, "draws_per_step": int(draws_per_step)}
+    return docs
+
+
+def build_model_card(run: rundir.RunDir, config: Mapping[str, Any], *, has_noise: bool,
+                     bound: str, draws_per_step: int) -> dict:
+    """The model card of a run, from an allow-list of fields.
+
+    Contains the ledger (sound and claimed totals, entries with their notes), the data set,
+    value range and preprocessing, the flags (without the seed and local paths), the
+    certification parameters, the versions, the test accuracy and the evaluation summary
+    when the run has one. Never training loss, training accuracy or any other statistic of
+    the training data.
+
+    Args:
+        run: the run directory.
+        config: its config.json.
+        has_noise: whether the model has noise layers (noisy_predict exists).
+        bound: the certify signature's bound.
+        draws_per_step: the certify signature's draws per forward pass.
+
+    Returns:
+        a JSON-ready dict.
+    """
+    import keras  # pylint: disable=import-outside-toplevel
+    import tfdp  # pylint: disable=import-outside-toplevel
+    cert = config.get("certification")
+    value_range = config.get("value_range") or [-1.0, 1.0]
+    card: dict[str, Any] = {
+        "format": CARD_FORMAT,
+        "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"),
+        "run": {k: config[k] for k in _CONFIG_KEYS if k in config},
+        "options": dict(config.get("options") or {}),
+        "data": {
+            "dataset": config.get("dataset"),
+            "value_range": [float(v) for v in value_range],
+            "input_shape": config.get("input_shape"),
+            "num_classes": config.get("num_classes"),
+            "preprocessing": ("float32 NHWC pixels; 8-bit value p becomes low + (high - low) "
+                              "* p / 255 for value_range [low, high]; any further steps are "
+                              "layers of the model"),
+        },
+        "ledger": _read_json(run.file(rundir.LEDGER_FILE)),
+        "certification": cert,
+        "versions": {"tfdp": tfdp.__version__, "tensorflow": tf.__version__,
+                     "keras": keras.__version__, "numpy": np.__version__,
+                     "python": platform.python_version()},
+        "signatures": _signature_docs(has_noise, cert, config.get("input_shape") or [],
+                                      value_range, bound, draws_per_step),
+        "noise_seeding": ("draw seed = fold_in(fold_in([seed, tag], chunk), site); tag 1 "
+                          "noisy_predict, 2 certify; chunk = Monte-Carlo step; site = the "
+                          "model's noise draws in call order"),
+        "source": {"model_sha256": _sha256(run.file(rundir.MODEL_FILE))},
+    }
+    # Training-run options that hold seeds or paths stay out.
+    for key in list(card["options"]):
+        if _is_private_flag(key):
+            del card["options"][key]
+    if run.exists(rundir.FLAGS_FILE):
+        with open(run.file(rundir.FLAGS_FILE), encoding="utf-8") as f:
+            card["flags"] = _flags_from_text(f.read())
+    if run.exists(rundir.METRICS_FILE):
+        metrics = _read_json(run.file(rundir.METRICS_FILE))
+        card["test"] = {k: metrics[k] for k in _METRICS_KEYS if k in metrics}
+    if run.exists(rundir.EVALUATION_FILE):
+        evaluation = _read_json(run.file(rundir.EVALUATION_FILE))
+        card["evaluation"] = {k: evaluation[k] for k in _EVALUATION_KEYS if k in evaluation}
+    return card
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------- export
+
+
+@dataclasses.dataclass
+class ExportResult:
+    """What `export_run` wrote.
+
+    Attributes:
+        export_dir: the SavedModel directory.
+        signatures: the signature names.
+        card: the model card.
+    """
+
+    export_dir: str
+    signatures: list
+    card: dict
+
+
+def check_export_dir(export_dir: str, overwrite: bool) -> str:
+    """Absolute export path; refuses an existing non-empty directory without overwrite.
+
+    Raises:
+        ValueError: naming export_dir.
+    """
+    if not export_dir:
+        raise ValueError("export_dir: an output directory is required")
+    path = os.path.abspath(os.path.expanduser(export_dir))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"export_dir: {path} exists and is not a directory")
+    if os.path.isdir(path) and os.listdir(path) and not overwrite:
+        raise ValueError(f"export_dir: {path} exists and is not empty; pass overwrite=True "
+                         "(--overwrite) to replace it")
+    return path
+
+
+def export_run(model_dir: str, export_dir: str, *, overwrite: bool = False,
+               bound: Optional[str] = None,
+               draws_per_step: int = DEFAULT_DRAWS_PER_STEP,
+               include_keras: bool = True) -> ExportResult:
+    """Exports a finished run directory as a SavedModel with a model card.
+
+    The SavedModel is written to a temporary directory beside `export_dir` and renamed into
+    place only when complete, so a failed export leaves no half-written directory.
+
+    Args:
+        model_dir: the run directory (model.keras, config.json and ledger.json).
+        export_dir: the SavedModel directory to create.
+        overwrite: replace an existing non-empty export_dir.
+        bound: confidence bound of the certify signature (default: the run's certification
+            "bound", else Clopper-Pearson).
+        draws_per_step: Monte-Carlo draws per forward pass of certify.
+        include_keras: also copy model.keras into the export (Keras users load it with
+            tfdp's custom layers; see docs/export.md).
+
+    Returns:
+        an ExportResult.
+
+    Raises:
+        ValueError: on an unfinished run directory, an existing export_dir without
+            overwrite, or bad options; before any work.
+    """
+    run = rundir.RunDir(model_dir)
+    if not os.path.isdir(run.path):
+        raise ValueError(f"model_dir: {run.path} is not a directory")
+    for name in (rundir.CONFIG_FILE, rundir.MODEL_FILE, rundir.LEDGER_FILE):
+        if not run.exists(name):
+            raise ValueError(f"model_dir: {run.path} has no {name}; is it a finished run?")
+    target = check_export_dir(export_dir, overwrite)
+    if os.path.commonpath([target, run.path]) == target:
+        raise ValueError("export_dir: must not be the run directory or a folder holding it")
+    draws_per_step = checks.check_int(draws_per_step, "draws_per_step", minimum=1)
+    config = run.read_json(rundir.CONFIG_FILE)
+    cert = config.get("certification")
+    if cert is not None:
+        cert = certify_lib.validate_certification(cert)
+    bound = bound or (cert or {}).get("bound") or "clopper_pearson"
+    if bound not in certify_lib.BOUNDS:
+        raise ValueError(f"bound must be one of {certify_lib.BOUNDS}, got {bound!r}")
+    for key in ("input_shape", "num_classes"):
+        if not config.get(key):
+            raise ValueError(f"model_dir: config.json has no {key!r}")
+
+    from tfdp import evaluate as evaluate_lib  # pylint: disable=import-outside-toplevel
+    model, _ = evaluate_lib.load_run(run.path)
+    module, signatures = build_module(model, cert, config["input_shape"],
+                                      config["num_classes"], bound=bound,
+                                      draws_per_step=draws_per_step)
+    card = build_model_card(run, config, has_noise="noisy_predict" in signatures,
+                            bound=bound, draws_per_step=draws_per_step)
+    card["signatures_exported"] = sorted(signatures)
+
+    parent = os.path.dirname(target)
+    created_parent = not os.path.exists(parent)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=f".tmp-{os.path.basename(target)}-")
+    staging = tempfile.mkdtemp(prefix="tfdp-card-")
+    try:
+        card_path = rundir.write_json_atomic(os.path.join(staging, CARD_FILE), card)
+        module.model_card = tf.saved_model.Asset(card_path)
+        tf.saved_model.save(module, tmp, signatures=signatures)
+        shutil.copyfile(card_path, os.path.join(tmp, CARD_FILE))
+        if include_keras:
+            shutil.copyfile(run.file(rundir.MODEL_FILE), os.path.join(tmp, KERAS_FILE))
+        _replace_dir(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if created_parent:
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return ExportResult(target, sorted(signatures), card)
+
+
+def latest_run(folder: str) -> str:
+    """The most recently finished run directory directly inside `folder`.
+
+    Args:
+        folder: a folder of run directories (e.g. runs/).
+
+    Returns:
+        the path of the subdirectory whose model.keras is newest.
+
+    Raises:
+        ValueError: naming --latest_under, if the folder holds no finished run.
+    """
+    candidates = []
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            model = os.path.join(folder, name, rundir.MODEL_FILE)
+            if os.path.isfile(model):
+                candidates.append((os.path.getmtime(model), os.path.join(folder, name)))
+    if not candidates:
+        raise ValueError(f"latest_under: {folder} holds no finished run directory "
+                         f"(none has {rundir.MODEL_FILE})")
+    return max(candidates)[1]
+
+
+def _replace_dir(src: str, dst: str) -> None:
+    """Renames the finished directory src to dst, replacing dst (old copy removed last)."""
+    if not os.path.exists(dst):
+        os.replace(src, dst)
+        return
+    if os.path.isdir(dst) and not os.listdir(dst):
+        os.rmdir(dst)
+        os.replace(src, dst)
+        return
+    old = tempfile.mkdtemp(dir=os.path.dirname(dst), prefix=f".old-{os.path.basename(dst)}-")
+    os.rmdir(old)
+    os.replace(dst, old)
+    try:
+        os.replace(src, dst)
+    except BaseException:
+        os.replace(old, dst)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+# ------------------------------------------------------------- in-process reference
+
+
+def certify_in_process(model: Any, certification: Mapping[str, Any], x: Any, num_draws: int,
+                       alpha: float, attack_size: float, seed: int, *,
+                       bound: str = "clopper_pearson",
+                       draws_per_step: int = DEFAULT_DRAWS_PER_STEP) -> dict:
+    """tfdp.certify on the noise the exported `certify` signature draws for `seed`.
+
+    The Monte-Carlo statistics come from tfdp.certify.MonteCarloPredictor (one call per
+    chunk of draws_per_step draws, each chunk's noise seeded as in the export), the bounds
+    from tfdp.certify.top_two_bounds, the radius from certified_radius and the decision from
+    is_robust.
+
+    Args:
+        model: the run's Keras model.
+        certification: its certification dict.
+        x: inputs (b, ...).
+        num_draws: n >= 1.
+        alpha: in (0, 1).
+        attack_size: >= 0.
+        seed: int64 seed.
+        bound: one of tfdp.certify.BOUNDS.
+        draws_per_step: as the export's.
+
+    Returns:
+        dict with prediction, counts, mean_scores, lower_bound, upper_bound, radius,
+        certified (numpy arrays).
+
+    Raises:
+        ValueError: on bad arguments.
+    """
+    n = certify_lib._check_num_draws(num_draws)  # pylint: disable=protected-access
+    alpha = certify_lib._check_alpha(alpha)  # pylint: disable=protected-access
+    attack_size = checks.check_nonnegative(attack_size, "attack_size")
+    step = checks.check_int(draws_per_step, "draws_per_step", minimum=1)
+    cert = certify_lib.validate_certification(certification)
+    fns = _model_functions(model, cert)
+    key_var = tf.Variable(tf.zeros([2], tf.int64), trainable=False)
+
+    def score(xb):
+        return fns.score(xb, key_var.read_value())
+
+    predictor = certify_lib.MonteCarloPredictor(score, from_logits=fns.score_is_logits,
+                                                draws_per_step=step)
+    x = np.asarray(x, np.float32)
+    num_classes = int(fns.noise_free(tf.constant(x[:1])).shape[-1])
+    base = _base_key(int(seed), _TAG_CERTIFY)
+    counts = np.zeros((x.shape[0], num_classes), np.int64)
+    total = np.zeros((x.shape[0], num_classes), np.float64)
+    total_sq = np.zeros((x.shape[0], num_classes), np.float64)
+    for i in range(-(-n // step)):
+        k = min(step, n - i * step)
+        key_var.assign(_chunk_key(base, i))
+        res = predictor(x, k, num_classes)
+        counts += res.counts
+        total += res.mean_scores * k
+        total_sq += res.var_scores * (k - 1) + k * res.mean_scores ** 2
+    mean = total / n
+    var = np.maximum(total_sq - n * mean ** 2, 0.0) / (n - 1) if n > 1 else np.zeros_like(mean)
+    result = certify_lib.MonteCarloResult(counts, mean, var, n)
+    pred, lower, upper = certify_lib.top_two_bounds(result, bound, alpha)
+    radius = certify_lib.certified_radius(lower, upper, cert, attack_size=attack_size)
+    return {"prediction": pred, "counts": counts, "mean_scores": mean, "lower_bound": lower,
+            "upper_bound": upper, "radius": radius,
+            "certified": certify_lib.is_robust(radius, attack_size)}
+
+
+def noisy_in_process(model: Any, x: Any, seed: int) -> np.ndarray:
+    """Logits of the noise the exported `noisy_predict` draws for `seed` (in process)."""
+    fns = _model_functions(model, None)
+    key = _chunk_key(_base_key(int(seed), _TAG_NOISY), 0)
+    return tf.function(fns.noisy)(tf.constant(np.asarray(x, np.float32)), key).numpy()
+
+
+# ------------------------------------------------------------------ loading an export
+
+
+class ExportedModel:
+    """An exported SavedModel and its model card, as the evaluation harness uses it.
+
+    Needs only TensorFlow to load; tfdp is used only for argument checks.
+
+    Args:
+        path: the export directory.
+
+    Raises:
+        ValueError: if the directory holds no SavedModel or no model card.
+    """
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(os.path.expanduser(path or ""))
+        if not path or not os.path.isfile(os.path.join(self.path, "saved_model.pb")):
+            raise ValueError(f"saved_model: {self.path} holds no saved_model.pb")
+        card_path = os.path.join(self.path, CARD_FILE)
+        if not os.path.isfile(card_path):
+            card_path = os.path.join(self.path, "assets", CARD_FILE)
+        if not os.path.isfile(card_path):
+            raise ValueError(f"saved_model: {self.path} has no {CARD_FILE}")
+        self.card = _read_json(card_path)
+        self.loaded = tf.saved_model.load(self.path)
+        self.signatures = sorted(self.loaded.signatures.keys())
+
+    @property
+    def certification(self) -> Optional[dict]:
+        return self.card.get("certification")
+
+    @property
+    def certify_bound(self) -> Optional[str]:
+        sig = self.card.get("signatures", {}).get("certify")
+        return sig.get("bound") if sig else None
+
+    @property
+    def has_noise(self) -> bool:
+        return hasattr(self.loaded, "noisy_predict")
+
+    def noise_free(self, x: tf.Tensor) -> tf.Tensor:
+        """Noise-free logits (the `serve` endpoint); differentiable."""
+        return self.loaded.serve(tf.cast(x, tf.float32))
+
+    def noisy(self, x: tf.Tensor) -> tf.Tensor:
+        """Logits of one noisy pass with a fresh random seed per call; differentiable."""
+        seed = tf.random.uniform([], 0, 2**62, dtype=tf.int64)
+        return self.loaded.noisy_predict(tf.cast(x, tf.float32), seed)["logits"]
+
+    def certify(self, x: Any, num_draws: int, alpha: float, attack_size: float,
+                seed: int) -> dict:
+        """Calls the `certify` signature; returns numpy arrays.
+
+        Raises:
+            ValueError: without a certify signature, or on bad arguments (before calling).
+        """
+        if not hasattr(self.loaded, "certify"):
+            raise ValueError("saved_model: the export has no certify signature (the run has "
+                             "no certification entry)")
+        n = certify_lib._check_num_draws(num_draws)  # pylint: disable=protected-access
+        alpha = certify_lib._check_alpha(alpha)  # pylint: disable=protected-access
+        size = checks.check_nonnegative(attack_size, "attack_size")
+        out = self.loaded.certify(tf.constant(np.asarray(x, np.float32)),
+                                  tf.constant(n, tf.int32), tf.constant(alpha, tf.float64),
+                                  tf.constant(size, tf.float64),
+                                  tf.constant(int(seed), tf.int64))
+        return {k: v.numpy() for k, v in out.items()}
