@@ -44,5 +44,7 @@ def test_chunked_queries_match_one_pass(real_data_dir):
     whole = gpm_dpsgd.neighbour_queries(model, x[:33], y[:33], [4.0], chunk=64)[4.0]
     parts = gpm_dpsgd.neighbour_queries(model, x[:33], y[:33], [4.0], chunk=5)[4.0]
     for a, b in zip(whole, parts):
-        # float32 per-chunk sums: differences are float32 rounding (~1e-7 relative).
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8)
+        # float32 per-chunk sums: the two summation orders differ by float32 rounding, which
+        # is bounded relative to the size of the summed terms (~33 * 6e-8 of the largest
+        # entry), not relative to an entry that cancels to near zero.
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(np.max(np.abs(a))))
