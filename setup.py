@@ -34,6 +34,7 @@ setup(
             "tfdp-evaluate=tfdp.apps.evaluate:run",
             "tfdp-audit=tfdp.apps.audit:run",
             "tfdp-bench=tfdp.apps.bench:run",
+            "tfdp-reproduce=tfdp.apps.reproduce:run",
         ],
     },
 )
