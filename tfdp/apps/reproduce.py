@@ -30,7 +30,8 @@ flags.DEFINE_integer("seeds", 1, "Seeds per training run (1..N); several where t
                      "noise is drawn once.")
 flags.DEFINE_list("only", None, "Run only these row ids.")
 flags.DEFINE_bool("dry_run", False, "Print the commands and compute estimates; run nothing.")
-flags.DEFINE_bool("report", False, "Only regenerate REPRODUCTION.md and its figures.")
+flags.DEFINE_bool("report", False, "Only recompute the row JSONs from the finished jobs and "
+                  "regenerate REPRODUCTION.md and its figures (runs nothing).")
 flags.DEFINE_bool("write_report", True, "After running, regenerate the report.")
 flags.DEFINE_string("results_dir", runner.DEFAULT_RESULTS, "Result JSONs (results/reproduce).")
 flags.DEFINE_string("work_dir", runner.DEFAULT_WORK, "Run directories (not committed).")
@@ -62,6 +63,7 @@ def main(argv) -> None:
     except ValueError as e:
         sys.exit(f"tfdp-reproduce: error: {e}")
     if FLAGS.report:
+        runner.recompute_rows(FLAGS.results_dir)
         report.generate(FLAGS.results_dir, FLAGS.report_path)
         print(f"tfdp-reproduce: report written from {FLAGS.results_dir}")
         return

@@ -17,6 +17,7 @@ from tfdp.reproduce.registry import Row
 
 VERDICTS = ("reproduced", "within band", "ordering holds", "not reproduced")
 NOT_RUN = "not run at this scale"
+RECORDED = "recorded"
 NOT_AVAILABLE = "not available in this build"
 
 
@@ -69,10 +70,8 @@ def accuracy(outs, row: Row) -> Value:
 
 
 def accuracy_recorded(outs, row: Row) -> Value:
-    """A recorded accuracy with no published number (ok = the run finished)."""
-    v = accuracy(outs, row)
-    v.ok = True
-    return v
+    """A recorded accuracy with no published number."""
+    return accuracy(outs, row)
 
 
 def accuracy_mean(outs, row: Row) -> Value:
@@ -282,7 +281,9 @@ def verdict(row: Row, value: Value) -> tuple[str, str]:
     c = row.criterion
     v = value.value
     note = f" ({row.note})" if row.note else ""
-    unit = row.unit
+    unit = " pts" if row.unit == "%" else row.unit  # accuracy differences are points
+    if c.kind == "record":
+        return RECORDED, c.describe(unit)
     if c.kind == "check":
         if value.ok is None:
             raise ValueError(f"row {row.id}: a check criterion needs the extractor's ok")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Any
 
 from tfdp.reproduce import extract, registry, runner
@@ -49,13 +50,11 @@ def _fig_adlm(rows_by_key: dict, out_dir: str, rel: str, draw: bool) -> str | No
     series = {}
     for (scale, rid), rec in sorted(rows_by_key.items()):
         row = registry.ROWS_BY_ID.get(rid)
-        if row is None or row.figure != "adlm_acc_vs_eps" or not rid.startswith("adlm.mnist."):
+        match = re.fullmatch(r"adlm\.mnist\.(adlm|ilm|dpsgd)\.eps([0-9.]+)", rid)
+        if row is None or match is None or rec.get("value") is None:
             continue
-        parts = rid.split(".")
-        if not parts[-1].startswith("eps") or rec.get("value") is None:
-            continue
-        eps = float(parts[-1][3:])
-        series.setdefault((parts[2], scale), []).append((eps, rec["value"], row.published))
+        eps = float(match.group(2))
+        series.setdefault((match.group(1), scale), []).append((eps, rec["value"], row.published))
     if not series:
         return None
     if not draw:
@@ -231,17 +230,18 @@ def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None 
     # Summary.
     out.append("## Summary of verdicts\n")
     out.append("| paper | scale | reproduced | within band | ordering holds | not reproduced | "
-               "rows with no result at this scale |")
-    out.append("|---|---|---|---|---|---|---|")
+               "recorded | rows without a result (no job, or not run) |")
+    out.append("|---|---|---|---|---|---|---|---|")
     for paper in registry.PAPERS:
         rows = [r for r in registry.ROWS if r.paper == paper]
         for s in registry.SCALES:
             recs = [rows_by_key.get((s, r.id)) for r in rows]
             counts = {v: sum(1 for rec in recs if rec and rec["verdict"] == v)
-                      for v in extract.VERDICTS}
+                      for v in extract.VERDICTS + (extract.RECORDED,)}
             missing = sum(1 for rec in recs if rec is None)
-            out.append(f"| {paper} | {s} | " + " | ".join(str(counts[v]) for v in
-                                                          extract.VERDICTS) + f" | {missing} |")
+            out.append(f"| {paper} | {s} | " + " | ".join(
+                str(counts[v]) for v in extract.VERDICTS + (extract.RECORDED,)) +
+                f" | {missing} |")
     out.append("")
     if fig_links:
         out.append("## Figures\n")

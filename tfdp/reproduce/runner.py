@@ -434,3 +434,24 @@ def dry_run(rows: list[Row], scale: str, seeds: int, log: Callable[[str], None] 
         total += t.job.est_seconds
     log(f"# CPU estimate if run here: about {_fmt_seconds(total)} "
         "(GPU-scale jobs: see each job's note)")
+
+
+def recompute_rows(results_dir: str, rows: Iterable[Row] | None = None) -> int:
+    """Recomputes every row JSON from the finished job JSONs (runs nothing).
+
+    A row keeps the number of seeds its JSON recorded (1 when it has none). Rows whose jobs
+    have not all finished are left without a JSON.
+
+    Returns:
+      The number of row JSONs written.
+    """
+    written = 0
+    existing = load_rows(results_dir)
+    for row in (registry.ROWS if rows is None else rows):
+        for scale in row.jobs:
+            old = existing.get((scale, row.id))
+            seeds = max(1, len(old.get("seeds") or [])) if old else 1
+            rec = compute_row(row, scale, seeds, results_dir)
+            if rec is not None and rec.get("verdict") != extract.NOT_AVAILABLE:
+                written += 1
+    return written
