@@ -351,7 +351,9 @@ def _trainer_jobs(paper: str, method: str, dataset: str, eps: float | None, scal
 
     The train job is reachable through `depends`; the runner schedules it first.
     """
-    name = name or f"{dataset}_{method}"
+    # StoBatch's own flagfiles are flags/stobatch/<dataset>_<scale>.flags; every other
+    # trainer's are flags/<paper>/<dataset>_<method>_<scale>.flags.
+    name = name or (dataset if method == "stobatch" else f"{dataset}_{method}")
     flagfile = f"flags/{paper}/{name}_{scale}.flags"
     e = (f"--method={method}", f"--dataset={dataset}") + (
         () if eps is None else (f"--epsilon={eps:g}",))
