@@ -34,6 +34,9 @@ flags.DEFINE_integer("batch_size", 100, "Examples per batch.")
 flags.DEFINE_integer("draws_per_step", 256, "Monte-Carlo draws per forward pass.")
 flags.DEFINE_integer("seed", None, "Seed of the Madry random starts (unset: OS entropy).")
 flags.DEFINE_string("data_dir", None, "Data root (default: the run's data_dir).")
+flags.DEFINE_enum("attack_preset", None, ["paper", "strong"],
+                  "paper: step mu/T_a as the authors' code; strong: PGD step 2.5 mu/T_a, "
+                  "5x --nb_iter, 5 random restarts (unset: as the other flags say).")
 
 
 def _options() -> evaluate_lib.EvalOptions:
@@ -53,7 +56,10 @@ def main(argv: list[str]) -> None:
     if not FLAGS.model_dir:
         raise app.UsageError("--model_dir is required")
     try:
-        options = evaluate_lib.validate_options(_options())
+        options = _options()
+        if FLAGS.attack_preset:
+            options = evaluate_lib.apply_attack_preset(options, FLAGS.attack_preset)
+        options = evaluate_lib.validate_options(options)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     summary = evaluate_lib.evaluate_run(FLAGS.model_dir, options)
