@@ -86,3 +86,23 @@ def test_attack_extractors_read_evaluation_json():
     low = {"attacks": {"fgsm": {k: {"accuracy": 0.1, "certified_accuracy": None}}}}
     v = extract.extract(gap_row, {"a": [{"evaluation": summary}], "b": [{"evaluation": low}]})
     assert v.value == pytest.approx(30.0)
+
+
+def test_eot_soundness_flags_an_attack_below_the_certified_accuracy():
+    from tfdp import evaluate
+    k = evaluate.size_key(0.1)
+    row = registry.ROWS_BY_ID["stobatch.mnist.eot_soundness"]
+
+    def summary(acc_under_attack):
+        return {"evaluation": {"num_examples": 400, "alpha": 0.05,
+                               "clean_certified_accuracy": {k: 0.60},
+                               "attacks": {"madry": {k: {"accuracy": acc_under_attack,
+                                                         "certified_accuracy": 0.6}}}}}
+
+    # slack = 0.05 + 3 sqrt(0.6 * 0.4 / 400) = 0.05 + 0.0735 = 0.1235.
+    ok = extract.extract(row, {"run": [summary(0.48)]})
+    assert ok.ok and ok.value == pytest.approx(0.48 - (0.60 - 0.1235), abs=1e-3)
+    assert extract.verdict(row, ok)[0] == "reproduced"
+    bad = extract.extract(row, {"run": [summary(0.40)]})
+    assert not bad.ok and "madry" in bad.detail
+    assert extract.verdict(row, bad)[0] == "not reproduced"

@@ -264,11 +264,45 @@ def certified_gap(outs, row: Row) -> Value:
     return Value(gap, f"{gap:+.2f} pts over {len(diffs)} cells", diffs)
 
 
+def eot_soundness(outs, row: Row) -> Value:
+    """Soundness of the certificates: the certified (noisy, Monte-Carlo) classifier attacked
+    with EOT gradients at the certified size keeps at least its certified accuracy.
+
+    For each attack size s: the Monte-Carlo accuracy under the EOT attack must not fall below
+    the clean certified accuracy at s by more than the bound's statistical slack,
+    alpha + 3 sqrt(p (1 - p) / n): each certificate fails with probability at most alpha
+    (the confidence bound), and the n evaluated examples add binomial sampling error
+    (3 standard errors of the certified fraction p).
+    """
+    failures, worst = [], math.inf
+    for o in outs["run"]:
+        summary = o["evaluation"]
+        n = int(summary["num_examples"])
+        alpha = float(summary.get("alpha") or 0.05)
+        certified = summary.get("clean_certified_accuracy") or {}
+        for name, entry in summary["attacks"].items():
+            for key, cell in entry.items():
+                if key not in certified or certified[key] is None:
+                    continue
+                p = float(certified[key])
+                slack = alpha + 3.0 * math.sqrt(max(p * (1.0 - p), 1.0 / n) / n)
+                margin = float(cell["accuracy"]) - (p - slack)
+                worst = min(worst, margin)
+                if margin < 0:
+                    failures.append(f"{name} at {key}: accuracy {float(cell['accuracy']):.3f} < "
+                                    f"certified {p:.3f} - slack {slack:.3f}")
+    if worst == math.inf:
+        raise ValueError("evaluation has no certified accuracy (run with --certify)")
+    return Value(worst, f"smallest margin {worst:+.3f}", [worst], ok=not failures,
+                 detail="; ".join(failures))
+
+
 EXTRACTORS: dict[str, Callable[[dict, Row], Value | None]] = {
     f.__name__: f for f in (accuracy, accuracy_recorded, accuracy_mean, accuracy_diff, closed,
                             closed_all, gpm_hist_cell, gpm_hist_l2, gpm_dpsgd_cells,
                             gpm_dpsgd_gap, gpm_dpsgd_dq, bench_ratio, attack_accuracy,
-                            certified_accuracy, attack_drop, attack_gap, certified_gap)}
+                            certified_accuracy, attack_drop, attack_gap, certified_gap,
+                            eot_soundness)}
 
 
 def verdict(row: Row, value: Value) -> tuple[str, str]:

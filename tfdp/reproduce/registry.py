@@ -380,24 +380,36 @@ def train_job(scale: str, job_id: str) -> Job:
 _ATTACKS = "--attacks=fgsm,ifgsm,mim,madry"
 
 
-def _eval_args(sizes: str, certify: bool, nb_iter: int = 10) -> tuple[str, ...]:
+def _eval_args(sizes: str, certify: bool, nb_iter: int = 10,
+               preset: str | None = None) -> tuple[str, ...]:
     args = (_ATTACKS, f"--attack_sizes={sizes}", f"--nb_iter={nb_iter}", "--seed=1")
+    if preset:
+        args += (f"--attack_preset={preset}",)
     return args + (("--certify",) if certify else ())
 
 
+# EOT attack of the certified (noisy, Monte-Carlo) classifier at the certified size, with the
+# strong PGD (issue 13 item 5): its accuracy must not fall below the certified accuracy by
+# more than the bound's statistical slack.
+_EOT_ARGS = ("--attacks=madry", "--attack_preset=strong", "--eot_draws=8", "--certify",
+             "--seed=1")
+
+
 def _hgm(method: str, dataset: str, eps: float | None, sizes: str, certify: bool,
-         name: str | None = None) -> dict[str, Job]:
+         name: str | None = None, eval_args: tuple[str, ...] | None = None) -> dict[str, Job]:
     return {scale: _trainer_jobs("hgm", method, dataset, eps, scale,
-                                 _eval_args(sizes, certify), name=name) for scale in SCALES}
+                                 eval_args or _eval_args(sizes, certify), name=name)
+            for scale in SCALES}
 
 
 def _stobatch(method: str, dataset: str, eps: float, sizes: str, certify: bool,
-              nb_iter: int = 10) -> dict[str, Job]:
+              nb_iter: int = 10, preset: str | None = None,
+              eval_args: tuple[str, ...] | None = None) -> dict[str, Job]:
     out = {}
     for scale in SCALES:
         paper = "stobatch"
         out[scale] = _trainer_jobs(paper, method, dataset, eps, scale,
-                                   _eval_args(sizes, certify, nb_iter))
+                                   eval_args or _eval_args(sizes, certify, nb_iter, preset))
     return out
 
 
@@ -549,6 +561,19 @@ def _hgm_rows() -> list[Row]:
                              name="cifar10_hgm_pixeldp_epsr8"),
                       b=_hgm("pixeldp", "cifar10", None, cifar_sizes, True)),
         headline=True, figure="certified_vs_mu", unit=" pts"))
+    rows.append(Row(
+        id="hgm.mnist.hgm_pixeldp.eot_soundness", paper="hgm",
+        source="certificate soundness check (issue 13 item 5; hgm.md §4)",
+        setting="MNIST, HGM_PixelDP (eps_r = 4): EOT PGD (strong) on the Monte-Carlo "
+                "classifier at mu_a in {0.05, 0.1}",
+        metric="accuracy under attack minus (certified accuracy - slack)", published=None,
+        published_text="certified accuracy is a lower bound",
+        criterion=Criterion("check", text="accuracy under the EOT attack >= certified "
+                            "accuracy - (alpha + 3 binomial SE) at every size"),
+        extractor="eot_soundness",
+        jobs={s: {"run": j} for s, j in _hgm(
+            "hgm_pixeldp", "mnist", None, "", True, name="mnist_hgm_pixeldp_epsr4",
+            eval_args=_EOT_ARGS + ("--attack_sizes=0.05,0.1",)).items()}))
     # Conventional accuracy under attack vs eps (Figures 4, 5; R4-R6).
     for dataset, mu, fig, gains, eps_grid in (
             ("mnist", "0.1", "Fig. 5", (("secure_sgd_agm", 2.9, None), ("dpsgd", 10.74, (4, 20))),
@@ -604,6 +629,33 @@ def _stobatch_rows() -> list[Row]:
             jobs={s: {"run": j} for s, j in _stobatch(method, "mnist", eps, "0.2", False).items()},
             figure="acc_vs_eps_attack", unit="%",
             note="one Laplace draw per run: large run-to-run variance (stobatch.md §8.2)"))
+    for eps in (0.2, 2.0):
+        rows.append(Row(
+            id=f"stobatch.mnist.stobatch.eps{eps:g}.strong_attack", paper="stobatch",
+            source="strong-attack column beside Fig. 2 (issue 13 item 5)",
+            setting=f"MNIST, StoBatch, eps = {eps:g}, mu_a = 0.2, attacks with "
+                    "--attack_preset=strong (PGD step 2.5 mu/T, 5x T, 5 restarts)",
+            metric=conv, published={0.2: 82.7, 2.0: 89.59}[eps],
+            published_text=f"{ {0.2: 82.7, 2.0: 89.59}[eps]:g}% (paper's attack setting)",
+            criterion=Criterion("record", text="recorded beside the paper-setting row: how "
+                                "much robustness holds against a stronger attacker"),
+            extractor="attack_accuracy", params=(("size", "0.2"),),
+            jobs={s: {"run": j} for s, j in
+                  _stobatch("stobatch", "mnist", eps, "0.2", False, preset="strong").items()},
+            unit="%"))
+    rows.append(Row(
+        id="stobatch.mnist.eot_soundness", paper="stobatch",
+        source="certificate soundness check (issue 13 item 5; stobatch.md §2.10-2.11)",
+        setting="MNIST, StoBatch, eps = 1.0: EOT PGD (strong) on the Monte-Carlo classifier "
+                "at mu_a in {0.05, 0.1}",
+        metric="accuracy under attack minus (certified accuracy - slack)", published=None,
+        published_text="certified accuracy is a lower bound",
+        criterion=Criterion("check", text="accuracy under the EOT attack >= certified "
+                            "accuracy - (alpha + 3 binomial SE) at every size"),
+        extractor="eot_soundness",
+        jobs={s: {"run": j} for s, j in _stobatch(
+            "stobatch", "mnist", 1.0, "", True,
+            eval_args=_EOT_ARGS + ("--attack_sizes=0.05,0.1",)).items()}))
     rows.append(Row(
         id="stobatch.mnist.stobatch_minus_secure_sgd.eps0.2", paper="stobatch",
         source="Fig. 2 (stobatch.md §8.2 R1)", setting="MNIST, eps = 0.2, mu_a = 0.2",
