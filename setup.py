@@ -35,6 +35,7 @@ setup(
             "tfdp-audit=tfdp.apps.audit:run",
             "tfdp-bench=tfdp.apps.bench:run",
             "tfdp-export=tfdp.apps.export:run",
+            "tfdp-reproduce=tfdp.apps.reproduce:run",
         ],
     },
 )

@@ -39,6 +39,9 @@ flags.DEFINE_string("data_dir", None, "Data root (default: the run's data_dir)."
 flags.DEFINE_string("saved_model", None, "Evaluate this SavedModel written by tfdp-export "
                     "instead of a run directory; results go to --model_dir if given, else "
                     "to SAVED_MODEL-evaluation.")
+flags.DEFINE_enum("attack_preset", None, ["paper", "strong"],
+                  "paper: step mu/T_a as the authors' code; strong: PGD step 2.5 mu/T_a, "
+                  "5x --nb_iter, 5 random restarts (unset: as the other flags say).")
 
 
 def _options() -> evaluate_lib.EvalOptions:
@@ -75,7 +78,10 @@ def main(argv: list[str]) -> None:
     if not FLAGS.model_dir:
         raise app.UsageError("--model_dir is required")
     try:
-        options = evaluate_lib.validate_options(_options())
+        options = _options()
+        if FLAGS.attack_preset:
+            options = evaluate_lib.apply_attack_preset(options, FLAGS.attack_preset)
+        options = evaluate_lib.validate_options(options)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     problem = check_model_dir(FLAGS.model_dir)
@@ -99,8 +105,11 @@ def main(argv: list[str]) -> None:
 def _evaluate_saved_model() -> None:
     """--saved_model: evaluates an exported model; results beside it or in --model_dir."""
     try:
+        options = _options()
+        if FLAGS.attack_preset:
+            options = evaluate_lib.apply_attack_preset(options, FLAGS.attack_preset)
         summary = evaluate_lib.evaluate_saved_model(
-            FLAGS.saved_model, evaluate_lib.validate_options(_options()), FLAGS.model_dir)
+            FLAGS.saved_model, evaluate_lib.validate_options(options), FLAGS.model_dir)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     logging.info("clean accuracy %.4f", summary["clean_accuracy"])

@@ -1,0 +1,84 @@
+"""The registry of published numbers: complete, well formed, runnable where trainers exist."""
+
+import os
+
+import pytest
+
+from tfdp.reproduce import extract, registry, runner
+
+
+def test_every_paper_has_rows_and_ids_are_unique():
+    ids = [r.id for r in registry.ROWS]
+    assert len(ids) == len(set(ids))
+    for paper in registry.PAPERS:
+        assert any(r.paper == paper for r in registry.ROWS), paper
+
+
+@pytest.mark.parametrize("row", registry.ROWS, ids=lambda r: r.id)
+def test_row_is_well_formed(row):
+    assert row.paper in registry.PAPERS
+    assert row.extractor in extract.EXTRACTORS
+    assert row.criterion.kind in ("band", "relerr", "range", "positive", "check", "record")
+    if row.criterion.kind in ("band", "relerr"):
+        assert row.published is not None and row.criterion.tol is not None
+    assert row.source and row.setting and row.metric and row.published_text
+    assert set(row.jobs) <= set(registry.SCALES)
+    for scale, jobs in row.jobs.items():
+        for job in jobs.values():
+            assert job.kind in ("train", "evaluate", "audit", "bench", "python")
+            if job.depends:
+                assert registry.train_job(scale, job.depends).kind == "train"
+
+
+def test_published_numbers_of_the_specs_are_registered():
+    """Spot checks against the specs' published-number sections."""
+    pub = {r.id: r.published for r in registry.ROWS}
+    assert pub["adlm.mnist.adlm.eps0.25"] == 90.2          # adlm.md §6
+    assert pub["adlm.mnist.dpsgd.mean_eps"] == 83.93
+    assert pub["hgm.fig3.mnist_hgm_pixeldp_minus_pixeldp"] == 4.17   # hgm.md §7
+    assert pub["hgm.cifar10.secure_sgd_minus_adlm"] == 17.75
+    assert pub["stobatch.mnist.stobatch.eps0.2"] == 82.7    # stobatch.md §6.4
+    assert pub["stobatch.mnist.certified.mu0.6"] == 72.41
+    assert pub["gpm.table4.gm.d4096.e0.5"] == 819.9         # gpm.md §5.7
+    assert pub["gpm.fig4.gm_eps.s1.d1e-10"] == 6.8613       # gpm.md §5.2
+    gpm_fig5 = [r for r in registry.ROWS if r.id.startswith("gpm.fig5.")]
+    assert len(gpm_fig5) == 20   # 4 eps* x 5 beta
+
+
+def test_adlm_and_gpm_rows_are_runnable_at_smoke_and_short():
+    """Trainers and flagfiles of AdLM, the baselines and GPM exist in this build."""
+    for row in registry.ROWS:
+        if row.paper not in ("adlm", "gpm"):
+            continue
+        for scale in ("smoke", "short"):
+            for job in row.jobs.get(scale, {}).values():
+                assert runner.unavailable(job) is None, (row.id, scale, job.id)
+                if job.flagfile:
+                    assert os.path.exists(os.path.join(runner.REPO_ROOT, job.flagfile))
+
+
+def test_hgm_and_stobatch_rows_name_their_trainer_and_flagfile():
+    for row in registry.ROWS:
+        if row.paper not in ("hgm", "stobatch") or row.extractor.startswith("closed"):
+            continue
+        for scale, jobs in row.jobs.items():
+            for job in jobs.values():
+                train = registry.train_job(scale, job.depends) if job.depends else job
+                assert train.method in ("secure_sgd", "secure_sgd_agm", "pixeldp",
+                                        "hgm_pixeldp", "stobatch", "dpsgd", "adlm")
+                assert train.flagfile.startswith(f"flags/{row.paper}/")
+
+
+def test_select_rejects_unknown_papers_and_ids():
+    with pytest.raises(ValueError, match="--papers"):
+        registry.select(["nope"])
+    with pytest.raises(ValueError, match="--only"):
+        registry.select(None, ["no.such.row"])
+    assert [r.id for r in registry.select(["gpm"], ["gpm.fig4.lower.b0.001"])] == [
+        "gpm.fig4.lower.b0.001"]
+
+
+def test_full_scale_jobs_carry_a_compute_estimate():
+    for row in registry.ROWS:
+        for job in row.jobs.get("full", {}).values():
+            assert job.compute, (row.id, job.id)

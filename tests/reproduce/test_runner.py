@@ -1,0 +1,130 @@
+"""The runner: resumable grids, row JSONs, "not available in this build", dry runs."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfdp.reproduce import extract, registry, runner
+
+_CLOSED = ["hgm.delta_threshold", "gpm.fig4.lower.b0.001", "gpm.table4.expect.d256.e0.5"]
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_interrupted_grid_redoes_only_unfinished_jobs(tmp_path):
+    rows = registry.select(None, _CLOSED)
+    tasks = runner.tasks_for(rows, "smoke", 1)
+    assert [t.key for t in tasks] == ["python.hgm.figure1", "python.gpm.figure4",
+                                      "python.gpm.table4"]
+    res, work = str(tmp_path / "res"), str(tmp_path / "work")
+    lines = []
+
+    def kill_after_first(msg):  # the grid is killed once the first job has finished
+        lines.append(msg)
+        if msg.strip().startswith("done"):
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        runner.run_tasks(tasks, "smoke", res, work, None, log=kill_after_first)
+    assert runner.load_job(res, "smoke", "python.hgm.figure1") is not None
+    assert runner.load_job(res, "smoke", "python.gpm.figure4") is None
+    status = runner.run_tasks(tasks, "smoke", res, work, None, log=lambda m: None)
+    assert status == {"python.hgm.figure1": "skipped (already complete)",
+                      "python.gpm.figure4": "done", "python.gpm.table4": "done"}
+    status = runner.run_tasks(tasks, "smoke", res, work, None, log=lambda m: None)
+    assert set(status.values()) == {"skipped (already complete)"}
+
+
+def test_rows_get_a_json_with_command_versions_value_and_verdict(tmp_path):
+    rows = registry.select(None, _CLOSED)
+    res = str(tmp_path / "res")
+    runner.run_tasks(runner.tasks_for(rows, "short", 1), "short", res, str(tmp_path / "w"),
+                     None, log=lambda m: None)
+    for row in rows:
+        rec = runner.compute_row(row, "short", 1, res)
+        with open(os.path.join(res, "short", f"{row.id}.json"), encoding="utf-8") as f:
+            assert json.load(f) == json.loads(json.dumps(rec))
+        assert rec["verdict"] == "reproduced", rec
+        assert rec["published"] == row.published and rec["value"] is not None
+        assert rec["commands"] and "python" in rec["versions"]
+    typo = registry.ROWS_BY_ID["gpm.table4.expect.d256.e1"]  # the paper prints 103.2
+    rec = runner.compute_row(typo, "short", 1, res)
+    assert rec["verdict"] == "not reproduced" and "typo" in rec["reason"]
+    # A row whose jobs have not run yet has no result (the report says "not run").
+    other = registry.ROWS_BY_ID["gpm.fig4.gm_eps.s1.d1e-10"]
+    assert runner.compute_row(other, "full", 1, str(tmp_path / "empty")) is None
+
+
+def test_missing_trainer_is_not_available_in_this_build(tmp_path):
+    row = registry.ROWS_BY_ID["stobatch.mnist.stobatch.eps0.2"]
+    tasks = runner.tasks_for([row], "smoke", 2)
+    assert [t.job.kind for t in tasks] == ["train", "evaluate", "train", "evaluate"]
+    train_missing = runner.unavailable(tasks[0].job)
+    if train_missing is None:
+        pytest.skip("the StoBatch trainer and its smoke flagfile exist in this build")
+    status = runner.run_tasks(tasks, "smoke", str(tmp_path), str(tmp_path), None,
+                              log=lambda m: None)
+    assert all(v.startswith(extract.NOT_AVAILABLE) for v in status.values())
+    rec = runner.compute_row(row, "smoke", 2, str(tmp_path))
+    assert rec["verdict"] == extract.NOT_AVAILABLE and rec["value"] is None
+
+
+def test_unavailable_flagfile_and_method():
+    job = registry.Job("x", "train", (), "flags/none/absent.flags", "adlm")
+    assert "flagfile flags/none/absent.flags is absent" in runner.unavailable(job)
+    job = registry.Job("x", "train", (), None, "no_such_method")
+    assert "not registered" in runner.unavailable(job)
+
+
+def test_adoption_needs_the_same_command_and_flagfile_settings():
+    row = registry.ROWS_BY_ID["adlm.mnist.adlm.eps0.25"]
+    job = row.jobs["reduced"]["run"]
+    adopted = runner._adopt(runner.Task(job, 1))  # pylint: disable=protected-access
+    assert adopted is not None and adopted["adopted_from"] == job.adopt
+    assert adopted["metrics"]["test_accuracy"] == pytest.approx(0.8748)
+    other = registry.Job(job.id, job.kind, job.args + ("--epochs=4",), job.flagfile,
+                         job.method, adopt=job.adopt)
+    assert runner._adopt(runner.Task(other, 1)) is None  # pylint: disable=protected-access
+
+
+def _app(*args, cwd):
+    env = dict(os.environ, PYTHONPATH=runner.REPO_ROOT)
+    return subprocess.run([sys.executable, "-m", "tfdp.apps.reproduce", *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_app_dry_run_full_prints_gpu_commands_with_compute():
+    proc = _app("--dry_run", "--scale=full", "--papers=adlm,gpm", cwd=runner.REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "tfdp-train --flagfile=flags/adlm/mnist_full.flags --method=adlm" in out
+    assert "GPU-hour" in out and "tfdp-audit gpm-dpsgd --flagfile=flags/gpm/cifar10_vgg19_bn" in out
+
+
+def test_app_rejects_bad_flags_before_work(tmp_path):
+    proc = _app("--scale=huge", f"--results_dir={tmp_path}", cwd=runner.REPO_ROOT)
+    assert proc.returncode != 0 and "--scale" in proc.stderr
+    proc = _app("--seeds=0", f"--results_dir={tmp_path}", cwd=runner.REPO_ROOT)
+    assert proc.returncode != 0 and "--seeds" in proc.stderr
+    assert not os.listdir(tmp_path)
+
+
+def test_app_reports_unavailable_rows_without_crashing(tmp_path):
+    if runner.unavailable(registry.ROWS_BY_ID["stobatch.mnist.mu_drop"].jobs["smoke"]["run"]) \
+            is None:
+        pytest.skip("the StoBatch trainer and its smoke flagfile exist in this build")
+    proc = _app("--scale=smoke", "--papers=stobatch", "--only=stobatch.mnist.mu_drop",
+                f"--results_dir={tmp_path / 'r'}", f"--work_dir={tmp_path / 'w'}",
+                f"--report_path={tmp_path / 'R.md'}", cwd=runner.REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "not available in this build" in proc.stdout
+    with open(tmp_path / "R.md", encoding="utf-8") as f:
+        text = f.read()
+    assert "| `stobatch.mnist.mu_drop` |" in text
+    line = [ln for ln in text.splitlines() if ln.startswith("| `stobatch.mnist.mu_drop`")][0]
+    assert "not run at this scale" in line

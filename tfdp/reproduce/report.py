@@ -1,0 +1,318 @@
+"""Generates REPRODUCTION.md and its figures from results/reproduce/.
+
+The report is a function of the result files only (no clock, no environment): the same
+files give the same Markdown, except the "Timings" section at the end, which lists wall
+times and dates. Rows without a result at a scale say "not run at this scale", never a
+number. Hand-written text is included from results/reproduce/preamble.md (top) and
+results/reproduce/earlier_runs.md (an appendix of the earlier hand-recorded runs).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any
+
+from tfdp.reproduce import extract, registry, runner
+
+TIMINGS_HEADING = "## Timings"
+FIGURES_DIR = "figures"
+_PASS = ("reproduced", "within band", "ordering holds")
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _cell(rec: dict | None) -> str:
+    if rec is None:
+        return extract.NOT_RUN
+    verdict = rec["verdict"]
+    value = rec.get("value_text") or "—"
+    return f"{_md(value)}<br>**{verdict}**"
+
+
+def _published(row: registry.Row) -> str:
+    return _md(row.published_text)
+
+
+def _scales_with_results(rows_by_key: dict) -> list[str]:
+    return [s for s in registry.SCALES if any(k[0] == s for k in rows_by_key)]
+
+
+def _fig_adlm(rows_by_key: dict, out_dir: str, rel: str, draw: bool) -> str | None:
+    """AdLM Figure 4a: MNIST accuracy vs eps, ours (per scale) and published."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    series = {}
+    for (scale, rid), rec in sorted(rows_by_key.items()):
+        row = registry.ROWS_BY_ID.get(rid)
+        match = re.fullmatch(r"adlm\.mnist\.(adlm|ilm|dpsgd)\.eps([0-9.]+)", rid)
+        if row is None or match is None or rec.get("value") is None:
+            continue
+        eps = float(match.group(2))
+        series.setdefault((match.group(1), scale), []).append((eps, rec["value"], row.published))
+    if not series:
+        return None
+    if not draw:
+        return f"{rel}/adlm_accuracy_vs_eps.png"
+    fig, ax = plt.subplots(figsize=(6, 4))
+    colors = {"adlm": "C0", "ilm": "C1", "dpsgd": "C2"}
+    markers = {"smoke": "x", "short": "s", "reduced": "o", "full": "D"}
+    published = {}
+    for (method, scale), pts in sorted(series.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[scale],
+                color=colors.get(method, "k"), label=f"{method} (ours, {scale})")
+        for p in pts:
+            published[(method, p[0])] = p[2]
+    for method in colors:
+        pts = sorted((e, v) for (m, e), v in published.items() if m == method)
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "*", ms=12,
+                    color=colors[method], label=f"{method} (published)")
+    ax.set_xlabel("epsilon")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("AdLM Fig. 4a: MNIST accuracy vs epsilon")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "adlm_accuracy_vs_eps.png")
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return f"{rel}/adlm_accuracy_vs_eps.png"
+
+
+def _fig_gpm(rows_by_key: dict, out_dir: str, rel: str, draw: bool) -> str | None:
+    """GPM Figure 5 / 6: key holder's success vs beta, ours (per scale) and published."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    hist, lenet = {}, {}
+    for (scale, rid), rec in sorted(rows_by_key.items()):
+        row = registry.ROWS_BY_ID.get(rid)
+        if row is None or row.figure != "gpm_success_vs_beta" or rec.get("value") is None:
+            continue
+        p = row.param
+        if rid.startswith("gpm.fig5."):
+            hist.setdefault((p["epsilon"], scale), []).append((p["beta"], rec["value"],
+                                                               row.published))
+        else:
+            lenet.setdefault((p["phase"], scale), []).append((p["beta"], rec["value"],
+                                                              row.published))
+    if not hist and not lenet:
+        return None
+    if not draw:
+        return f"{rel}/gpm_success_vs_beta.png"
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, data, title in ((axes[0], hist, "Fig. 5: DP-hist (eps*)"),
+                            (axes[1], lenet, "Fig. 6: MNIST LeNet-5 DP-SGD (phase)")):
+        for i, ((key, scale), pts) in enumerate(sorted(data.items(), key=lambda kv: str(kv[0]))):
+            pts.sort()
+            color = f"C{i % 10}"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color,
+                    label=f"{key} (ours, {scale})")
+            ax.plot([p[0] for p in pts], [p[2] for p in pts], "*", ms=10, color=color,
+                    label=f"{key} (authors' logs)")
+        ax.set_xscale("log")
+        ax.set_xlabel("beta")
+        ax.set_ylabel("success rate")
+        ax.set_title(title)
+        ax.set_ylim(0.4, 1.02)
+        if data:
+            ax.legend(fontsize=6)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "gpm_success_vs_beta.png")
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return f"{rel}/gpm_success_vs_beta.png"
+
+
+def _fig_attack(rows_by_key: dict, out_dir: str, rel: str, draw: bool, figure: str,
+                title: str, xlabel: str) -> str | None:
+    """HGM / StoBatch figures (accuracy vs mu_a / eps, certified accuracy vs mu_a)."""
+    pts = [(rid, scale, rec) for (scale, rid), rec in sorted(rows_by_key.items())
+           if (registry.ROWS_BY_ID.get(rid) is not None
+               and registry.ROWS_BY_ID[rid].figure == figure and rec.get("value") is not None)]
+    if not pts:
+        return None
+    if not draw:
+        return f"{rel}/{figure}.png"
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, (rid, scale, rec) in enumerate(pts):
+        row = registry.ROWS_BY_ID[rid]
+        ax.plot([i], [rec["value"]], "o", color="C0")
+        if row.published is not None:
+            ax.plot([i], [row.published], "*", ms=10, color="C3")
+    ax.set_xticks(range(len(pts)))
+    ax.set_xticklabels([f"{rid.split('.', 1)[1]} ({scale})" for rid, scale, _ in pts],
+                       rotation=70, fontsize=6)
+    ax.set_ylabel(xlabel)
+    ax.set_title(f"{title}: ours (o) vs published (*)")
+    fig.tight_layout()
+    name = f"{figure}.png"
+    fig.savefig(os.path.join(out_dir, name), dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return f"{rel}/{name}"
+
+
+def _read(path: str) -> str:
+    if not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8") as f:
+        return f.read().rstrip() + "\n"
+
+
+def _headline(paper: str, rows: list[registry.Row], rows_by_key: dict) -> list[str]:
+    lines = []
+    for scale in registry.SCALES:
+        found = [(r, rows_by_key.get((scale, r.id))) for r in rows if r.headline]
+        found = [(r, rec) for r, rec in found if rec is not None]
+        if not found:
+            continue
+        holds = sum(1 for _, rec in found if rec["verdict"] in _PASS)
+        items = "; ".join(f"`{r.id}`: {rec['verdict']}" for r, rec in found)
+        lines.append(f"- **{scale}**: {holds} of {len(found)} headline checks hold ({items}).")
+    return lines
+
+
+def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None = None,
+             figures: bool = True) -> str:
+    """Writes REPRODUCTION.md (and its figures) from the row and job JSONs.
+
+    Args:
+      results_dir: the results/reproduce/ directory.
+      report_path: where to write the Markdown (default: REPRODUCTION.md at the repo root);
+        "" only returns the text (the figure links are still relative to the repo root).
+      figures: also draw the PNGs into <results_dir>/figures/.
+
+    Returns:
+      The Markdown text.
+    """
+    rows_by_key = runner.load_rows(results_dir)
+    jobs = runner.load_jobs(results_dir)
+    target = report_path or os.path.join(runner.REPO_ROOT, "REPRODUCTION.md")
+    rel_fig = os.path.relpath(os.path.join(results_dir, FIGURES_DIR),
+                              os.path.dirname(os.path.abspath(target))).replace(os.sep, "/")
+    fig_links = []
+    out_dir = os.path.join(results_dir, FIGURES_DIR)
+    if figures:
+        os.makedirs(out_dir, exist_ok=True)
+    # The links depend on the data only, not on whether the PNGs are redrawn.
+    for fn, args in ((_fig_adlm, ()), (_fig_gpm, ()),
+                     (_fig_attack, ("acc_vs_eps_attack", "Accuracy under attack vs eps",
+                                    "accuracy (%)")),
+                     (_fig_attack, ("acc_vs_mu", "Accuracy drop vs mu_a", "points")),
+                     (_fig_attack, ("certified_vs_mu", "Certified accuracy vs mu_a",
+                                    "certified accuracy (%) / gap"))):
+        link = fn(rows_by_key, out_dir, rel_fig, figures, *args)
+        if link:
+            fig_links.append(link)
+    out: list[str] = []
+    out.append("# Reproduction: tfdp against the papers' published numbers\n")
+    out.append("<!-- Generated by `tfdp-reproduce --report` from results/reproduce/; do not "
+               "edit by hand (edit results/reproduce/preamble.md or earlier_runs.md). -->\n")
+    preamble = _read(os.path.join(results_dir, "preamble.md"))
+    if preamble:
+        out.append(preamble)
+    out.append("## Scales\n")
+    for s in registry.SCALES:
+        n = sum(1 for k in rows_by_key if k[0] == s)
+        out.append(f"- **{s}**: {registry.SCALE_NOTES[s]}. Rows with a result: {n}.")
+    out.append("")
+    # Summary.
+    out.append("## Summary of verdicts\n")
+    out.append("| paper | scale | reproduced | within band | ordering holds | not reproduced | "
+               "recorded | rows without a result (no job, or not run) |")
+    out.append("|---|---|---|---|---|---|---|---|")
+    for paper in registry.PAPERS:
+        rows = [r for r in registry.ROWS if r.paper == paper]
+        for s in registry.SCALES:
+            recs = [rows_by_key.get((s, r.id)) for r in rows]
+            counts = {v: sum(1 for rec in recs if rec and rec["verdict"] == v)
+                      for v in extract.VERDICTS + (extract.RECORDED,)}
+            missing = sum(1 for rec in recs if rec is None)
+            out.append(f"| {paper} | {s} | " + " | ".join(
+                str(counts[v]) for v in extract.VERDICTS + (extract.RECORDED,)) +
+                f" | {missing} |")
+    out.append("")
+    if fig_links:
+        out.append("## Figures\n")
+        for link in fig_links:
+            out.append(f"![{os.path.basename(link)}]({link})")
+        out.append("")
+    for paper in registry.PAPERS:
+        rows = [r for r in registry.ROWS if r.paper == paper]
+        out.append(f"## {registry.PAPER_TITLES[paper]}\n")
+        head = _headline(paper, rows, rows_by_key)
+        if head:
+            out.append("Headline orderings:\n")
+            out.extend(head)
+            out.append("")
+        else:
+            out.append("Headline orderings: not run at any scale.\n")
+        out.append("| row | source | setting | published | criterion | " +
+                   " | ".join(registry.SCALES) + " |")
+        out.append("|---|---|---|---|---|" + "---|" * len(registry.SCALES))
+        for r in rows:
+            cells = [_cell(rows_by_key.get((s, r.id))) if s in r.jobs else
+                     "no job at this scale" for s in registry.SCALES]
+            out.append(f"| `{r.id}` | {_md(r.source)} | {_md(r.setting)} | {_published(r)} | "
+                       f"{_md(r.criterion.describe(r.unit))} | " + " | ".join(cells) + " |")
+        out.append("")
+        notes = []
+        for r in rows:
+            for s in registry.SCALES:
+                rec = rows_by_key.get((s, r.id))
+                if rec is None:
+                    continue
+                why = rec["reason"]
+                if rec.get("detail") and rec["detail"] not in why:
+                    why += f" [{rec['detail']}]"
+                if rec.get("adopted_from"):
+                    why += f" [from {', '.join(rec['adopted_from'])}]"
+                notes.append(f"- `{r.id}` ({s}): {rec['verdict']}: {_md(why)}")
+        if notes:
+            out.append("Verdicts and reasons:\n")
+            out.extend(notes)
+            out.append("")
+        cmds = sorted({(s, c) for (s, rid), rec in rows_by_key.items()
+                       if registry.ROWS_BY_ID.get(rid) and
+                       registry.ROWS_BY_ID[rid].paper == paper for c in rec.get("commands", [])})
+        if cmds:
+            out.append("Commands behind these rows (`--data_dir` / `TFDP_DATA_DIR` for real "
+                       "data; each job's JSON in `results/reproduce/<scale>/jobs/`):\n")
+            out.append("```")
+            out.extend(f"[{s}] {c}" for s, c in cmds)
+            out.append("```\n")
+    earlier = _read(os.path.join(results_dir, "earlier_runs.md"))
+    if earlier:
+        out.append(earlier)
+    out.append(TIMINGS_HEADING + "\n")
+    out.append("Wall-clock seconds per job on the machine that ran it (2 CPU cores shared "
+               "with other work), and when it finished.\n")
+    out.append("| scale | job | seconds | finished (UTC) |")
+    out.append("|---|---|---|---|")
+    for (s, key), job in sorted(jobs.items()):
+        sec = job.get("seconds")
+        sec = "—" if sec is None or not math.isfinite(float(sec)) else f"{float(sec):.0f}"
+        out.append(f"| {s} | `{key}` | {sec} | {job.get('finished_utc') or '—'} |")
+    out.append("")
+    text = "\n".join(out)
+    if report_path != "":
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(text)
+    return text
+
+
+def strip_timings(text: str) -> str:
+    """The report without its Timings section (what must be identical between runs)."""
+    head, _, _ = text.partition(TIMINGS_HEADING)
+    return head

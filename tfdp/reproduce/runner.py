@@ -1,0 +1,457 @@
+"""Runs the registry's jobs (resumably) and writes one JSON per job and per row.
+
+Layout under the results directory (default results/reproduce/):
+  <scale>/jobs/<job key>.json   one finished job: command, seed, versions, times, output
+  <scale>/<row id>.json         one row: published value, our value, verdict, commands, jobs
+
+A job counts as done when its JSON exists with status "ok"; an interrupted grid therefore
+resumes at the first unfinished job (its partial run directory is removed and the job is
+started again). Rows are recomputed from the job JSONs on every call (cheap).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import glob
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Iterable
+
+from tfdp.reproduce import extract, registry
+from tfdp.reproduce.registry import Job, Row
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_RESULTS = os.path.join(REPO_ROOT, "results", "reproduce")
+DEFAULT_WORK = os.path.join(REPO_ROOT, "runs", "reproduce")
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A job at one seed (seed None: the job is not seeded)."""
+
+    job: Job
+    seed: int | None
+
+    @property
+    def key(self) -> str:
+        """File name stem of the job's JSON and run directory."""
+        return self.job.id + ("" if self.seed is None else f"@seed{self.seed}")
+
+    def command(self) -> str:
+        """The command a user types."""
+        seed = self.seed if self.seed is not None else (1 if self.job.kind == "train" else None)
+        return self.job.display(seed)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python, the main packages and the source tree (git commit if any)."""
+    out = {"python": platform.python_version()}
+    for dist in ("tensorflow", "tensorflow-cpu", "keras", "numpy", "dp-accounting", "tfdp"):
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
+                                capture_output=True, text=True, timeout=10, check=False)
+        if commit.returncode == 0:
+            out["git_commit"] = commit.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+def tasks_for(rows: Iterable[Row], scale: str, seeds: int) -> list[Task]:
+    """The distinct tasks the rows need at a scale, dependencies first, in registry order."""
+    out: list[Task] = []
+    seen: set[str] = set()
+
+    def add(task: Task) -> None:
+        if task.key not in seen:
+            seen.add(task.key)
+            out.append(task)
+
+    for row in rows:
+        for job in row.jobs.get(scale, {}).values():
+            for seed in (range(1, seeds + 1) if job.seeded else (None,)):
+                if job.depends:
+                    add(Task(registry.train_job(scale, job.depends), seed))
+                add(Task(job, seed))
+    return out
+
+
+def unavailable(job: Job) -> str | None:
+    """Why a job cannot run in this build (missing trainer module or flagfile), or None."""
+    from tfdp.train import registry as methods  # pylint: disable=import-outside-toplevel
+
+    if job.method is not None:
+        if job.method not in methods.METHODS:
+            return f"method {job.method!r} is not registered"
+        if importlib.util.find_spec(methods.method_module(job.method)) is None:
+            return f"trainer {methods.method_module(job.method)} (method {job.method}) is absent"
+    if job.flagfile and not os.path.exists(os.path.join(REPO_ROOT, job.flagfile)):
+        return f"flagfile {job.flagfile} is absent"
+    if job.kind == "python":
+        module = (job.func or "").partition(":")[0]
+        if importlib.util.find_spec(module) is None:
+            return f"module {module} is absent"
+    return None
+
+
+def _job_file(results_dir: str, scale: str, key: str) -> str:
+    return os.path.join(results_dir, scale, "jobs", f"{key}.json")
+
+
+def load_job(results_dir: str, scale: str, key: str) -> dict | None:
+    """The finished job's JSON, or None if it has not finished."""
+    path = _job_file(results_dir, scale, key)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    return data if data.get("status") == "ok" else None
+
+
+def _write_json(path: str, data: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(extract.as_jsonable(data), f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _number(text: str) -> Any:
+    try:
+        v = float(text)
+    except ValueError:
+        return text
+    return v
+
+
+def _read_csvs(directory: str) -> dict[str, list[dict]]:
+    import csv  # pylint: disable=import-outside-toplevel
+    out = {}
+    for path in sorted(glob.glob(os.path.join(directory, "*.csv"))):
+        with open(path, newline="", encoding="utf-8") as f:
+            out[os.path.basename(path)] = [{k: _number(v) for k, v in r.items()}
+                                           for r in csv.DictReader(f)]
+    return out
+
+
+def _read_run(run_dir: str) -> dict:
+    with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as f:
+        metrics = json.load(f)
+    out = {"metrics": metrics}
+    ledger_path = os.path.join(run_dir, "ledger.json")
+    if os.path.exists(ledger_path):
+        with open(ledger_path, encoding="utf-8") as f:
+            ledger = json.load(f)
+        out["ledger"] = {k: ledger.get(k) for k in ("epsilon", "delta", "claimed_epsilon",
+                                                      "claimed_delta", "differs")}
+    return out
+
+
+def _flagfile_values(path: str) -> dict[str, str]:
+    values = {}
+    with open(os.path.join(REPO_ROOT, path), encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("--") and "=" in line:
+                name, _, value = line[2:].partition("=")
+                values[name] = value
+    return values
+
+
+def _adopt(task: Task) -> dict | None:
+    """Reuses an earlier result file of exactly this command (results/adlm/*.json).
+
+    Adopted only when the recorded command has the same arguments (ignoring --data_dir,
+    --model_dir and --verbose) and the recorded configuration agrees with the flagfile on
+    epochs, batch size, learning rate and optimizer (so an edited flagfile is not adopted).
+    """
+    job = task.job
+    if not job.adopt or task.seed not in (None, 1):
+        return None
+    path = os.path.join(REPO_ROOT, job.adopt)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        rec = json.load(f)
+    recorded = {a for a in rec.get("command", "").split()[1:]
+                if not a.startswith(("--data_dir=", "--model_dir=", "--verbose="))}
+    wanted = set(task.command().split()[1:])
+    if recorded != wanted or rec.get("exit_code") != 0:
+        return None
+    cfg, flagfile = rec.get("config", {}), _flagfile_values(job.flagfile)
+    overrides = {a[2:].partition("=")[0]: a.partition("=")[2] for a in job.args}
+    for name in ("epochs", "batch_size", "learning_rate", "optimizer"):
+        want = overrides.get(name, flagfile.get(name))
+        if want is not None and str(cfg.get(name)) != want and not (
+                name == "learning_rate" and float(cfg.get(name)) == float(want)):
+            return None
+    return {"metrics": rec["metrics"],
+            "ledger": {k: rec.get("ledger", {}).get(k) for k in
+                       ("epsilon", "delta", "claimed_epsilon", "claimed_delta", "differs")},
+            "adopted_from": job.adopt, "adopted_started_utc": rec.get("started_utc"),
+            "adopted_finished_utc": rec.get("finished_utc")}
+
+
+def _argv(task: Task, run_dir: str, work_dir: str, scale: str) -> list[str]:
+    job = task.job
+    argv = [sys.executable, "-m", registry.APPS[job.kind]]
+    args = list(job.args)
+    if job.kind in ("audit", "bench"):
+        argv.append(args.pop(0))
+    if job.flagfile:
+        argv.append(f"--flagfile={os.path.join(REPO_ROOT, job.flagfile)}")
+    argv += args
+    if job.kind == "train":
+        seed = task.seed if task.seed is not None else 1
+        argv += [f"--seed={seed}", f"--model_dir={run_dir}", "--verbose=0"]
+    elif job.kind == "evaluate":
+        dep = os.path.join(work_dir, scale, job.depends + (
+            "" if task.seed is None else f"@seed{task.seed}"))
+        argv += [f"--model_dir={dep}"]
+    elif job.kind == "audit":
+        argv += [f"--audit_output_dir={run_dir}"]
+    elif job.kind == "bench":
+        argv += [f"--output={os.path.join(run_dir, 'bench.json')}"]
+    return argv
+
+
+def run_task(task: Task, scale: str, results_dir: str, work_dir: str,
+             data_dir: str | None, log: Callable[[str], None]) -> dict:
+    """Runs one task (or adopts an earlier identical run) and writes its job JSON.
+
+    Returns:
+      The job JSON written (status "ok"), or a dict with status "failed" (not written as ok;
+      a rerun tries again).
+    """
+    job = task.job
+    record = {"job": job.id, "key": task.key, "kind": job.kind, "scale": scale,
+              "seed": task.seed, "command": task.command(), "versions": versions()}
+    adopted = _adopt(task) if job.kind == "train" else None
+    if adopted is not None:
+        record.update(status="ok", output=adopted, seconds=float(
+            adopted["metrics"].get("seconds", 0.0)), started_utc=adopted["adopted_started_utc"],
+            finished_utc=adopted["adopted_finished_utc"])
+        _write_json(_job_file(results_dir, scale, task.key), record)
+        log(f"  adopted {job.adopt} (same command, recorded run)")
+        return record
+    run_dir = os.path.join(work_dir, scale, task.key)
+    if job.kind != "evaluate" and os.path.exists(run_dir):
+        shutil.rmtree(run_dir)  # a partial run of an interrupted grid
+    if job.kind in ("audit", "bench"):
+        os.makedirs(run_dir, exist_ok=True)
+    os.makedirs(os.path.join(work_dir, scale), exist_ok=True)
+    start, started = time.time(), _now()
+    if job.kind == "python":
+        module, _, fn = job.func.partition(":")
+        result = getattr(importlib.import_module(module), fn)(**dict(job.kwargs))
+        output = {"result": result}
+    else:
+        argv = _argv(task, run_dir, work_dir, scale)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = REPO_ROOT + (os.pathsep + env["PYTHONPATH"]
+                                         if env.get("PYTHONPATH") else "")
+        if data_dir:
+            env["TFDP_DATA_DIR"] = data_dir
+        log_path = os.path.join(work_dir, scale, f"{task.key}.log")
+        with open(log_path, "w", encoding="utf-8") as logf:
+            proc = subprocess.run(argv, cwd=REPO_ROOT, env=env, stdout=logf,
+                                  stderr=subprocess.STDOUT, check=False)
+        if proc.returncode != 0:
+            with open(log_path, encoding="utf-8", errors="replace") as f:
+                tail = f.read()[-800:]
+            log(f"  FAILED (exit {proc.returncode}); log: {log_path}\n{tail}")
+            return dict(record, status="failed", returncode=proc.returncode, log=log_path)
+        if job.kind == "train":
+            output = _read_run(run_dir)
+        elif job.kind == "evaluate":
+            dep = argv[-1].partition("=")[2]
+            with open(os.path.join(dep, "evaluation.json"), encoding="utf-8") as f:
+                output = {"evaluation": json.load(f)}
+        elif job.kind == "audit":
+            output = {"csv": _read_csvs(run_dir)}
+        else:
+            with open(os.path.join(run_dir, "bench.json"), encoding="utf-8") as f:
+                output = {"result": json.load(f)}
+    record.update(status="ok", output=output, seconds=time.time() - start,
+                  started_utc=started, finished_utc=_now())
+    _write_json(_job_file(results_dir, scale, task.key), record)
+    return record
+
+
+def _fmt_seconds(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def run_tasks(tasks: list[Task], scale: str, results_dir: str, work_dir: str,
+              data_dir: str | None, log: Callable[[str], None] = print) -> dict[str, str]:
+    """Runs the unfinished tasks in order, with progress and an ETA.
+
+    Returns:
+      key -> "done" | "skipped (already complete)" | "failed" | "not available in this build:
+      <why>".
+    """
+    status: dict[str, str] = {}
+    todo = []
+    for t in tasks:
+        why = unavailable(t.job)
+        if why is None and t.job.depends:
+            why = unavailable(registry.train_job(scale, t.job.depends))
+        if why is not None:
+            status[t.key] = f"{extract.NOT_AVAILABLE}: {why}"
+        elif load_job(results_dir, scale, t.key) is not None:
+            status[t.key] = "skipped (already complete)"
+        else:
+            todo.append(t)
+    skipped = sum(1 for v in status.values() if v.startswith("skipped"))
+    log(f"tfdp-reproduce: scale {scale}: {len(tasks)} jobs, {skipped} already complete, "
+        f"{len(todo)} to run, {len(tasks) - skipped - len(todo)} not available in this build")
+    est_left = sum(t.job.est_seconds for t in todo)
+    est_done = spent = 0.0
+    for i, t in enumerate(todo, 1):
+        ratio = spent / est_done if est_done > 0 else 1.0
+        log(f"[{i}/{len(todo)}] {t.key}: {t.command()}  (ETA for the rest: "
+            f"{_fmt_seconds(est_left * ratio)})")
+        if t.job.depends and status.get(Task(registry.train_job(scale, t.job.depends),
+                                             t.seed).key) == "failed":
+            status[t.key] = "failed"
+            log("  skipped: its training run failed")
+            continue
+        start = time.time()
+        rec = run_task(t, scale, results_dir, work_dir, data_dir, log)
+        took = time.time() - start
+        status[t.key] = "done" if rec["status"] == "ok" else "failed"
+        est_left -= t.job.est_seconds
+        est_done += t.job.est_seconds
+        spent += took
+        log(f"  {status[t.key]} in {took:.0f} s")
+    return status
+
+
+def _row_file(results_dir: str, scale: str, row_id: str) -> str:
+    return os.path.join(results_dir, scale, f"{row_id}.json")
+
+
+def compute_row(row: Row, scale: str, seeds: int, results_dir: str,
+                write: bool = True) -> dict | None:
+    """Our value and verdict for a row from its finished jobs; writes the row JSON.
+
+    Returns:
+      The row record, a record with verdict "not available in this build" when a job cannot
+      run here, or None when the row has no jobs at this scale or some job has not finished
+      (the report then says "not run at this scale").
+    """
+    jobs = row.jobs.get(scale)
+    if not jobs:
+        return None
+    base = {"id": row.id, "paper": row.paper, "source": row.source, "setting": row.setting,
+            "metric": row.metric, "published": row.published,
+            "published_text": row.published_text, "criterion": row.criterion.describe(row.unit),
+            "scale": scale}
+    outs: dict[str, list[dict]] = {}
+    records = []
+    for role, job in sorted(jobs.items()):
+        why = unavailable(job) or (unavailable(registry.train_job(scale, job.depends))
+                                   if job.depends else None)
+        if why is not None:
+            rec = dict(base, verdict=extract.NOT_AVAILABLE, reason=why, value=None)
+            return rec
+        for seed in (range(1, seeds + 1) if job.seeded else (None,)):
+            task = Task(job, seed)
+            done = load_job(results_dir, scale, task.key)
+            if done is None:
+                return None
+            outs.setdefault(role, []).append(done["output"])
+            records.append(done)
+    value = extract.extract(row, outs)
+    if value is None:
+        return None
+    verdict, reason = extract.verdict(row, value)
+    rec = dict(base, value=value.value, value_text=value.text, per_seed=value.per_seed,
+               detail=value.detail, verdict=verdict, reason=reason,
+               seeds=sorted({r["seed"] for r in records if r["seed"] is not None}),
+               jobs=[r["key"] for r in records], commands=[r["command"] for r in records],
+               adopted_from=sorted({r["output"]["adopted_from"] for r in records
+                                    if "adopted_from" in r["output"]}),
+               versions=records[0].get("versions", {}))
+    if write:
+        _write_json(_row_file(results_dir, scale, row.id), rec)
+    return rec
+
+
+def load_rows(results_dir: str) -> dict[tuple[str, str], dict]:
+    """(scale, row id) -> row JSON, for every row JSON under the results directory."""
+    out = {}
+    for scale in registry.SCALES:
+        for path in sorted(glob.glob(os.path.join(results_dir, scale, "*.json"))):
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            out[(scale, data["id"])] = data
+    return out
+
+
+def load_jobs(results_dir: str) -> dict[tuple[str, str], dict]:
+    """(scale, job key) -> job JSON."""
+    out = {}
+    for scale in registry.SCALES:
+        for path in sorted(glob.glob(os.path.join(results_dir, scale, "jobs", "*.json"))):
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            out[(scale, data["key"])] = data
+    return out
+
+
+def dry_run(rows: list[Row], scale: str, seeds: int, log: Callable[[str], None] = print) -> None:
+    """Prints the commands of a scale with their compute estimates (nothing runs)."""
+    tasks = tasks_for(rows, scale, seeds)
+    total = 0.0
+    log(f"# tfdp-reproduce --scale={scale}: {len(tasks)} jobs for {len(rows)} rows")
+    for t in tasks:
+        why = unavailable(t.job)
+        note = t.job.compute or f"about {_fmt_seconds(t.job.est_seconds)} on 2 CPU cores"
+        if why:
+            note += f"; {extract.NOT_AVAILABLE}: {why}"
+        data = "  [needs --data_dir or TFDP_DATA_DIR]" if t.job.needs_data else ""
+        log(f"{t.command()}{data}\n    # {note}")
+        total += t.job.est_seconds
+    log(f"# CPU estimate if run here: about {_fmt_seconds(total)} "
+        "(GPU-scale jobs: see each job's note)")
+
+
+def recompute_rows(results_dir: str, rows: Iterable[Row] | None = None) -> int:
+    """Recomputes every row JSON from the finished job JSONs (runs nothing).
+
+    A row keeps the number of seeds its JSON recorded (1 when it has none). Rows whose jobs
+    have not all finished are left without a JSON.
+
+    Returns:
+      The number of row JSONs written.
+    """
+    written = 0
+    existing = load_rows(results_dir)
+    for row in (registry.ROWS if rows is None else rows):
+        for scale in row.jobs:
+            old = existing.get((scale, row.id))
+            seeds = max(1, len(old.get("seeds") or [])) if old else 1
+            rec = compute_row(row, scale, seeds, results_dir)
+            if rec is not None and rec.get("verdict") != extract.NOT_AVAILABLE:
+                written += 1
+    return written
