@@ -370,6 +370,13 @@ class SecureSGD(_RobustnessNoise, DPSGD):
         self._validate_robust()
 
     def setup(self, x_train, y_train, ledger, rng) -> None:
+        try:
+            self._setup_privacy(x_train, y_train, ledger, rng)
+        except ValueError as e:  # DP-SGD names its own flags; ours are --hgm_*
+            raise ValueError(str(e).replace("--dpsgd_", "--hgm_")) from None
+        self._setup_robust(x_train, y_train, rng)
+
+    def _setup_privacy(self, x_train, y_train, ledger, rng) -> None:
         if self.clipping == "per_example":
             # The DP-SGD entry (sound, Poisson, RDP/PLD) is the whole privacy cost.
             super().setup(x_train, y_train, ledger, rng)
@@ -385,7 +392,6 @@ class SecureSGD(_RobustnessNoise, DPSGD):
                              "gradient is clipped per layer and biases are not clipped, so one "
                              "example's influence is not bounded by C: no finite epsilon. "
                              "Claimed: the DP-SGD accountant's value. " + claimed["note"]))
-        self._setup_robust(x_train, y_train, rng)
 
     def setup_state(self) -> dict:
         return {**super().setup_state(), **self._robust_state()}
