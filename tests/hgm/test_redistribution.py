@@ -102,7 +102,7 @@ def test_conv_sensitivity_bounds_hold_and_per_map_is_not_sound(stride):
     assert float(np.sqrt(np.sum(h ** 2))) > mu * d_map
 
 
-def test_sensitivity_bounded_conv_keeps_delta_below_target():
+def test_sensitivity_bounded_conv_normalises_delta_to_target():
     rng = np.random.default_rng(4)
     r = rng.dirichlet(np.ones(6 * 6 * 3)).reshape(6, 6, 3)
     for mode in redistribution.SENSITIVITY_MODES:
@@ -112,8 +112,10 @@ def test_sensitivity_bounded_conv_keeps_delta_below_target():
         layer.kernel.assign(10.0 * rng.normal(size=(3, 3, 2, 3)))
         eff = layer.effective_kernel()
         assert float(layer.sensitivity(eff)) == pytest.approx(0.5, rel=1e-5)
-        layer.kernel.assign(1e-6 * np.ones((3, 3, 2, 3)))  # below the target: unchanged
-        np.testing.assert_allclose(layer.effective_kernel().numpy(), 1e-6, rtol=1e-6)
+        layer.kernel.assign(1e-3 * np.ones((3, 3, 2, 3)))  # below the target: scaled up
+        small = layer.effective_kernel()
+        assert float(layer.sensitivity(small)) == pytest.approx(0.5, rel=1e-5)
+        np.testing.assert_allclose(small.numpy(), small.numpy().flat[0], rtol=1e-6)
 
 
 def test_bad_sensitivity_mode_and_r():

@@ -6,10 +6,12 @@ Every model is a chain
           -> ReLU -> ... -> logits
 
 so the noise is added after the bias and before the nonlinearity ([code], HGM spec §3.1).
-conv1's effective kernel is W1 * min(1, Delta_target / Delta_f(W1, r)) at every call: the
-normalisation of HGM spec §3.2 option (i), applied as a reparametrisation so that the
-deployed function satisfies Delta_f <= Delta_target in training, in checkpoints and in the
-saved model alike (no separate projection step can be skipped).
+conv1's effective kernel is W1 * Delta_target / Delta_f(W1, r) at every call: the
+normalisation of HGM spec §3.2 option (i), applied as a reparametrisation (like weight
+normalisation) so that the deployed function has Delta_f = Delta_target in training, in
+checkpoints and in the saved model alike (no separate projection step can be skipped).
+Normalising to the bound itself rather than to min(1, .) keeps the first layer's signal at
+the largest level the noise allows from the first step on.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ NOISE_LAYER = "robustness_noise"
 
 @keras.saving.register_keras_serializable(package="tfdp")
 class SensitivityBoundedConv2D(keras.layers.Conv2D):
-    """Conv2D whose effective kernel keeps Delta_f(W, r) <= `target` (HGM spec §3.2 (i)).
+    """Conv2D whose effective kernel has Delta_f(W, r) = `target` (HGM spec §3.2 (i)).
 
     Args:
         r: redistribution vector of the layer's output feature shape (entries > 0, sum 1),
@@ -69,10 +71,10 @@ class SensitivityBoundedConv2D(keras.layers.Conv2D):
         return redistribution.layer_sensitivity(kernel, self._r_shaped, self.sensitivity_mode)
 
     def effective_kernel(self) -> tf.Tensor:
-        """W * min(1, target / Delta_f(W)); its Delta_f is <= target."""
+        """W * target / Delta_f(W); its Delta_f is the target (every mode is 1-homogeneous)."""
         kernel = tf.convert_to_tensor(self.kernel)
         delta = self.sensitivity(kernel)
-        scale = tf.minimum(1.0, self.target / tf.maximum(delta, 1e-30))
+        scale = self.target / tf.maximum(delta, 1e-30)
         return kernel * tf.cast(scale, kernel.dtype)
 
     def call(self, inputs: Any) -> Any:

@@ -228,7 +228,7 @@ class _RobustnessNoise:
         return mechanisms.classical_gaussian_multiplier(self.delta_r) / self.eps_r
 
     def robustness_sigma(self) -> float:
-        """sigma_r = multiplier * Delta_target * L (Delta_f <= Delta_target by construction)."""
+        """sigma_r = multiplier * Delta_target * L (Delta_f = Delta_target by construction)."""
         return self.robustness_multiplier() * self.target * self.bound_l
 
     # ------------------------------------------------------------------ setup
@@ -328,8 +328,8 @@ class _RobustnessNoise:
             "train_noise": self.train_noise, "test_noise": "fresh per Monte-Carlo draw",
             "norm": "linf", "num_draws": self.num_draws, "alpha": self.cert_alpha,
             "bound": self.cert_bound,
-            "note": ("sigma_r = multiplier * sensitivity * construction_bound; conv1 keeps "
-                     "Delta_f <= sensitivity (HGM spec §3.2 (i)). " + (
+            "note": ("sigma_r = multiplier * sensitivity * construction_bound; conv1 is "
+                     "normalised to Delta_f = sensitivity (HGM spec §3.2 (i)). " + (
                          "" if sound else "The sensitivity mode is NOT a sound l_inf bound: "
                          "these certificates are as published, not formally certified.")),
         }
