@@ -218,3 +218,17 @@ def test_trained_pixeldp_run_certifies_end_to_end(tmp_path, tiny_data):
     assert 0.0 <= res["certified_accuracy"] <= res["accuracy"]
     assert all(np.isfinite(rec[5]) for rec in records)  # every example has a radius
     del rundir
+
+
+@pytest.mark.slow
+def test_secure_sgd_runs_under_mirrored_strategy(tmp_path, tiny_data):
+    # conftest splits the CPU into two logical devices; each replica draws its own gamma.
+    cfg = _config(tmp_path, "secure_sgd", hgm_r_source="uniform", hgm_noise_multiplier=2.0)
+    cfg.epochs, cfg.epsilon = 1, None
+    strategy = loop.cpu_mirrored_strategy()
+    assert strategy.num_replicas_in_sync == 2
+    result = loop.train(SecureSGD(cfg), tiny_data, strategy=strategy, verbose=0)
+    assert result.steps == 4 and np.isfinite(result.metrics["train_loss"])
+    want = accounting.dpsgd_epsilon(num_examples=256, batch_size=64, noise_multiplier=2.0,
+                                    steps=4, delta=1e-5)
+    assert result.ledger["epsilon"] == pytest.approx(want, rel=1e-9)
