@@ -1,7 +1,7 @@
 """Train, then evaluate under attack with certification, then print a short summary.
 
     python -m tfdp.apps.pipeline [--train_flagfile=flags/hgm/sample.flags]
-        [--eval_flagfile=flags/hgm/sample_eval.flags] [--model_dir=DIR] [-- extra train flags]
+        [--eval_flagfile=flags/hgm/sample_eval.flags] [--model_dir=DIR] [extra tfdp-train flags]
 
 Runs `tfdp.apps.train` and `tfdp.apps.evaluate` as two child processes of the same Python
 (each app keeps its own flags), then reads the run directory (config.json, ledger.json,
@@ -68,8 +68,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--eval_flagfile",
                         default=os.path.join("flags", "hgm", "sample_eval.flags"))
     parser.add_argument("--model_dir", default=None)
-    parser.add_argument("extra", nargs="*", help="extra tfdp-train flags (after --)")
-    args = parser.parse_args(argv)
+    # Every other argument (e.g. --epochs=1) is handed to tfdp-train after the flagfile.
+    args, extra = parser.parse_known_args(argv)
     for path, flag in ((args.train_flagfile, "--train_flagfile"),
                        (args.eval_flagfile, "--eval_flagfile")):
         if not os.path.isfile(path):
@@ -78,7 +78,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
     start = time.time()
     train = [sys.executable, "-m", "tfdp.apps.train", f"--flagfile={args.train_flagfile}",
-             f"--model_dir={model_dir}", *args.extra]
+             f"--model_dir={model_dir}", *extra]
     evaluate = [sys.executable, "-m", "tfdp.apps.evaluate", f"--flagfile={args.eval_flagfile}",
                 f"--model_dir={model_dir}"]
     for cmd in (train, evaluate):
