@@ -208,7 +208,6 @@ def test_trained_pixeldp_run_certifies_end_to_end(tmp_path, tiny_data):
     result = loop.train(PixelDP(cfg), tiny_data, verbose=0)
     opts = evaluate.EvalOptions(attacks=("fgsm",), attack_sizes=(0.1,), certify=True,
                                 num_examples=20, batch_size=20, seed=0)
-    from tfdp import rundir  # pylint: disable=import-outside-toplevel
     model, config = evaluate.load_run(result.model_dir)
     summary, records = evaluate.evaluate_arrays(
         model, tiny_data.x_test, tiny_data.y_test, value_range=(0.0, 1.0),
@@ -217,7 +216,6 @@ def test_trained_pixeldp_run_certifies_end_to_end(tmp_path, tiny_data):
     res = summary["attacks"]["fgsm"]["0.1"]
     assert 0.0 <= res["certified_accuracy"] <= res["accuracy"]
     assert all(np.isfinite(rec[5]) for rec in records)  # every example has a radius
-    del rundir
 
 
 @pytest.mark.slow
