@@ -1,0 +1,282 @@
+"""HGM noise redistribution r from a pre-trained model, and the noised layer's sensitivity.
+
+HGM spec §3.3 (Eq. 7): s_k = (1/n) sum_x |d loss(theta0; x, y) / d h1_k(x)|^beta and
+r = s / sum(s), computed once from a noise-free pre-trained model theta0 of the same
+architecture, then mixed with the uniform vector and floored (`tfdp.mechanisms.
+redistribution_from_scores`). HGM spec §3.2: the l_inf -> r-weighted l2 sensitivity
+Delta_f of the first (noised) convolution, in TensorFlow so that the model can keep its
+effective kernel inside the bound at every step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tfdp import mechanisms
+
+# Sensitivity modes (HGM spec §3.2 and §8 A3). The first two are sound for l_inf attacks.
+SENSITIVITY_MODES = ("layer_max", "layer_sum", "per_map", "code_spectral")
+SOUND_SENSITIVITY_MODES = ("layer_max", "layer_sum")
+R_SOURCES = ("nonprivate_pretrain", "uniform")
+
+
+def check_sensitivity_mode(mode: Any, name: str = "sensitivity_mode") -> str:
+    """Returns `mode` if it is one of SENSITIVITY_MODES.
+
+    Raises:
+        ValueError: naming `name` otherwise.
+    """
+    if mode not in SENSITIVITY_MODES:
+        raise ValueError(f"{name}: unknown sensitivity mode {mode!r}; choose one of "
+                         f"{SENSITIVITY_MODES}")
+    return mode
+
+
+def kernel_unit_l1_norms(kernel: tf.Tensor) -> tf.Tensor:
+    """||W_c||_1 of every output channel c of a conv (or dense) kernel.
+
+    For a convolution every unit (position p, channel c) is fed by the whole kernel W_c, so
+    ||w_(p,c)||_1 = ||W_c||_1 (HGM spec §3.2); zero padding can only lower the change.
+
+    Args:
+        kernel: [k_h, k_w, C_in, C_out] (conv) or [d, units] (dense).
+
+    Returns:
+        [C_out] tensor.
+    """
+    kernel = tf.convert_to_tensor(kernel)
+    return tf.reduce_sum(tf.abs(tf.reshape(kernel, [-1, tf.shape(kernel)[-1]])), axis=0)
+
+
+def layer_sensitivity(kernel: tf.Tensor, r: Any, mode: str = "layer_max") -> tf.Tensor:
+    """Delta_f of the noised layer per unit of l_inf input change, r-weighted (HGM spec §3.2).
+
+    r has the layer's output feature shape [..., C] (e.g. [H, W, C]); K = r.size.
+
+    - "layer_max" (a, paper form with erratum E2 corrected, sound):
+      max_(p,c) ||W_c||_1 / sqrt(r_(p,c)).
+    - "layer_sum" (b, tighter, sound): sqrt(sum_(p,c) ||W_c||_1^2 / (K r_(p,c))).
+    - "per_map" (c, as published for conv layers; NOT sound for l_inf attacks, since all
+      maps move together): max_c sqrt(sum_p ||W_c||_1^2 / (K r_(p,c))).
+    - "code_spectral" (the authors' code release; NOT sound): the largest singular value
+      of the kernel reshaped to [k_h k_w C_in, C_out], divided by the square root of the
+      largest singular value of the map K r reshaped to [positions, C].
+
+    Args:
+        kernel: [k_h, k_w, C_in, C_out] conv kernel (or [d, C] dense kernel).
+        r: redistribution vector of the output feature shape, entries > 0 summing to 1.
+        mode: one of SENSITIVITY_MODES.
+
+    Returns:
+        scalar tensor (kernel's dtype), differentiable in the kernel.
+
+    Raises:
+        ValueError: on an unknown mode or an invalid r.
+    """
+    check_sensitivity_mode(mode, "mode")
+    r_arr = mechanisms.check_redistribution(r, "r")
+    if r_arr.ndim < 1:
+        raise ValueError("r: needs a channel (last) axis")
+    kernel = tf.convert_to_tensor(kernel)
+    dtype = kernel.dtype
+    k = r_arr.size
+    channels = r_arr.shape[-1]
+    r2 = r_arr.reshape(-1, channels)  # [positions, C]
+    l1 = kernel_unit_l1_norms(kernel)  # [C]
+    if mode == "layer_max":
+        # max over positions of 1/sqrt(r) is 1/sqrt(min_p r_(p,c)).  HGM Eq. 6 (E2 corrected)
+        inv = tf.constant(1.0 / np.sqrt(r2.min(axis=0)), dtype)
+        return tf.reduce_max(l1 * inv)
+    if mode == "layer_sum":
+        w = tf.constant(np.sum(1.0 / (k * r2), axis=0), dtype)  # sum_p 1/(K r_(p,c))
+        return tf.sqrt(tf.reduce_sum(tf.square(l1) * w))  # HGM spec §3.2 (b)
+    if mode == "per_map":
+        w = tf.constant(np.sum(1.0 / (k * r2), axis=0), dtype)
+        return tf.reduce_max(tf.sqrt(tf.square(l1) * w))  # HGM spec §3.2 (c), as published
+    # code_spectral: HGM code release (spec §8.3), recorded as not sound.
+    mat = tf.reshape(kernel, [-1, tf.shape(kernel)[-1]])
+    top = tf.linalg.svd(mat, compute_uv=False)[0]
+    r_top = float(np.linalg.svd(k * r2, compute_uv=False)[0])
+    return top / tf.constant(np.sqrt(r_top), dtype)
+
+
+def layer_sensitivity_numpy(kernel: Any, r: Any, mode: str = "layer_max") -> float:
+    """Float64 reference of `layer_sensitivity` through `tfdp.mechanisms.layer_sensitivity`.
+
+    Only the three l1-based modes ("layer_max", "layer_sum", "per_map").
+
+    Raises:
+        ValueError: on another mode or invalid inputs.
+    """
+    bound = {"layer_max": "max", "layer_sum": "sum", "per_map": "per_map"}.get(mode)
+    if bound is None:
+        raise ValueError(f"mode: expected layer_max, layer_sum or per_map, got {mode!r}")
+    r_arr = mechanisms.check_redistribution(r, "r")
+    w = np.asarray(kernel, np.float64)
+    l1 = np.abs(w.reshape(-1, w.shape[-1])).sum(axis=0)
+    units = np.broadcast_to(l1, r_arr.shape)
+    return mechanisms.layer_sensitivity(unit_l1_norms=units, r=r_arr, bound=bound)
+
+
+def gradient_scores(h1_fn: Callable[[tf.Tensor], tf.Tensor],
+                    head_fn: Callable[[tf.Tensor], tf.Tensor], x: np.ndarray, y: np.ndarray,
+                    beta: float = 1.0, batch_size: int = 250) -> np.ndarray:
+    """s_k = mean over examples of |d loss_i / d h1_k(x_i)|^beta (HGM Eq. 7).
+
+    Absolute value first, then the mean (HGM spec §3.3). The loss of example i depends on
+    h1 of example i only, so the gradient of the summed loss with respect to the batch's h1
+    holds every example's own gradient.
+
+    Args:
+        h1_fn: inputs [b, ...] -> first-layer pre-activations [b, *feature_shape].
+        head_fn: pre-activations -> logits [b, num_classes].
+        x: inputs.
+        y: integer labels.
+        beta: inflation rate >= 0 (beta = 0 gives uniform scores).
+        batch_size: examples per gradient batch.
+
+    Returns:
+        float64 array of the feature shape, entries >= 0.
+
+    Raises:
+        ValueError: on negative beta or empty data.
+    """
+    if not (np.isfinite(beta) and beta >= 0):
+        raise ValueError(f"beta: expected a finite number >= 0, got {beta!r}")
+    if len(x) == 0 or len(x) != len(y):
+        raise ValueError("x, y: need the same non-zero number of examples")
+
+    @tf.function(reduce_retracing=True)
+    def batch_scores(xb, yb):
+        h1 = h1_fn(xb)
+        with tf.GradientTape() as tape:
+            tape.watch(h1)
+            logits = head_fn(h1)
+            loss = tf.reduce_sum(tf.keras.losses.sparse_categorical_crossentropy(
+                yb, logits, from_logits=True))
+        g = tf.cast(tf.abs(tape.gradient(loss, h1)), tf.float64)
+        # |g|^0 = 1 also for g = 0, so beta = 0 gives exactly uniform scores.
+        return tf.reduce_sum(tf.pow(g, tf.constant(float(beta), tf.float64)), axis=0)
+
+    total = None
+    for start in range(0, len(x), batch_size):
+        part = batch_scores(tf.constant(x[start:start + batch_size]),
+                            tf.constant(np.asarray(y[start:start + batch_size], np.int64)))
+        total = part if total is None else total + part
+    return total.numpy() / len(x)
+
+
+@dataclasses.dataclass
+class RedistributionResult:
+    """r and how it was obtained.
+
+    Attributes:
+        r: float64 array of the noised layer's feature shape, > 0, summing to 1.
+        source: one of R_SOURCES.
+        stats: numbers to record with the run (pre-training accuracy, min/max of r, ...).
+    """
+
+    r: np.ndarray
+    source: str
+    stats: dict
+
+
+def pretrain_redistribution(build_fn: Callable[[], Any], h1_layer: str, noise_layer: str,
+                            x: np.ndarray, y: np.ndarray, *, epochs: int = 1,
+                            batch_size: int = 128, learning_rate: float = 1e-3,
+                            beta: float = 1.0, mix: float = 0.0, floor: float = 0.01,
+                            num_score_examples: int = 5000,
+                            rng: Optional[np.random.Generator] = None
+                            ) -> RedistributionResult:
+    """Pre-trains a noise-free model, then computes r from its loss gradients (HGM §3.3).
+
+    The pre-trained model is thrown away afterwards: Secure-SGD re-initialises and trains
+    from scratch ([code], HGM spec §3.3). r is NOT differentially private (spec §8 A6).
+
+    Args:
+        build_fn: builds a fresh Keras model (inputs -> logits) whose noise layer adds no
+            noise (sigma 0).
+        h1_layer: name of the first (noised) layer.
+        noise_layer: name of the noise layer that follows it.
+        x, y: training data.
+        epochs: pre-training epochs (Adam).
+        batch_size: pre-training batch size.
+        learning_rate: Adam learning rate.
+        beta: inflation rate of Eq. 7.
+        mix: weight lam of the uniform vector (spec §3.3).
+        floor: relative floor (r_k >= floor / K before renormalisation).
+        num_score_examples: random examples used for s (all if fewer).
+        rng: numpy generator for shuffling and the score subset.
+
+    Returns:
+        A RedistributionResult.
+
+    Raises:
+        ValueError: on bad arguments.
+    """
+    import keras  # pylint: disable=import-outside-toplevel
+    if int(epochs) < 1:
+        raise ValueError(f"epochs: expected >= 1, got {epochs!r}")
+    rng = rng if rng is not None else np.random.default_rng()
+    model = build_fn()
+    opt = keras.optimizers.Adam(learning_rate)
+    variables = model.trainable_variables
+
+    @tf.function(reduce_retracing=True)
+    def step(xb, yb):
+        with tf.GradientTape() as tape:
+            logits = model(xb, training=False)
+            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+                yb, logits, from_logits=True))
+        opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    n = len(x)
+    for _ in range(int(epochs)):
+        order = rng.permutation(n)
+        for start in range(0, n - batch_size + 1, batch_size):
+            idx = order[start:start + batch_size]
+            step(tf.constant(x[idx]), tf.constant(np.asarray(y[idx], np.int64)))
+    pred = np.argmax(model.predict(x[:2000], verbose=0), axis=-1)
+    train_acc = float(np.mean(pred == np.asarray(y[:2000])))
+
+    names = [layer.name for layer in model.layers]
+    split = names.index(noise_layer)
+    h1_index = names.index(h1_layer)
+    pre = [layer for layer in model.layers[:h1_index + 1]
+           if not isinstance(layer, keras.layers.InputLayer)]
+    post = model.layers[split + 1:]
+
+    def h1_fn(xb):
+        h = xb
+        for layer in pre:
+            h = layer(h)
+        return h
+
+    def head_fn(h):
+        for layer in post:
+            h = layer(h)
+        return h
+
+    subset = np.sort(rng.permutation(n)[:min(int(num_score_examples), n)])
+    scores = gradient_scores(h1_fn, head_fn, x[subset], y[subset], beta=beta)
+    r = mechanisms.redistribution_from_scores(scores, floor=floor, mix=mix)
+    k = r.size
+    stats = {"pretrain_epochs": int(epochs), "pretrain_train_accuracy": train_acc,
+             "score_examples": int(len(subset)), "beta": float(beta), "mix": float(mix),
+             "floor": float(floor), "r_min_times_K": float(r.min() * k),
+             "r_max_times_K": float(r.max() * k)}
+    return RedistributionResult(r=r, source="nonprivate_pretrain", stats=stats)
+
+
+def sensitivity_ratio_to_uniform(kernel: Any, r: Any, mode: str) -> float:
+    """Delta_f(W, r) / Delta_f(W, uniform) for a kernel (logged, HGM spec §3.3)."""
+    r_arr = mechanisms.check_redistribution(r, "r")
+    uniform = mechanisms.uniform_redistribution(r_arr.shape)
+    num = float(layer_sensitivity(tf.constant(kernel, tf.float64), r_arr, mode))
+    den = float(layer_sensitivity(tf.constant(kernel, tf.float64), uniform, mode))
+    return num / den

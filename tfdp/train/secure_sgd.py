@@ -1,0 +1,517 @@
+"""Secure-SGD (HGM, IJCAI 2019) and its baselines: Secure-SGD-AGM, PixelDP, HGM_PixelDP.
+
+All four put Gaussian robustness noise gamma on the first convolution's pre-activation
+(HGM spec §3.1) and record a certification entry (HGM spec §4) in config.json:
+
+| method           | training                         | robustness noise                      |
+|------------------|----------------------------------|---------------------------------------|
+| `secure_sgd`     | per-example DP-SGD (spec §3.5)   | HGM, sigma_r = mult_HGM Delta_f L, r  |
+| `secure_sgd_agm` | per-example DP-SGD               | AGM (Balle & Wang), uniform r         |
+| `pixeldp`        | non-private                      | classical GM, eps_r <= 1, uniform r   |
+| `hgm_pixeldp`    | non-private                      | HGM with r, any eps_r                 |
+
+The privacy of the training data is the DP-SGD ledger entry only; the robustness noise is
+a certification parameter (PixelDP with respect to input pixels) and never counted as
+privacy (HGM spec §3.6).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import flags
+
+from tfdp import accounting, mechanisms, redistribution
+from tfdp.models import hgm as hgm_models
+from tfdp.train import privatize, replica
+from tfdp.train.base import Method
+from tfdp.train.dpsgd import DPSGD, SAMPLINGS
+from tfdp.train.nonprivate import per_example_cross_entropy
+
+TRAIN_NOISE = ("fresh", "fixed_once")
+CLIPPING = ("per_example", "batch_mean")
+R_SOURCES = ("nonprivate_pretrain", "uniform", "file")
+_GAMMA_SALT = 7919  # folds the step seed into the robustness-noise stream
+
+flags.DEFINE_float("hgm_eps_r", None, "Robustness budget eps_r > 0 (PixelDP w.r.t. input "
+                   "pixels; not a training-data budget). Default 4; pixeldp: 1 (needs "
+                   "eps_r <= 1).")
+flags.DEFINE_float("hgm_delta_r", 1e-5, "Robustness delta_r in (0, 1).")
+flags.DEFINE_float("hgm_construction_bound", 0.2,
+                   "Construction attack bound L (l_inf radius the noise is calibrated for, in "
+                   "the data's pixel units; HGM spec §3.4).")
+flags.DEFINE_enum("hgm_r_source", None, list(R_SOURCES),
+                  "Redistribution r: nonprivate_pretrain (HGM Eq. 7 from a noise-free "
+                  "pre-trained model; not private, spec §8 A6), uniform, or file "
+                  "(--hgm_r_file). Default: nonprivate_pretrain for secure_sgd and "
+                  "hgm_pixeldp; secure_sgd_agm and pixeldp always use uniform r.")
+flags.DEFINE_string("hgm_r_file", None, ".npy file with K*r (the code release's convention: "
+                    "entries > 0 summing to K = the number of conv1 units).")
+flags.DEFINE_float("hgm_beta", 1.0, "Inflation rate beta of HGM Eq. 7 (0 gives uniform r).")
+flags.DEFINE_float("hgm_r_mix", 0.0, "Weight lam of the uniform vector mixed into r.")
+flags.DEFINE_float("hgm_r_floor", 0.01, "Floor of r relative to 1/K (spec §3.3).")
+flags.DEFINE_integer("hgm_pretrain_epochs", 1, "Noise-free pre-training epochs for r.")
+flags.DEFINE_integer("hgm_pretrain_examples", 5000, "Examples whose gradients give r.")
+flags.DEFINE_enum("hgm_sensitivity_mode", "layer_max", list(redistribution.SENSITIVITY_MODES),
+                  "Delta_f bound conv1 is kept within: layer_max (sound, paper form with the "
+                  "square root restored), layer_sum (sound, tighter), per_map (the paper's "
+                  "per-feature-map bound; not sound) or code_spectral (the code release; not "
+                  "sound).")
+flags.DEFINE_float("hgm_sensitivity_target", 1.0, "Delta_target: conv1 is reparametrised so "
+                   "that Delta_f <= this value.")
+flags.DEFINE_enum("hgm_train_noise", "fresh", list(TRAIN_NOISE),
+                  "Robustness noise in training: fresh per example and step, or fixed_once "
+                  "(Algorithm 1 / the code release: one draw, checkpointed).")
+flags.DEFINE_enum("hgm_model", "mnist", list(hgm_models.ARCHITECTURES),
+                  "Architecture: mnist (spec §5.1), cifar10 (§5.2) or small (CPU-sized).")
+flags.DEFINE_enum("hgm_clipping", "per_example", list(CLIPPING),
+                  "Secure-SGD privacy: per_example DP-SGD, or batch_mean (the code release: "
+                  "per-layer clipping of the batch-mean gradient; NOT DP, the ledger's sound "
+                  "epsilon is then infinite).")
+flags.DEFINE_float("hgm_l2_clip", 1.0, "Secure-SGD: per-example clip norm C.")
+flags.DEFINE_float("hgm_noise_multiplier", None,
+                   "Secure-SGD: DP-SGD noise multiplier (unset: solved from --epsilon over "
+                   "--epochs).")
+flags.DEFINE_enum("hgm_accountant", "rdp", list(accounting.ACCOUNTANTS),
+                  "Secure-SGD accountant: rdp or pld.")
+flags.DEFINE_enum("hgm_sampling", "poisson", list(SAMPLINGS),
+                  "Secure-SGD lot sampling: poisson or shuffle (see --dpsgd_sampling).")
+flags.DEFINE_integer("hgm_noise_ramp_epochs", 0,
+                     "pixeldp / hgm_pixeldp: ramp the training noise linearly from 0 to its "
+                     "full scale over this many epochs (PixelDP's optional ramp).")
+flags.DEFINE_integer("hgm_num_draws", 2000, "Monte-Carlo draws N recorded for certification.")
+flags.DEFINE_enum("hgm_bound", "hoeffding", ["hoeffding", "clopper_pearson", "bernstein"],
+                  "Confidence bound recorded for certification (paper: hoeffding).")
+flags.DEFINE_float("hgm_alpha", 0.05, "Failure probability alpha = 1 - eta of certification.")
+flags.DEFINE_float("hgm_eps_cap", None, "Largest eps' in the certificate search (default: "
+                   "none for HGM/AGM, 1 for the classical GM).")
+
+_HGM_DEFAULTS = {"value_range": (0.0, 1.0)}
+
+
+def _opt(opts, name: str, default: Any) -> Any:
+    value = opts.get(name)
+    return default if value is None else value
+
+
+class _RobustnessNoise:
+    """Robustness noise at conv1 (HGM spec §3), shared by the four methods.
+
+    Subclasses set `mechanism` ("hgm", "agm" or "gm") and `allow_r` (whether a non-uniform
+    redistribution may be used).
+    """
+
+    mechanism = "hgm"
+    allow_r = True
+    nonprivate = False
+    default_eps_r = 4.0
+
+    def _init_robust(self, config) -> None:
+        opts = config.options
+        self.eps_r = float(_opt(opts, "hgm_eps_r", self.default_eps_r))
+        self.delta_r = float(_opt(opts, "hgm_delta_r", 1e-5))
+        self.bound_l = float(_opt(opts, "hgm_construction_bound", 0.2))
+        default_source = "nonprivate_pretrain" if self.allow_r else "uniform"
+        self.r_source = _opt(opts, "hgm_r_source", default_source)
+        self.r_file = opts.get("hgm_r_file")
+        self.beta = float(_opt(opts, "hgm_beta", 1.0))
+        self.r_mix = float(_opt(opts, "hgm_r_mix", 0.0))
+        self.r_floor = float(_opt(opts, "hgm_r_floor", 0.01))
+        self.pretrain_epochs = int(_opt(opts, "hgm_pretrain_epochs", 1))
+        self.pretrain_examples = int(_opt(opts, "hgm_pretrain_examples", 5000))
+        self.sensitivity_mode = _opt(opts, "hgm_sensitivity_mode", "layer_max")
+        self.target = float(_opt(opts, "hgm_sensitivity_target", 1.0))
+        self.train_noise = _opt(opts, "hgm_train_noise", "fresh")
+        self.arch = _opt(opts, "hgm_model", "mnist")
+        self.ramp_epochs = int(_opt(opts, "hgm_noise_ramp_epochs", 0))
+        self.num_draws = int(_opt(opts, "hgm_num_draws", 2000))
+        self.cert_bound = _opt(opts, "hgm_bound", "hoeffding")
+        self.cert_alpha = float(_opt(opts, "hgm_alpha", 0.05))
+        cap = opts.get("hgm_eps_cap")
+        self.eps_cap = None if cap is None else float(cap)
+        self.r: Optional[np.ndarray] = None
+        self.r_stats: dict = {}
+        self.h1_shape: Optional[tuple] = None
+        self._steps_per_epoch = 1
+        self._noise_std: Optional[np.ndarray] = None
+
+    # ------------------------------------------------------------------ validation
+
+    def _validate_robust(self) -> None:
+        if not (math.isfinite(self.eps_r) and self.eps_r > 0):
+            raise ValueError(f"--hgm_eps_r: expected a finite number > 0, got {self.eps_r!r}")
+        if not 0.0 < self.delta_r < 1.0:
+            raise ValueError(f"--hgm_delta_r: expected a number in (0, 1), got "
+                             f"{self.delta_r!r}")
+        if self.mechanism == "gm" and self.eps_r > 1.0:
+            raise ValueError(f"--hgm_eps_r: the classical Gaussian mechanism of pixeldp needs "
+                             f"eps_r <= 1 (HGM Theorem 1), got {self.eps_r!r}")
+        if not (math.isfinite(self.bound_l) and self.bound_l > 0):
+            raise ValueError(f"--hgm_construction_bound: expected a number > 0, got "
+                             f"{self.bound_l!r}")
+        if self.r_source not in R_SOURCES:
+            raise ValueError(f"--hgm_r_source: expected one of {R_SOURCES}, got "
+                             f"{self.r_source!r}")
+        if not self.allow_r and self.r_source != "uniform":
+            raise ValueError(f"--hgm_r_source: {self.name} uses uniform r (HGM spec §6), got "
+                             f"{self.r_source!r}")
+        if self.r_source == "file":
+            if not self.r_file:
+                raise ValueError("--hgm_r_file: required with --hgm_r_source=file")
+            self._load_r_file()  # checks the values before any work
+        elif self.r_file:
+            raise ValueError("--hgm_r_file: only used with --hgm_r_source=file")
+        if not (math.isfinite(self.beta) and self.beta >= 0):
+            raise ValueError(f"--hgm_beta: expected a number >= 0, got {self.beta!r}")
+        if not 0.0 <= self.r_mix <= 1.0:
+            raise ValueError(f"--hgm_r_mix: expected a number in [0, 1], got {self.r_mix!r}")
+        if not 0.0 <= self.r_floor < 1.0:
+            raise ValueError(f"--hgm_r_floor: expected a number in [0, 1), got "
+                             f"{self.r_floor!r}")
+        if self.pretrain_epochs < 1:
+            raise ValueError(f"--hgm_pretrain_epochs: expected >= 1, got {self.pretrain_epochs}")
+        if self.pretrain_examples < 1:
+            raise ValueError(f"--hgm_pretrain_examples: expected >= 1, got "
+                             f"{self.pretrain_examples}")
+        redistribution.check_sensitivity_mode(self.sensitivity_mode, "--hgm_sensitivity_mode")
+        if not (math.isfinite(self.target) and self.target > 0):
+            raise ValueError(f"--hgm_sensitivity_target: expected a number > 0, got "
+                             f"{self.target!r}")
+        if self.train_noise not in TRAIN_NOISE:
+            raise ValueError(f"--hgm_train_noise: expected one of {TRAIN_NOISE}, got "
+                             f"{self.train_noise!r}")
+        if self.arch not in hgm_models.ARCHITECTURES:
+            raise ValueError(f"--hgm_model: expected one of {hgm_models.ARCHITECTURES}, got "
+                             f"{self.arch!r}")
+        if self.ramp_epochs < 0 or (self.ramp_epochs and not self.nonprivate):
+            raise ValueError("--hgm_noise_ramp_epochs: a number >= 0, only for pixeldp and "
+                             f"hgm_pixeldp, got {self.ramp_epochs!r}")
+        if self.num_draws < 1:
+            raise ValueError(f"--hgm_num_draws: expected >= 1, got {self.num_draws!r}")
+        if not 0.0 < self.cert_alpha < 1.0:
+            raise ValueError(f"--hgm_alpha: expected a number in (0, 1), got "
+                             f"{self.cert_alpha!r}")
+        if self.eps_cap is not None and not (math.isfinite(self.eps_cap) and self.eps_cap > 0):
+            raise ValueError(f"--hgm_eps_cap: expected a number > 0, got {self.eps_cap!r}")
+        low, high = self.config.value_range
+        if self.bound_l >= high - low:
+            raise ValueError(f"--hgm_construction_bound: {self.bound_l} is not smaller than "
+                             f"the pixel range {low}..{high}")
+
+    def _load_r_file(self) -> np.ndarray:
+        try:
+            kr = np.asarray(np.load(self.r_file), np.float64)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"--hgm_r_file: cannot read {self.r_file!r}: {e}") from None
+        k = kr.size
+        if k == 0 or not np.all(np.isfinite(kr)) or np.any(kr <= 0):
+            raise ValueError("--hgm_r_file: entries must be finite and > 0")
+        if abs(float(kr.sum()) - k) > 1e-6 * k:
+            raise ValueError(f"--hgm_r_file: K*r must sum to K = {k} (mean 1), got sum "
+                             f"{float(kr.sum())!r}")
+        return kr / k
+
+    # ------------------------------------------------------------------ calibration
+
+    def robustness_multiplier(self) -> float:
+        """sigma_r / (Delta_f L) of the chosen mechanism."""
+        if self.mechanism == "hgm":  # HGM Theorem 2/3, Eq. 10 corrected (spec §3.4)
+            return mechanisms.hgm_multiplier(epsilon=self.eps_r, delta=self.delta_r)
+        if self.mechanism == "agm":  # Balle & Wang 2018 (spec §6)
+            return mechanisms.analytic_gaussian_sigma(epsilon=self.eps_r, delta=self.delta_r,
+                                                      sensitivity=1.0)
+        # classical GM, PixelDP (spec §6): sqrt(2 ln(1.25/delta_r)) / eps_r
+        return mechanisms.classical_gaussian_multiplier(self.delta_r) / self.eps_r
+
+    def robustness_sigma(self) -> float:
+        """sigma_r = multiplier * Delta_target * L (Delta_f = Delta_target by construction)."""
+        return self.robustness_multiplier() * self.target * self.bound_l
+
+    # ------------------------------------------------------------------ setup
+
+    def _setup_robust(self, x_train, y_train, rng: np.random.Generator) -> None:
+        input_shape = tuple(int(d) for d in x_train.shape[1:])
+        self.h1_shape = hgm_models.h1_shape(self.arch, input_shape)
+        self._steps_per_epoch = max(1, len(x_train) // self.config.batch_size)
+        if self.r_source == "uniform":
+            self.r = mechanisms.uniform_redistribution(self.h1_shape)
+            self.r_stats = {}
+            return
+        if self.r_source == "file":
+            r = self._load_r_file()
+            if r.size != int(np.prod(self.h1_shape)):
+                raise ValueError(f"--hgm_r_file: holds {r.size} entries, conv1 has "
+                                 f"{int(np.prod(self.h1_shape))} units {self.h1_shape}")
+            self.r = mechanisms.check_redistribution(r.reshape(self.h1_shape), "r")
+            self.r_stats = {"file": self.r_file}
+            return
+        num_classes = max(int(np.max(y_train)) + 1, 2)
+        keras.utils.set_random_seed(int(rng.integers(0, 2**31 - 1)))
+
+        def build():
+            return hgm_models.build_model(self.arch, input_shape, num_classes, sigma=0.0,
+                                          sensitivity_mode=self.sensitivity_mode,
+                                          target=self.target, seed=0)
+
+        result = redistribution.pretrain_redistribution(
+            build, hgm_models.H1_LAYER, hgm_models.NOISE_LAYER, x_train, y_train,
+            epochs=self.pretrain_epochs, batch_size=self.config.batch_size, beta=self.beta,
+            mix=self.r_mix, floor=self.r_floor, num_score_examples=self.pretrain_examples,
+            rng=rng)
+        self.r = result.r.reshape(self.h1_shape)
+        self.r_stats = result.stats
+
+    def _robust_state(self) -> dict:
+        return {"r": np.asarray(self.r, np.float64), "h1_shape": np.asarray(self.h1_shape),
+                "steps_per_epoch": np.int64(self._steps_per_epoch)}
+
+    def _restore_robust(self, state) -> None:
+        self.r = np.asarray(state["r"], np.float64)
+        self.h1_shape = tuple(int(d) for d in state["h1_shape"])
+        self._steps_per_epoch = int(state["steps_per_epoch"])
+
+    # ------------------------------------------------------------------ model
+
+    def _noise_seed(self) -> Optional[int]:
+        seed = self.config.seed
+        return None if seed is None else int(np.random.SeedSequence(
+            [int(seed), 11]).generate_state(1)[0])
+
+    def _build_robust(self, input_shape, num_classes):
+        r = None if self.r_source == "uniform" else self.r
+        model = hgm_models.build_model(
+            self.arch, input_shape, num_classes, sigma=self.robustness_sigma(), r=r,
+            noise_mode="once" if self.train_noise == "fixed_once" else "per_example",
+            sensitivity_mode=self.sensitivity_mode, target=self.target,
+            seed=self._noise_seed())
+        model(tf.zeros((1,) + tuple(input_shape)), training=False)
+        self._noise_std = model.get_layer(hgm_models.NOISE_LAYER).noise_scale.astype(np.float32)
+        return model
+
+    def draw_gamma(self, model, batch: tf.Tensor) -> tf.Tensor:
+        """This step's robustness noise gamma for `batch` examples (inside a training step).
+
+        "fresh": an independent N(0, sigma_r^2 diag(K r)) draw per example and step (HGM spec
+        §3.5 step 2), from the run's checkpointed step seed with the replica id folded in.
+        "fixed_once": the draw stored in the noise layer (Algorithm 1 line 3), broadcast.
+        """
+        if self.train_noise == "fixed_once":
+            fixed = model.get_layer(hgm_models.NOISE_LAYER).fixed_noise
+            return tf.broadcast_to(tf.convert_to_tensor(fixed),
+                                   tf.concat([[batch], tf.constant(self.h1_shape)], 0))
+        seed = tf.random.experimental.stateless_fold_in(
+            self.step_seed(_GAMMA_SALT), tf.cast(replica.replica_id(), tf.int64))
+        shape = tf.concat([[batch], tf.constant(self.h1_shape, tf.int32)], 0)
+        return mechanisms.tf_gaussian(shape, self._noise_std, seed=seed,
+                                      draw_dtype=tf.float32)
+
+    # ------------------------------------------------------------------ certification
+
+    def certification_config(self) -> dict:
+        mech = {"hgm": "hgm", "agm": "agm", "gm": "pixeldp_gaussian"}[self.mechanism]
+        sound = self.sensitivity_mode in redistribution.SOUND_SENSITIVITY_MODES
+        k = None if self.h1_shape is None else int(np.prod(self.h1_shape))
+        cert = {
+            "mechanism": mech, "construction_bound": self.bound_l, "epsilon": self.eps_r,
+            "delta": self.delta_r, "sigma": self.robustness_sigma(),
+            "sigma_multiplier": self.robustness_multiplier(),
+            "sensitivity": self.target, "sensitivity_mode": self.sensitivity_mode,
+            "sensitivity_sound": sound, "noised_layer": hgm_models.H1_LAYER,
+            "layer": hgm_models.NOISE_LAYER, "num_units": k,
+            "h1_shape": None if self.h1_shape is None else list(self.h1_shape),
+            "redistribution": self.r_source, "r_stats": dict(self.r_stats),
+            "r_file": "checkpoints/setup_state.npz (key r)",
+            "train_noise": self.train_noise, "test_noise": "fresh per Monte-Carlo draw",
+            "norm": "linf", "num_draws": self.num_draws, "alpha": self.cert_alpha,
+            "bound": self.cert_bound,
+            "note": ("sigma_r = multiplier * sensitivity * construction_bound; conv1 is "
+                     "normalised to Delta_f = sensitivity (HGM spec §3.2 (i)). " + (
+                         "" if sound else "The sensitivity mode is NOT a sound l_inf bound: "
+                         "these certificates are as published, not formally certified.")),
+        }
+        if self.eps_cap is not None:
+            cert["eps_cap"] = self.eps_cap
+        return cert
+
+
+class SecureSGD(_RobustnessNoise, DPSGD):
+    """Secure-SGD (HGM Algorithm 1, spec §3.5): HGM robustness noise + per-example DP-SGD."""
+
+    name = "secure_sgd"
+    mechanism = "hgm"
+    allow_r = True
+    default_flags = {"epochs": 5, "batch_size": 128, "learning_rate": 0.1, "optimizer": "sgd",
+                     "epsilon": 2.0, "delta": 1e-5, **_HGM_DEFAULTS}
+
+    def __init__(self, config):
+        super().__init__(config)
+        opts = config.options
+        # DP-SGD settings from this module's flags (HGM spec §3.5).
+        self.l2_clip = float(_opt(opts, "hgm_l2_clip", 1.0))
+        sigma = opts.get("hgm_noise_multiplier")
+        self.noise_multiplier = None if sigma is None else float(sigma)
+        self.accountant = _opt(opts, "hgm_accountant", "rdp")
+        self.sampling = _opt(opts, "hgm_sampling", "poisson")
+        self.clipping = _opt(opts, "hgm_clipping", "per_example")
+        self._init_robust(config)
+
+    def validate(self) -> None:
+        if self.clipping not in CLIPPING:
+            raise ValueError(f"--hgm_clipping: expected one of {CLIPPING}, got "
+                             f"{self.clipping!r}")
+        try:
+            super().validate()
+        except ValueError as e:  # DP-SGD names its own flags; ours are --hgm_*
+            raise ValueError(str(e).replace("--dpsgd_", "--hgm_")) from None
+        self._validate_robust()
+
+    def setup(self, x_train, y_train, ledger, rng) -> None:
+        try:
+            self._setup_privacy(x_train, y_train, ledger, rng)
+        except ValueError as e:  # DP-SGD names its own flags; ours are --hgm_*
+            raise ValueError(str(e).replace("--dpsgd_", "--hgm_")) from None
+        self._setup_robust(x_train, y_train, rng)
+
+    def _setup_privacy(self, x_train, y_train, ledger, rng) -> None:
+        if self.clipping == "per_example":
+            # The DP-SGD entry (sound, Poisson, RDP/PLD) is the whole privacy cost.
+            super().setup(x_train, y_train, ledger, rng)
+        else:
+            # The code release's batch-mean clipping: the Poisson number is only claimed.
+            scratch = accounting.PrivacyLedger()
+            super().setup(x_train, y_train, scratch, rng)
+            claimed = scratch.get("dpsgd")
+            ledger.add("dpsgd", mechanism=f"batch_mean_clipping_{self.accountant}",
+                       epsilon=math.inf, delta=self.config.delta,
+                       claimed_epsilon=claimed["epsilon"], claimed_delta=self.config.delta,
+                       note=("--hgm_clipping=batch_mean (HGM code release): the batch-mean "
+                             "gradient is clipped per layer and biases are not clipped, so one "
+                             "example's influence is not bounded by C: no finite epsilon. "
+                             "Claimed: the DP-SGD accountant's value. " + claimed["note"]))
+
+    def setup_state(self) -> dict:
+        return {**super().setup_state(), **self._robust_state()}
+
+    def restore_setup_state(self, state) -> None:
+        super().restore_setup_state(state)
+        self._restore_robust(state)
+
+    def build_model(self, input_shape, num_classes):
+        return self._build_robust(input_shape, num_classes)
+
+    def train_step(self, model, optimizer, x, y, global_batch_size):
+        variables = model.trainable_variables
+        batch = tf.shape(x)[0]
+        gamma = self.draw_gamma(model, batch)
+        if self.clipping == "batch_mean":
+            return self._batch_mean_step(model, optimizer, x, y, gamma, global_batch_size)
+        in_shape = [int(d) for d in x.shape[1:]]
+        dx = int(np.prod(in_shape))
+        # One packed row per example, so the shared privatiser's per-example map carries
+        # each example's own gamma_i alongside x_i.
+        packed = tf.concat([tf.reshape(x, [batch, dx]),
+                            tf.reshape(tf.cast(gamma, x.dtype), [batch, -1])], axis=1)
+        h1 = [int(d) for d in self.h1_shape]
+
+        def example_loss(pi, yi):
+            xi = tf.reshape(pi[:, :dx], [1] + in_shape)
+            gi = tf.reshape(pi[:, dx:], [1] + h1)
+            logits = hgm_models.forward_with_noise(model, xi, gi, training=True)
+            return per_example_cross_entropy(yi, logits)[0], logits
+
+        grads, metrics = privatize.dpsgd_gradients(
+            model, variables, packed, y, example_loss, l2_clip=self.l2_clip,
+            noise_multiplier=self.noise_multiplier, global_batch_size=global_batch_size)
+        optimizer.apply_gradients(zip(grads, variables))
+        return metrics
+
+    def _batch_mean_step(self, model, optimizer, x, y, gamma, global_batch_size):
+        # HGM code release (spec §8.3): clip the batch-mean gradient of each kernel to C,
+        # biases unclipped, then N(0, (sigma C)^2) / m. Ledger: no finite epsilon.
+        variables = model.trainable_variables
+        with tf.GradientTape() as tape:
+            logits = hgm_models.forward_with_noise(model, x, gamma, training=True)
+            losses = per_example_cross_entropy(y, logits)
+            loss = tf.reduce_sum(losses) / float(global_batch_size)
+        grads = tape.gradient(loss, variables)
+        grads = [tf.clip_by_norm(g, self.l2_clip) if len(v.shape) > 1 else g
+                 for g, v in zip(grads, variables)]
+        grads = privatize.add_gaussian_noise_once(
+            grads, self.noise_multiplier * self.l2_clip / float(global_batch_size))
+        optimizer.apply_gradients(zip(grads, variables))
+        correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int64),
+                                   tf.cast(y, tf.int64)), tf.float32)
+        return {"loss": loss, "accuracy": tf.reduce_sum(correct) / float(global_batch_size)}
+
+
+class SecureSGDAGM(SecureSGD):
+    """Secure-SGD with the analytic Gaussian mechanism and uniform r (HGM spec §6)."""
+
+    name = "secure_sgd_agm"
+    mechanism = "agm"
+    allow_r = False
+
+
+class HGMPixelDP(_RobustnessNoise, Method):
+    """HGM_PixelDP (HGM spec §3.7): non-private SGD with HGM noise, r and any eps_r."""
+
+    name = "hgm_pixeldp"
+    mechanism = "hgm"
+    allow_r = True
+    nonprivate = True
+    default_flags = {"epochs": 5, "batch_size": 128, "learning_rate": 1e-3,
+                     "optimizer": "adam", **_HGM_DEFAULTS}
+
+    def __init__(self, config):
+        super().__init__(config)
+        self._init_robust(config)
+
+    def validate(self) -> None:
+        if self.config.epsilon is not None:
+            raise ValueError(f"--epsilon: {self.name} trains without privacy; do not set "
+                             "--epsilon")
+        self._validate_robust()
+
+    def setup(self, x_train, y_train, ledger, rng) -> None:
+        del ledger  # non-private: no privacy entry (the robustness noise is not privacy)
+        self._setup_robust(x_train, y_train, rng)
+
+    def setup_state(self) -> dict:
+        return self._robust_state()
+
+    def restore_setup_state(self, state) -> None:
+        self._restore_robust(state)
+
+    def build_model(self, input_shape, num_classes):
+        return self._build_robust(input_shape, num_classes)
+
+    def train_step(self, model, optimizer, x, y, global_batch_size):
+        gamma = self.draw_gamma(model, tf.shape(x)[0])
+        if self.ramp_epochs:
+            # PixelDP's optional ramp: the noise grows linearly to full scale.
+            ramp_steps = float(self.ramp_epochs * self._steps_per_epoch)
+            done = tf.cast(optimizer.iterations, tf.float32) + 1.0
+            gamma = gamma * tf.cast(tf.minimum(1.0, done / ramp_steps), gamma.dtype)
+        variables = model.trainable_variables
+        with tf.GradientTape() as tape:
+            logits = hgm_models.forward_with_noise(model, x, gamma, training=True)
+            loss = tf.nn.compute_average_loss(per_example_cross_entropy(y, logits),
+                                              global_batch_size=global_batch_size)
+        grads = tape.gradient(loss, variables)
+        optimizer.apply_gradients(zip(grads, variables))
+        correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int64),
+                                   tf.cast(y, tf.int64)), tf.float32)
+        return {"loss": loss, "accuracy": tf.reduce_sum(correct) / float(global_batch_size)}
+
+
+class PixelDP(HGMPixelDP):
+    """PixelDP (Lecuyer et al.; HGM spec §6): non-private SGD, classical GM noise, eps_r <= 1."""
+
+    name = "pixeldp"
+    mechanism = "gm"
+    allow_r = False
+    default_eps_r = 1.0
