@@ -124,7 +124,8 @@ class PrivacyLedger:
 
     def record_steps(self, name: str, *, segments: list, delta: float, sampling: str,
                      accountant: str = "rdp", protects: str = "training records",
-                     claimed_epsilon: Optional[float] = None, note: str = "") -> dict:
+                     claimed_epsilon: Optional[float] = None, note: str = "",
+                     unbounded: bool = False) -> dict:
         """Creates or extends the entry of a per-step (DP-SGD style) spend from what executed.
 
         The entry's epsilon is the composition of every executed segment (a segment is a
@@ -148,6 +149,9 @@ class PrivacyLedger:
             protects: what the entry protects.
             claimed_epsilon: overrides the claimed value (default: see `sampling`).
             note: appended to the generated note.
+            unbounded: the steps do not bound one record's influence (e.g. clipping of a
+                batch-mean gradient): the sound epsilon is infinite and the accountant's value
+                is recorded as claimed only; `note` should say why.
 
         Returns:
             A copy of the stored entry.
@@ -174,6 +178,11 @@ class PrivacyLedger:
             relation = "replace_one"
             text = (SAMPLING_NOTES["shuffle"].format(accountant=accountant) + " Sound value: "
                     + SAMPLING_NOTES["shuffle_no_amplification"].format(accountant=accountant))
+        if unbounded:
+            claimed = poisson_eps if claimed_epsilon is None else claimed_epsilon
+            sound = math.inf
+            text = ("Sound value: unbounded (no finite epsilon: one record's influence on a step "
+                    "is not bounded). Claimed: " + text)
         parts = [f"[{s['start_step']}, {s['start_step'] + s['steps']}): q={s['batch_size']}/"
                  f"{s['num_examples']}, sigma={s['noise_multiplier']:.6g}, {s['passes']} "
                  "pass(es)" for s in segs]

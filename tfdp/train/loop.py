@@ -685,6 +685,8 @@ def _train(method: Method, data: Data, strategy, chief: bool, *, optimizer: str,
             prior_segments = list(ledger.get(spend["name"]).get("segments") or [])
         _record_spend(ledger, spend, prior_segments)
 
+    # The certification entry may depend on setup's results (e.g. HGM's redistribution r).
+    config["certification"] = method.certification_config()
     if chief and not resume:
         if flags_text is not None:
             rd.write_text(rundir.FLAGS_FILE, flags_text)
@@ -872,4 +874,4 @@ def _record_spend(ledger, spend: Mapping[str, Any], segments: list) -> None:
     ledger.record_steps(spend["name"], segments=segments, delta=spend["delta"],
                         sampling=spend["sampling"], accountant=spend.get("accountant", "rdp"),
                         protects=spend.get("protects", "training records"),
-                        note=spend.get("note", ""))
+                        note=spend.get("note", ""), unbounded=bool(spend.get("unbounded")))

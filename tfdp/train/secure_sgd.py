@@ -377,21 +377,20 @@ class SecureSGD(_RobustnessNoise, DPSGD):
         self._setup_robust(x_train, y_train, rng)
 
     def _setup_privacy(self, x_train, y_train, ledger, rng) -> None:
-        if self.clipping == "per_example":
-            # The DP-SGD entry (sound, Poisson, RDP/PLD) is the whole privacy cost.
-            super().setup(x_train, y_train, ledger, rng)
-        else:
+        # The DP-SGD spend (sound, Poisson, RDP/PLD) is the whole privacy cost; the loop
+        # records it from the executed steps (`step_spend`).
+        super().setup(x_train, y_train, ledger, rng)
+
+    def step_spend(self) -> dict:
+        spend = super().step_spend()
+        if self.clipping == "batch_mean":
             # The code release's batch-mean clipping: the Poisson number is only claimed.
-            scratch = accounting.PrivacyLedger()
-            super().setup(x_train, y_train, scratch, rng)
-            claimed = scratch.get("dpsgd")
-            ledger.add("dpsgd", mechanism=f"batch_mean_clipping_{self.accountant}",
-                       epsilon=math.inf, delta=self.config.delta,
-                       claimed_epsilon=claimed["epsilon"], claimed_delta=self.config.delta,
-                       note=("--hgm_clipping=batch_mean (HGM code release): the batch-mean "
+            spend["unbounded"] = True
+            spend["note"] = ("--hgm_clipping=batch_mean (HGM code release): the batch-mean "
                              "gradient is clipped per layer and biases are not clipped, so one "
                              "example's influence is not bounded by C: no finite epsilon. "
-                             "Claimed: the DP-SGD accountant's value. " + claimed["note"]))
+                             "Claimed: the DP-SGD accountant's value. " + spend.get("note", ""))
+        return spend
 
     def setup_state(self) -> dict:
         return {**super().setup_state(), **self._robust_state()}
