@@ -1,9 +1,11 @@
 """Train, then evaluate under attack with certification, then print a short summary.
 
     python -m tfdp.apps.pipeline [--train_flagfile=flags/hgm/sample.flags]
-        [--eval_flagfile=flags/hgm/sample_eval.flags] [--model_dir=DIR] [extra tfdp-train flags]
+        [--eval_flagfile=flags/hgm/sample_eval.flags] [--model_dir=DIR] [--no-export]
+        [extra tfdp-train flags]
 
-Runs `tfdp.apps.train` and `tfdp.apps.evaluate` as two child processes of the same Python
+Runs `tfdp.apps.train`, `tfdp.apps.evaluate` and (unless --no-export) `tfdp.apps.export` as
+child processes of the same Python
 (each app keeps its own flags), then reads the run directory (config.json, ledger.json,
 metrics.json, evaluation.json) and prints: accuracy clean and under each attack, certified
 accuracy, the claimed and the sound epsilon, and the run directory.
@@ -68,6 +70,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--eval_flagfile",
                         default=os.path.join("flags", "hgm", "sample_eval.flags"))
     parser.add_argument("--model_dir", default=None)
+    parser.add_argument("--export", default=True, action=argparse.BooleanOptionalAction,
+                        help="end by exporting the model to MODEL_DIR/saved_model (tfdp-export)")
     # Every other argument (e.g. --epochs=1) is handed to tfdp-train after the flagfile.
     args, extra = parser.parse_known_args(argv)
     for path, flag in ((args.train_flagfile, "--train_flagfile"),
@@ -81,13 +85,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
              f"--model_dir={model_dir}", *extra]
     evaluate = [sys.executable, "-m", "tfdp.apps.evaluate", f"--flagfile={args.eval_flagfile}",
                 f"--model_dir={model_dir}"]
-    for cmd in (train, evaluate):
+    commands = [train, evaluate]
+    if args.export:
+        commands.append([sys.executable, "-m", "tfdp.apps.export", f"--model_dir={model_dir}"])
+    for cmd in commands:
         print("+ " + " ".join(cmd), flush=True)
         code = subprocess.call(cmd)
         if code != 0:
             print(f"pipeline: {cmd[2]} failed with exit code {code}", file=sys.stderr)
             return code
-    print("\n".join(["", "summary:"] + summary_lines(model_dir)))
+    lines = summary_lines(model_dir)
+    if args.export:
+        lines.append(f"  exported SavedModel: {os.path.abspath(os.path.join(model_dir, 'saved_model'))}")
+    print("\n".join(["", "summary:"] + lines))
     print(f"  wall time: {time.time() - start:.0f} s")
     return 0
 
