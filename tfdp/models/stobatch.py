@@ -31,6 +31,7 @@ from layers.bounding import Clip
 from layers.noise import LaplaceNoise
 
 ARCHITECTURES = ("mnist", "cifar10", "resnet18", "tiny")
+BN_EVAL_MODES = ("moving", "batch")
 
 
 @keras.saving.register_keras_serializable(package="tfdp")
@@ -104,6 +105,7 @@ def encoder_spec(architecture: str, input_shape: Sequence[int]) -> dict:
 
 
 def _bn(sync: bool, name: str, momentum: float = 0.99, epsilon: float = 1e-3):
+    """BatchNormalization, synchronized across replicas when `sync`."""
     return keras.layers.BatchNormalization(synchronized=sync, momentum=momentum,
                                            epsilon=epsilon, name=name)
 
@@ -125,6 +127,10 @@ class StoBatchNet(keras.Model):
         sync_bn: synchronized BatchNormalization (exact full-batch moments across replicas,
             §3.5 item 9).
         norm_bound: l1 -> l1 bound of the first-layer kernel, or None for no projection.
+        bn_momentum: momentum of the BN moving statistics (ResNet-18 blocks use 0.5, §4.4).
+        bn_eval: BN at inference: "moving" statistics [rec], or "batch" statistics of the
+            evaluated batch without updating the moving ones (the reference code's MNIST and
+            CIFAR-10 inference, §2.11 ref_bn_batchstats_at_test).
         **kwargs: Keras model arguments.
     """
 
@@ -132,7 +138,7 @@ class StoBatchNet(keras.Model):
                  architecture: str = "mnist", batch_size: int = 2499, input_scale: float = 1.0,
                  latent_scale: float = 2.0, psi: float = 2.0, hidden_units: int = 256,
                  sync_bn: bool = True, norm_bound: Optional[float] = None,
-                 **kwargs: Any) -> None:
+                 bn_momentum: float = 0.99, bn_eval: str = "moving", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.in_shape = tuple(int(v) for v in input_shape)
         self.num_classes = int(num_classes)
@@ -142,6 +148,10 @@ class StoBatchNet(keras.Model):
         self.psi = float(psi)
         self.hidden_units = int(hidden_units)
         self.sync_bn = bool(sync_bn)
+        self.bn_momentum = float(bn_momentum)
+        if bn_eval not in BN_EVAL_MODES:
+            raise ValueError(f"bn_eval: expected one of {BN_EVAL_MODES}, got {bn_eval!r}")
+        self.bn_eval = bn_eval
         self.norm_bound = None if norm_bound is None else float(norm_bound)
         spec = encoder_spec(architecture, self.in_shape)
         self.spec = spec
@@ -154,14 +164,14 @@ class StoBatchNet(keras.Model):
             spec["filters"], spec["kernel_size"], strides=spec["strides"], padding="same",
             kernel_constraint=constraint, bias_initializer=keras.initializers.Constant(1e-4),
             name="encoder_conv")
-        self.encoder_bn = _bn(self.sync_bn, "encoder_bn")
+        self.encoder_bn = _bn(self.sync_bn, "encoder_bn", self.bn_momentum)
         self.encoder_clip = Clip(-1.0, 1.0, name="encoder_clip")  # §2.1: h1 in [-1, 1]
         self.latent_noise = LaplaceNoise(self.latent_scale, noise_mode="once",
                                          batch_divisor=self.batch_size,
                                          inference_fresh_scale=1.0 / self.psi,
                                          name="latent_noise")
         self.body = self._make_body()
-        self.h_pi_bn = _bn(self.sync_bn, "h_pi_bn")
+        self.h_pi_bn = _bn(self.sync_bn, "h_pi_bn", self.bn_momentum)
         self.h_pi_clip = Clip(-1.0, 1.0, name="h_pi_clip")  # §2.1: h_pi in [-1, 1]
         self.output_layer = keras.layers.Dense(self.num_classes, use_bias=False,
                                                name="output")  # §7 A17: no output bias
@@ -182,10 +192,10 @@ class StoBatchNet(keras.Model):
                     keras.layers.Dense(units, use_bias=False, name="dense_h_pi")]
         if a == "cifar10":  # §4.3 rows 3-7 (the concat with n1 is handled in _body)
             return [keras.layers.Conv2D(128, 5, padding="same", activation="relu", name="c2"),
-                    _bn(sync, "bn_concat"),
+                    _bn(sync, "bn_concat", self.bn_momentum),
                     keras.layers.Conv2D(256, 5, padding="same", activation="relu",
                                         name="conv3"),
-                    _bn(sync, "bn3"),
+                    _bn(sync, "bn3", self.bn_momentum),
                     keras.layers.AveragePooling2D(2, 2, padding="same", name="pool"),
                     keras.layers.Flatten(name="flatten"),
                     keras.layers.Dense(units, use_bias=False, name="dense_h_pi")]
@@ -218,28 +228,38 @@ class StoBatchNet(keras.Model):
         if self.architecture == "cifar10":
             c2 = self.body[0](h)
             out = tf.concat([c2, h], axis=-1)
-            out = self.body[1](out, training=training)
+            out = self._norm(self.body[1], out, training)
             out = self.body[2](out)
-            out = self.body[3](out, training=training)
+            out = self._norm(self.body[3], out, training)
             for layer in self.body[4:]:
                 out = layer(out)
         elif self.architecture == "resnet18":
             out = h
             for blk in self.res_blocks:
-                pre = tf.nn.relu(blk["bn1"](out, training=training))
+                pre = tf.nn.relu(self._norm(blk["bn1"], out, training))
                 shortcut = blk["proj"](pre) if blk["proj"] is not None else out
                 r = blk["conv1"](pre)
-                r = blk["conv2"](tf.nn.relu(blk["bn2"](r, training=training)))
+                r = blk["conv2"](tf.nn.relu(self._norm(blk["bn2"], r, training)))
                 out = shortcut + r
-            out = tf.nn.relu(self.res_bn(out, training=training))
+            out = tf.nn.relu(self._norm(self.res_bn, out, training))
             for layer in self.body:
                 out = layer(out)
         else:
             out = h
             for layer in self.body:
                 out = layer(out)
-        out = self.h_pi_bn(out, training=training)
+        out = self._norm(self.h_pi_bn, out, training)
         return self.h_pi_clip(out)
+
+    def _norm(self, layer, h: tf.Tensor, training: bool) -> tf.Tensor:
+        """BN in training mode, or at inference with moving or (bn_eval="batch") batch moments."""
+        if training or self.bn_eval == "moving":
+            return layer(h, training=bool(training))
+        if not layer.built:
+            layer.build(h.shape)
+        axes = list(range(h.shape.rank - 1))
+        mean, var = tf.nn.moments(h, axes)
+        return tf.nn.batch_normalization(h, mean, var, layer.beta, layer.gamma, layer.epsilon)
 
     def build(self, input_shape: Any = None) -> None:
         shape = (None,) + self.in_shape
@@ -297,7 +317,7 @@ class StoBatchNet(keras.Model):
     def encode(self, x: tf.Tensor, training: bool) -> tf.Tensor:
         """h = clip(BN(ReLU(conv(x) + b1)), -1, 1) (§2.5 reference recipe)."""
         h = tf.nn.relu(self.encoder_conv(x))
-        return self.encoder_clip(self.encoder_bn(h, training=training))
+        return self.encoder_clip(self._norm(self.encoder_bn, h, training))
 
     def reconstruct(self, h_bar: tf.Tensor) -> tf.Tensor:
         """Tied decoder logits z shaped like the input (§2.5): upsample, conv W1^T, ReLU."""
@@ -343,4 +363,5 @@ class StoBatchNet(keras.Model):
                 "architecture": self.architecture, "batch_size": self.batch_size,
                 "input_scale": self.input_scale, "latent_scale": self.latent_scale,
                 "psi": self.psi, "hidden_units": self.hidden_units, "sync_bn": self.sync_bn,
-                "norm_bound": self.norm_bound, "name": self.name}
+                "norm_bound": self.norm_bound, "bn_momentum": self.bn_momentum, "bn_eval": self.bn_eval,
+                "name": self.name}

@@ -86,6 +86,13 @@ flags.DEFINE_string("stobatch_bn_stats", "global",
                     "StoBatch: BN grouping: global (synchronized BN) or per_microbatch.")
 flags.DEFINE_float("stobatch_ae_learning_rate", None,
                    "StoBatch: Adam learning rate of theta1 (default --learning_rate).")
+flags.DEFINE_float("stobatch_bn_momentum", 0.99,
+                   "StoBatch: momentum of the BN moving statistics (used at inference and by "
+                   "the training attacks; short runs need a smaller value).")
+flags.DEFINE_string("stobatch_bn_eval", "moving",
+                    "StoBatch: BN at inference and in the training attacks: moving [rec] or batch "
+                    "(statistics of the evaluated batch; the reference code's MNIST/CIFAR-10 "
+                    "inference, spec §2.11).")
 flags.DEFINE_string("stobatch_ae_optimizer", "adam",
                     "StoBatch: optimizer of theta1, adam (reference code) or sgd.")
 flags.DEFINE_string("stobatch_noise_term", "linear",
@@ -256,6 +263,8 @@ class StoBatch(Method):
         self.ae_lr = float(config.learning_rate if ae_lr is None else ae_lr)
         self.noise_term = opts.get("stobatch_noise_term", "linear")
         self.ae_optimizer_name = opts.get("stobatch_ae_optimizer", "adam")
+        self.bn_momentum = float(opts.get("stobatch_bn_momentum", 0.99))
+        self.bn_eval = opts.get("stobatch_bn_eval", "moving")
         self.num_draws = int(opts.get("stobatch_num_draws", 2000))
         self.delta_rx_mode = opts.get("stobatch_delta_rx_mode", "unit")
         self.radius_divisor = float(opts.get("stobatch_radius_divisor", 1.0))
@@ -289,6 +298,9 @@ class StoBatch(Method):
                             ("stobatch_radius_divisor", self.radius_divisor)):
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"--{name}: expected a finite number > 0, got {value!r}")
+        if not 0.0 <= self.bn_momentum < 1.0:
+            raise ValueError(f"--stobatch_bn_momentum: expected a number in [0, 1), got "
+                             f"{self.bn_momentum!r}")
         if not (math.isfinite(self.xi) and self.xi >= 0):
             raise ValueError(f"--stobatch_xi: expected a finite number >= 0, got {self.xi!r}")
         for name, value, allowed in (
@@ -297,6 +309,7 @@ class StoBatch(Method):
                 ("stobatch_norm_mode", self.norm_mode, NORM_MODES),
                 ("stobatch_noise_term", self.noise_term, NOISE_TERMS),
                 ("stobatch_ae_optimizer", self.ae_optimizer_name, ("adam", "sgd")),
+                ("stobatch_bn_eval", self.bn_eval, models.BN_EVAL_MODES),
                 ("stobatch_delta_rx_mode", self.delta_rx_mode, ("unit", "mu_a", "mu_train")),
                 ("stobatch_architecture", self.architecture,
                  ("auto",) + models.ARCHITECTURES)):
@@ -397,7 +410,8 @@ class StoBatch(Method):
             batch_size=self.m, input_scale=b.delta_r / b.eps1,
             latent_scale=2.0 * b.delta_r / b.eps1, psi=self.psi,
             hidden_units=self.hidden_units, sync_bn=self.bn_stats == "global",
-            norm_bound=bound, name="stobatch")
+            norm_bound=bound, bn_momentum=self.bn_momentum,
+            bn_eval=self.bn_eval, name="stobatch")
         model.build((None,) + tuple(input_shape))
         model.encoder_conv.kernel.assign(self._theta1_0)
         model.set_noise(self._noise["chi1"], self._noise["chi2"], self.draw_chi3(num_classes))
