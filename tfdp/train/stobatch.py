@@ -231,6 +231,11 @@ def add_ledger_entries(ledger, budget: Budget) -> None:
                      f"{b.to_dict()['theorem4_total_with_a22']:.6g} (spec §7 A22)."))
 
 
+def draw_laplace(rng: np.random.Generator, scale: float, shape) -> np.ndarray:
+    """[Lap(scale)]^shape from the host RNG, as float32 (the generator of chi1, chi2, chi3)."""
+    return rng.laplace(0.0, float(scale), size=tuple(shape)).astype(np.float32)
+
+
 def _default_architecture(input_shape) -> str:
     h, w, c = (int(v) for v in input_shape)
     if c == 1:
@@ -366,8 +371,8 @@ class StoBatch(Method):
                                    hidden_units=self.hidden_units)
         b = self.budget
         # §2.2: chi1, chi2 ~ Lap(Delta_R/eps1), chi3 ~ Lap(Delta_L2/eps2), each drawn ONCE
-        chi1 = rng.laplace(0.0, b.delta_r / b.eps1, size=input_shape).astype(np.float32)
-        chi2 = rng.laplace(0.0, b.delta_r / b.eps1, size=spec["h1_shape"]).astype(np.float32)
+        chi1 = draw_laplace(rng, b.delta_r / b.eps1, input_shape)
+        chi2 = draw_laplace(rng, b.delta_r / b.eps1, spec["h1_shape"])
         # chi3's shape needs K, known when the model is built: its draw uses a seed taken
         # from the same seeded stream now, so it is still one host draw fixed by the run key.
         self._chi3_seed = int(rng.integers(0, 2**63 - 1))
@@ -382,8 +387,7 @@ class StoBatch(Method):
         """chi3 ~ Lap(Delta_L2/eps2)^{|h_pi| x K} (§2.2, §7 A25) from the seed set in setup."""
         b = self.budget
         rng = np.random.default_rng(self._chi3_seed)
-        return rng.laplace(0.0, b.delta_l2 / b.eps2,
-                           size=(self.hidden_units, int(num_classes))).astype(np.float32)
+        return draw_laplace(rng, b.delta_l2 / b.eps2, (self.hidden_units, int(num_classes)))
 
     # ------------------------------------------------------------------ model and state
 
@@ -464,6 +468,28 @@ class StoBatch(Method):
             return model.forward(x, training=False, input_noise=False, latent_noise=True)
         return fn
 
+    def craft_adversarial(self, model, xs: tf.Tensor, mu: tf.Tensor, positions: tf.Tensor,
+                          start_noise: tf.Tensor) -> tf.Tensor:
+        """x_bar_adv from the adversarial-source rows at global `positions` (§2.6).
+
+        Takes no labels: the attacks move away from the model's own predictions, so the
+        true labels are never read while crafting (Eq. 7-8, no label leaking). The attack
+        of each row (I-FGSM, MIM, Madry) follows from its position (the fixed 3-way split).
+
+        Args:
+            model: the StoBatchNet.
+            xs: perturbed inputs x_bar of the rows.
+            mu: the step's attack size mu_t (scalar).
+            positions: the rows' positions in the adversarial-source batch of m.
+            start_noise: uniform [-1, 1] values shaped like xs for Madry's random start.
+
+        Returns:
+            Adversarial examples (projected onto the mu-ball around xs, not range-clipped).
+        """
+        ids = attack_graph.ensemble_ids(positions, self.m)
+        return attack_graph.craft(self._attack_logits(model), xs, mu, attack_ids=ids,
+                                  nb_iter=self.attack_iters, start_noise=start_noise)
+
     def chi3_term_gradient(self, model) -> tuple:
         """This replica's share of the chi3 term and its gradient w.r.t. W_pi.
 
@@ -498,7 +524,9 @@ class StoBatch(Method):
         sums = {k: tf.constant(0.0) for k in ("loss", "ae_loss", "l1", "l2", "accuracy",
                                               "adv_linf")}
         mu_log = tf.constant(0.0)
-        attack_fn = self._attack_logits(model)
+        # Craft every adversarial micro-batch first, all against the parameters and BN
+        # statistics at the start of the step (as R M replicas would).
+        parts = []
         for t in range(n_tr):
             base = 2 * m * t
             # §3.5 item 6: mu_t from the step seed, identical on every replica
@@ -514,42 +542,40 @@ class StoBatch(Method):
                 xb, yb = x[base + lo:base + hi], y[base + lo:base + hi]
                 xs, ys = x[base + m + lo:base + m + hi], y[base + m + lo:base + m + hi]
                 pos = tf.range(lo, hi)
-                ids = attack_graph.ensemble_ids(pos, m)
-                # labels are never read while crafting: predicted labels only (§2.6)
-                xa = attack_graph.craft(attack_fn, xs, mu, attack_ids=ids,
-                                        nb_iter=self.attack_iters,
-                                        start_noise=tf.gather(start_all, pos))
-                yb1 = tf.one_hot(tf.cast(yb, tf.int32), self.num_classes)
-                ys1 = tf.one_hot(tf.cast(ys, tf.int32), self.num_classes)
-                with tf.GradientTape(persistent=True) as tape:
-                    hb = model.encode(xb, True) + lat
-                    ha = model.encode(xa, True) + lat
-                    # Eq. 6 on the benign and the adversarial batch (Alg. 1 line 12)
-                    r_bar = (losses.stobatch_reconstruction_loss(model.reconstruct(hb), xb)
-                             + losses.stobatch_reconstruction_loss(model.reconstruct(ha), xa))
-                    r_bar = r_bar / float(m * n_tr)
-                    # theta2 never back-propagates into theta1 (§3.5 item 10)
-                    zb = model.classify(tf.stop_gradient(hb), True)
-                    za = model.classify(tf.stop_gradient(ha), True)
-                    tb = losses.stobatch_taylor_loss(zb, yb1, reduction="sum")
-                    ta = losses.stobatch_taylor_loss(za, ys1, reduction="sum")
-                    l_bar = (tb + xi * ta) / float(m * (1.0 + xi) * n_tr)  # Eq. 9
-                for acc, grads in ((g1, tape.gradient(r_bar, theta1)),
-                                   (g2, tape.gradient(l_bar, theta2))):
-                    for i, gr in enumerate(grads):
-                        if gr is not None:
-                            acc[i] = acc[i] + gr
-                del tape
-                sums["loss"] += l_bar
-                sums["ae_loss"] += r_bar
-                sums["l1"] += (tf.reduce_sum(tf.nn.relu(zb) - tf.abs(zb) / 2 + zb ** 2 / 8)
-                               / float(m * n_tr))
-                sums["l2"] += tf.reduce_sum(zb * yb1) / float(m * n_tr)
-                sums["accuracy"] += tf.reduce_sum(tf.cast(tf.equal(
-                    tf.argmax(zb, 1, output_type=tf.int64), tf.cast(yb, tf.int64)),
-                    tf.float32)) / float(m * n_tr)
-                sums["adv_linf"] += tf.reduce_sum(tf.reduce_max(
-                    tf.abs(tf.reshape(xa - xs, [tf.shape(xs)[0], -1])), 1)) / float(m * n_tr)
+                xa = self.craft_adversarial(model, xs, mu, pos, tf.gather(start_all, pos))
+                parts.append((xb, yb, xs, ys, xa))
+        for xb, yb, xs, ys, xa in parts:  # one micro-batch's gradients each
+            yb1 = tf.one_hot(tf.cast(yb, tf.int32), self.num_classes)
+            ys1 = tf.one_hot(tf.cast(ys, tf.int32), self.num_classes)
+            with tf.GradientTape(persistent=True) as tape:
+                hb = model.encode(xb, True) + lat
+                ha = model.encode(xa, True) + lat
+                # Eq. 6 on the benign and the adversarial batch (Alg. 1 line 12)
+                r_bar = (losses.stobatch_reconstruction_loss(model.reconstruct(hb), xb)
+                         + losses.stobatch_reconstruction_loss(model.reconstruct(ha), xa))
+                r_bar = r_bar / float(m * n_tr)
+                # theta2 never back-propagates into theta1 (§3.5 item 10)
+                zb = model.classify(tf.stop_gradient(hb), True)
+                za = model.classify(tf.stop_gradient(ha), True)
+                # Eq. 9 with the global normaliser m (1 + xi) N_tr (§3.5 item 4)
+                l_bar = losses.stobatch_adversarial_objective(zb, yb1, za, ys1, xi=xi,
+                                                              m=m * n_tr)
+            for acc, grads in ((g1, tape.gradient(r_bar, theta1)),
+                               (g2, tape.gradient(l_bar, theta2))):
+                for i, gr in enumerate(grads):
+                    if gr is not None:
+                        acc[i] = acc[i] + gr
+            del tape
+            sums["loss"] += l_bar
+            sums["ae_loss"] += r_bar
+            sums["l1"] += (tf.reduce_sum(tf.nn.relu(zb) - tf.abs(zb) / 2 + zb ** 2 / 8)
+                           / float(m * n_tr))
+            sums["l2"] += tf.reduce_sum(zb * yb1) / float(m * n_tr)
+            sums["accuracy"] += tf.reduce_sum(tf.cast(tf.equal(
+                tf.argmax(zb, 1, output_type=tf.int64), tf.cast(yb, tf.int64)),
+                tf.float32)) / float(m * n_tr)
+            sums["adv_linf"] += tf.reduce_sum(tf.reduce_max(
+                tf.abs(tf.reshape(xa - xs, [tf.shape(xs)[0], -1])), 1)) / float(m * n_tr)
         noise_term, g_noise = self.chi3_term_gradient(model)
         w_pi = model.output_layer.kernel
         idx = [i for i, v in enumerate(theta2) if v is w_pi][0]
