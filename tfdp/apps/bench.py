@@ -16,6 +16,7 @@ BENCHMARKS = {
     "layers": "tfdp.bench.layers",
     "gpm": "tfdp.bench.gpm",
     "certify": "tfdp.bench.certify",
+    "stobatch": "tfdp.bench.stobatch",
 }
 
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the result as JSON to this file.")
