@@ -177,3 +177,20 @@ def test_bad_batch_and_replica_counts_before_training(tmp_path):
     with pytest.raises(ValueError, match="per_microbatch"):  # 9 is not divisible by 2
         loop.train(stobatch.StoBatch(cfg), data, strategy=loop.cpu_mirrored_strategy(),
                    verbose=0)
+
+
+def test_first_layer_norms_and_projection():
+    # §8.1 item 6: hand-made 2x3 matrix (fan_in 2, C_out 3), viewed as a 1x1 conv kernel
+    w = np.array([[1.0, -2.0, 0.5], [-0.25, 3.0, 1.0]])
+    norms = models.first_layer_norms(w.reshape(1, 1, 2, 3))
+    assert norms["l1_rows"] == pytest.approx(4.25)  # l1 -> l1 of x -> W^T x: max row sum
+    assert norms["l1_cols"] == pytest.approx(5.0)   # max column sum
+    assert norms["spectral"] == pytest.approx(np.linalg.svd(w, compute_uv=False)[0])
+    import keras
+    layer = keras.layers.Conv2D(3, 1, use_bias=False, kernel_constraint=models.RowL1Bound(4.25))
+    layer.build((None, 4, 4, 2))
+    layer.kernel.assign(w.reshape(1, 1, 2, 3).astype(np.float32))
+    opt = keras.optimizers.SGD(1.0)
+    opt.apply_gradients([(-np.ones((1, 1, 2, 3), np.float32), layer.kernel)])  # would exceed
+    after = models.first_layer_norms(layer.kernel.numpy())
+    assert after["l1_rows"] <= 4.25 + 1e-5
