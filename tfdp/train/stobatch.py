@@ -11,9 +11,9 @@ The loop hands each step one fixed block of 2 m N_tr examples (`batch_schedule` 
 the blocks are drawn once with the run's seed and visited in a fresh order every epoch).
 Block t of the step is local trainer t's fixed pair: positions [0, m) are its benign batch
 B_i1, positions [m, 2m) its adversarial-source batch B_i2 (Alg. 4, pairing
-"alg4_fixed_pairs"). Inside `strategy.run` every replica gathers the block (all_gather of
-the uneven shards the loop distributed) and takes its own contiguous, UNPADDED slices of both
-roles: with R replicas and M micro-batches per replica, slice g = r M + j of a role holds
+"alg4_fixed_pairs"). Inside `strategy.run` every replica gathers the block (exact SUM
+all-reduces of the uneven shards the loop distributed) and takes its own contiguous,
+UNPADDED slices of both roles: with R replicas and M micro-batches per replica, slice g = r M + j of a role holds
 positions [g m / (R M), (g + 1) m / (R M)). So:
 
 - the benign / adversarial roles, the 3-way attack split (I-FGSM, MIM, Madry by position in
@@ -512,8 +512,7 @@ class StoBatch(Method):
         ctx = tf.distribute.get_replica_context()
         num_rep = int(ctx.num_replicas_in_sync)
         if num_rep > 1:  # the global block, in the loop's order (contiguous uneven shards)
-            x = ctx.all_gather(x, axis=0)
-            y = ctx.all_gather(y, axis=0)
+            x, y = _gather_block(ctx, x, y)
         rid = tf.cast(replica.replica_id(), tf.int64)
         m, micro, n_tr, xi = self.m, self.micro, self.n_tr, self.xi
         groups = num_rep * micro
@@ -588,6 +587,29 @@ class StoBatch(Method):
         on_first = tf.cast(replica.is_first_replica(), tf.float32)
         out["mu_t"] = mu_log / float(n_tr) * on_first
         return out
+
+
+def _gather_block(ctx, x: tf.Tensor, y: tf.Tensor) -> tuple:
+    """Every replica's shard concatenated in replica order, on every replica.
+
+    Built from SUM all-reduces (each replica writes its rows at its offset into zeros), which
+    is exact and works under MultiWorkerMirroredStrategy, where `all_gather` of these uneven
+    shards fails in this TensorFlow version.
+    """
+    num_rep = int(ctx.num_replicas_in_sync)
+    rid = tf.cast(ctx.replica_id_in_sync_group, tf.int32)
+    n = tf.shape(x)[0]
+    sizes = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                           tf.one_hot(rid, num_rep, dtype=tf.float32) * tf.cast(n, tf.float32))
+    sizes = tf.cast(tf.round(sizes), tf.int32)
+    offset = tf.reduce_sum(sizes[:rid])
+    total = tf.reduce_sum(sizes)
+    index = (offset + tf.range(n))[:, None]
+    full_x = tf.scatter_nd(index, x, tf.concat([[total], tf.shape(x)[1:]], 0))
+    full_y = tf.scatter_nd(index, tf.cast(y, tf.float32), [total])
+    full_x = ctx.all_reduce(tf.distribute.ReduceOp.SUM, full_x)
+    full_y = ctx.all_reduce(tf.distribute.ReduceOp.SUM, full_y)
+    return full_x, tf.cast(tf.round(full_y), y.dtype)
 
 
 def _chief() -> bool:
