@@ -26,8 +26,8 @@ assertions after the attack).
 
 from __future__ import annotations
 
-import collections
 import math
+import weakref
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -38,8 +38,11 @@ from cleverhans.tf2.utils import clip_eta, compute_gradient, optimize_linear
 ATTACKS = ("fgsm", "ifgsm", "mim", "madry")
 ModelFn = Callable[[tf.Tensor], tf.Tensor]
 
+# Compiled attacks per model function, keyed by the function object itself (never by its id,
+# which a new object can reuse). The compiled graphs close over their model function, so the
+# table is bounded and cleared when it grows past _CACHE_SIZE functions.
 _CACHE_SIZE = 64
-_cache: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+_cache: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 _TOLERANCE = 1e-5  # float32 slack for the post-attack ball / range assertions
 
 
@@ -301,13 +304,17 @@ def ensemble(model_fn: ModelFn, x: Any, *, rng: Any, max_eps: float = 1.0,
 def _compiled(name: str, model_fn: ModelFn, norm: float, nb_iter: int, clip_min: float,
               clip_max: float, decay: float, rand_init: bool, eot_draws: int,
               has_labels: bool) -> Callable:
-    """Returns a cached tf.function for one attack configuration."""
-    key = (name, id(model_fn), norm, nb_iter, clip_min, clip_max, decay, rand_init,
-           eot_draws, has_labels)
-    hit = _cache.get(key)
-    if hit is not None and hit[0] is model_fn:
-        _cache.move_to_end(key)
-        return hit[1]
+    """Returns a tf.function for one attack configuration (cached per live model_fn)."""
+    key = (name, norm, nb_iter, clip_min, clip_max, decay, rand_init, eot_draws, has_labels)
+    try:
+        if model_fn not in _cache and len(_cache) >= _CACHE_SIZE:
+            _cache.clear()
+        per_fn = _cache.setdefault(model_fn, {})
+    except TypeError:  # not weakly referenceable: compile without caching
+        per_fn = {}
+    hit = per_fn.get(key)
+    if hit is not None:
+        return hit
     norm_v = np.inf if math.isinf(norm) else int(norm)
     model, loss_fn = _eot_wrap(model_fn, eot_draws)
 
@@ -331,9 +338,7 @@ def _compiled(name: str, model_fn: ModelFn, norm: float, nb_iter: int, clip_min:
         return _assert_valid(x, adv, eps, norm_v, clip_min, clip_max)
 
     fn = tf.function(attack, reduce_retracing=True)
-    _cache[key] = (model_fn, fn)
-    while len(_cache) > _CACHE_SIZE:
-        _cache.popitem(last=False)
+    per_fn[key] = fn
     return fn
 
 

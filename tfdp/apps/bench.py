@@ -17,6 +17,7 @@ BENCHMARKS = {
     "gpm": "tfdp.bench.gpm",
     "certify": "tfdp.bench.certify",
     "export": "tfdp.bench.export",
+    "stobatch": "tfdp.bench.stobatch",
 }
 
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the result as JSON to this file.")

@@ -5,5 +5,6 @@ from tfdp.models.common import mlp, small_cnn
 # `import tfdp.models` is enough to load any saved tfdp model.
 from tfdp.models import adlm  # noqa: F401  pylint: disable=unused-import
 from tfdp.models import hgm  # noqa: F401  pylint: disable=unused-import
+from tfdp.models import stobatch  # noqa: F401  pylint: disable=unused-import
 
 __all__ = ["mlp", "small_cnn"]

@@ -1,0 +1,158 @@
+"""Benchmark `tfdp-bench stobatch`: one StoBatch step vs. plain adversarial training.
+
+Candidate: one StoBatch training step (`tfdp.train.stobatch.StoBatch.train_step`: the
+ensemble attack on the adversarial-source batch, the auto-encoder objective with its own
+optimizer, the Taylor objective of Eq. 9 and the chi3 term). Reference: the same network's
+plain (non-private) adversarial-training step with the same attacks (same batched loop,
+same T_mu, same 2m examples), softmax cross-entropy on the benign and adversarial batches
+and one optimizer for all weights. Ratio = median candidate time / median reference time
+(target <= 1.15).
+
+Also reported, without a target on CPU: the StoBatch step on a two-replica MirroredStrategy
+over two logical CPUs against the single-device step.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+from absl import flags
+
+TARGET_RATIO = 1.15
+
+# Two logical CPUs for the mirrored comparison; must happen before TF initialises devices.
+try:
+    tf.config.set_logical_device_configuration(
+        tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+except RuntimeError:  # already initialised (e.g. imported after other TF work)
+    pass
+
+_M = flags.DEFINE_integer("stobatch_bench_m", 300, "DP batch size m of the benchmark step.")
+_ITERS = flags.DEFINE_integer("stobatch_bench_attack_iters", 3, "T_mu of the benchmark step.")
+_REPEATS = flags.DEFINE_integer("stobatch_bench_repeats", 5,
+                                "Interleaved repetitions per variant (median reported).")
+_SEED = flags.DEFINE_integer("stobatch_bench_seed", 0, "Seed of data, weights and noise.")
+
+
+def _method(m: int, iters: int, seed: int):
+    from tfdp import accounting  # pylint: disable=import-outside-toplevel
+    from tfdp.train import base, stobatch  # pylint: disable=import-outside-toplevel
+    cfg = base.TrainConfig(method="stobatch", dataset="synthetic", model_dir="/nonexistent",
+                           batch_size=m, learning_rate=1e-3, seed=seed, epsilon=1.0,
+                           options={"stobatch_architecture": "mnist",
+                                    "stobatch_attack_iters": iters})
+    method = stobatch.StoBatch(cfg)
+    method.validate()
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, (2 * m, 28, 28, 1)).astype(np.float32)
+    y = rng.integers(0, 10, 2 * m)
+    method.setup(x, y, accounting.PrivacyLedger(), rng)
+    return method, x, y
+
+
+def _stobatch_step(strategy, m: int, iters: int, seed: int) -> Callable[[], None]:
+    import keras  # pylint: disable=import-outside-toplevel
+    from tfdp.train import loop, replica  # pylint: disable=import-outside-toplevel
+    method, x, y = _method(m, iters, seed)
+    with strategy.scope():
+        model = method.build_model((28, 28, 1), 10)
+        opt = keras.optimizers.Adam(1e-3)
+        opt.build(model.trainable_variables)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(2 * m).repeat()
+    batch = next(iter(strategy.experimental_distribute_dataset(ds)))
+    del loop
+
+    @tf.function
+    def step():
+        def fn(xb, yb):
+            with replica.step_context(tf.constant([seed, 1], tf.int64)):
+                return method.train_step(model, opt, xb, yb, 2 * m)["loss"]
+        return strategy.run(fn, args=batch)
+
+    return lambda: step()
+
+
+def _plain_step(m: int, iters: int, seed: int) -> Callable[[], None]:
+    import keras  # pylint: disable=import-outside-toplevel
+    from attacks import graph  # pylint: disable=import-outside-toplevel
+    method, x, y = _method(m, iters, seed)
+    model = method.build_model((28, 28, 1), 10)
+    opt = keras.optimizers.Adam(1e-3)
+    opt.build(model.trainable_variables)
+    xb, yb = tf.constant(x[:m]), tf.constant(y[:m])
+    xs, ys = tf.constant(x[m:]), tf.constant(y[m:])
+    ids = graph.ensemble_ids(tf.range(m), m)
+    start = tf.random.stateless_uniform(xs.shape, [seed, 2], -1.0, 1.0)
+
+    def logits(v, training):
+        return model.forward(v, training=training, latent_noise=False)
+
+    @tf.function
+    def step():
+        xa = graph.craft(lambda v: logits(v, False), xs, 0.3, attack_ids=ids, nb_iter=iters,
+                         start_noise=start)
+        with tf.GradientTape() as tape:
+            loss = (tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                yb, logits(xb, True))) + tf.reduce_mean(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(ys, logits(xa, True))))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return lambda: step()
+
+
+def _time(fn: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    out = fn()
+    for t in tf.nest.flatten(out, expand_composites=True):
+        t.numpy()  # wait for the step to finish
+    return time.perf_counter() - t0
+
+
+def run(**overrides) -> dict:
+    """Runs the benchmark; returns the result dict (ratio, target, timings)."""
+    from tfdp.train import loop  # pylint: disable=import-outside-toplevel
+    m = int(overrides.get("m", _M.value))
+    iters = int(overrides.get("attack_iters", _ITERS.value))
+    repeats = int(overrides.get("repeats", _REPEATS.value))
+    seed = int(overrides.get("seed", _SEED.value))
+    variants = {
+        "plain_adversarial": _plain_step(m, iters, seed),
+        "stobatch": _stobatch_step(tf.distribute.get_strategy(), m, iters, seed),
+    }
+    mirrored = None
+    if len(tf.config.list_logical_devices("CPU")) >= 2:
+        mirrored = loop.cpu_mirrored_strategy()
+        variants["stobatch_mirrored_2"] = _stobatch_step(mirrored, m, iters, seed)
+    for fn in variants.values():  # trace and warm up
+        _time(fn)
+    times = {k: [] for k in variants}
+    for _ in range(repeats):
+        for k, fn in variants.items():
+            times[k].append(_time(fn))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    result = {
+        "benchmark": "stobatch",
+        "reference": "plain adversarial-training step (same network, attacks, T_mu, 2m examples)",
+        "candidate": "StoBatch training step (ensemble attack, auto-encoder, Eq. 9, chi3 term)",
+        "ratio": med["stobatch"] / med["plain_adversarial"],
+        "target": TARGET_RATIO,
+        "meets_target": med["stobatch"] / med["plain_adversarial"] <= TARGET_RATIO,
+        "seconds_median": med,
+        "seconds_all": times,
+        "m": m, "attack_iters": iters, "repeats": repeats,
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                    "tensorflow": tf.__version__},
+    }
+    if mirrored is not None:
+        result["mirrored_2_over_single"] = med["stobatch_mirrored_2"] / med["stobatch"]
+        result["mirrored_note"] = ("two logical CPUs of one machine share its cores; "
+                                   "reported without a target")
+    return result
