@@ -389,7 +389,7 @@ def _config_dict(method: Method, data: Data, strategy, optimizer: str, num_train
         "value_range": list(cfg.value_range), "input_shape": list(data.input_shape),
         "num_classes": int(data.num_classes), "seed": cfg.seed,
         "seed_source": "flag" if cfg.seed is not None else "os_entropy",
-        "certification": method.certification_config(),
+        "certification": None,  # filled in after setup (it may depend on setup's results)
         "epochs": cfg.epochs, "batch_size": cfg.batch_size,
         "learning_rate": cfg.learning_rate, "optimizer": optimizer,
         "epsilon": cfg.epsilon, "delta": cfg.delta,
