@@ -34,8 +34,50 @@ def _check_nonneg_float(value: Any, name: str, *, positive: bool = False) -> flo
     return checks.check_finite(value, name, minimum=0.0, strict=positive)
 
 
-def _check_scale(scale: Any, name: str) -> np.ndarray:
-    return checks.check_nonnegative_array(scale, name, allow_empty=False)
+def _check_scale(scale: Any, name: str, allow_zero: Any = False) -> np.ndarray:
+    """A noise scale as float64: numbers or numeric arrays only (no strings or bools).
+
+    The calibrators of tfdp.mechanisms accept the same types; a zero entry is refused unless
+    `allow_zero` (a non-private ablation) is set explicitly.
+    """
+    if isinstance(scale, (bool, np.bool_, str, bytes)):
+        raise ValueError(f"{name} must be a number or a numeric array, got {scale!r}")
+    if isinstance(scale, (np.ndarray, list, tuple)):
+        kind = np.asarray(scale).dtype.kind
+        if kind not in "iuf":
+            raise ValueError(f"{name} must be a number or a numeric array, got an array of "
+                             f"dtype {np.asarray(scale).dtype}")
+    arr = checks.check_nonnegative_array(scale, name, allow_empty=False)
+    if not _check_allow_zero(allow_zero) and np.any(arr == 0.0):
+        raise ValueError(f"{name} has a zero entry: the layer would add no noise there; pass "
+                         f"allow_zero=True for a deliberate non-private ablation")
+    return arr
+
+
+def _check_allow_zero(allow_zero: Any) -> bool:
+    if not isinstance(allow_zero, (bool, np.bool_)):
+        raise ValueError(f"allow_zero must be a bool, got {allow_zero!r}")
+    return bool(allow_zero)
+
+
+def _check_float32_scale(scale: np.ndarray, name: str, allow_zero: bool) -> None:
+    """Refuses a final noise scale that overflows float32, or underflows to 0 there.
+
+    The noise is added in the input's precision (float32); a scale that is 0 or inf in
+    float32 would silently add no noise or destroy the signal.
+
+    Raises:
+        ValueError: naming `name`.
+    """
+    with np.errstate(over="ignore", under="ignore"):
+        s32 = scale.astype(np.float32)
+    if not np.all(np.isfinite(s32)):
+        raise ValueError(f"{name}: the noise scale overflows float32 (largest "
+                         f"{float(np.max(scale)):g}, after batch_divisor)")
+    if not allow_zero and np.any(s32 == 0.0):
+        raise ValueError(f"{name}: the noise scale underflows to 0 in float32 (smallest "
+                         f"{float(np.min(scale)):g}, after batch_divisor); pass "
+                         f"allow_zero=True for a deliberate non-private ablation")
 
 
 def _check_shared_axes(shared_axes: Any) -> tuple[int, ...]:
@@ -72,7 +114,9 @@ class _NoiseLayer(keras.layers.Layer):
                  inference_noise: bool = False, batch_divisor: float = 1.0,
                  shared_axes: Optional[Sequence[int]] = None,
                  inference_fresh_scale: float = 1.0, inference_fixed_noise: bool = True,
-                 input_bounds: Optional[Sequence[float]] = None, **kwargs: Any) -> None:
+                 input_bounds: Optional[Sequence[float]] = None, allow_zero: bool = False,
+                 **kwargs: Any) -> None:
+        self.allow_zero = _check_allow_zero(allow_zero)
         self.noise_mode = _check_mode(noise_mode)
         self.input_bounds = _check_bounds(input_bounds)
         self.seed = _check_seed(seed)
@@ -128,6 +172,8 @@ class _NoiseLayer(keras.layers.Layer):
         self._feature_shape = self._noise_feature_shape(input_shape)
         # AdLM Alg. 1 l.13 / StoBatch §2.3: the noise is divided by |L| (m).
         scale = self._resolve_scale() / self.batch_divisor
+        _check_float32_scale(np.asarray(scale, dtype=np.float64), self._scale_arg,
+                             self.allow_zero)
         self._noise_scale = np.ascontiguousarray(scale, dtype=np.float64)
         # Counter of fresh draws; every replica reads the same value, so per-batch noise is
         # shared by the global batch, and restoring a checkpoint resumes the stream.
@@ -148,9 +194,24 @@ class _NoiseLayer(keras.layers.Layer):
 
     # ------------------------------------------------------------------ sampling
 
-    def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
-        """Draws noise of `shape` with the layer's per-feature scale times `factor`."""
+    def _standard(self, shape: Any, seed: tf.Tensor) -> tf.Tensor:
+        """Unit-scale noise of `shape`, drawn in float64 (the tails the sampler audit checks)."""
         raise NotImplementedError
+
+    def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
+        """Draws noise of `shape` with the layer's per-feature scale times `factor`.
+
+        One stateless op draws the whole batch in float64 (as mechanisms.sampling does by
+        default, keeping the far tails a float32 draw truncates); the unit draw
+        is cast to the input's dtype and then multiplied by the per-feature scale held as a
+        constant of the feature shape (broadcast over the batch, never materialised).
+        """
+        dtype = tf.as_dtype(dtype)
+        z = tf.cast(self._standard(shape, seed), dtype)
+        scale = self._noise_scale * factor
+        if np.all(scale == scale.flat[0]):
+            return z * tf.constant(scale.flat[0], dtype=dtype)
+        return z * tf.constant(scale.astype(dtype.as_numpy_dtype))
 
     def _next_seed(self, tag: int, per_replica: bool) -> tf.Tensor:
         """A fresh stateless seed [2]; distinct per call, and per replica if asked."""
@@ -239,6 +300,7 @@ class _NoiseLayer(keras.layers.Layer):
             "inference_fresh_scale": self.inference_fresh_scale,
             "inference_fixed_noise": self.inference_fixed_noise,
             "input_bounds": None if self.input_bounds is None else list(self.input_bounds),
+            "allow_zero": self.allow_zero,
         })
         return config
 
@@ -287,21 +349,31 @@ class LaplaceNoise(_NoiseLayer):
             checks that every input lies in [low, high], the range the sensitivity bound
             assumes (AdLM Lemma 3, StoBatch §2.1); a violation raises
             tf.errors.InvalidArgumentError instead of being clipped silently.
+        allow_zero: accept a scale that is 0 (or underflows to 0 in float32 after
+            `batch_divisor`) somewhere, i.e. no noise there; only for a non-private ablation.
+            Without it such a scale, and any scale overflowing float32, raise ValueError.
         **kwargs: Keras layer arguments (name, dtype, ...).
 
     Raises:
         ValueError: on a bad argument, naming it.
     """
 
+    _scale_arg = "scale"
+
     def __init__(self, scale: Any, **kwargs: Any) -> None:
-        self.scale = _check_scale(scale, "scale")
+        self.scale = _check_scale(scale, "scale", kwargs.get("allow_zero", False))
         super().__init__(**kwargs)
 
     def _resolve_scale(self) -> np.ndarray:
         return self._check_scale_shape(self.scale, "scale")
 
-    def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
-        return mechanisms.tf_laplace(shape, self._noise_scale * factor, seed=seed, dtype=dtype)
+    def _standard(self, shape: Any, seed: tf.Tensor) -> tf.Tensor:
+        # Inverse CDF of Laplace(0, 1) as in mechanisms.tf_laplace, float64 draws:
+        # x = -sign(u) log(1 - 2|u|), u ~ U(-1/2, 1/2).
+        u = tf.random.stateless_uniform(shape, seed=seed, minval=-0.5, maxval=0.5,
+                                        dtype=tf.float64)
+        mag = tf.minimum(2.0 * tf.abs(u), float(np.nextafter(1.0, 0.0)))
+        return -tf.sign(u) * tf.math.log1p(-mag)
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -324,15 +396,17 @@ class GaussianNoise(_NoiseLayer):
         ValueError: on a bad argument, naming it.
     """
 
+    _scale_arg = "stddev"
+
     def __init__(self, stddev: Any, **kwargs: Any) -> None:
-        self.stddev = _check_scale(stddev, "stddev")
+        self.stddev = _check_scale(stddev, "stddev", kwargs.get("allow_zero", False))
         super().__init__(**kwargs)
 
     def _resolve_scale(self) -> np.ndarray:
         return self._check_scale_shape(self.stddev, "stddev")
 
-    def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
-        return mechanisms.tf_gaussian(shape, self._noise_scale * factor, seed=seed, dtype=dtype)
+    def _standard(self, shape: Any, seed: tf.Tensor) -> tf.Tensor:
+        return tf.random.stateless_normal(shape, seed=seed, dtype=tf.float64)
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -363,8 +437,11 @@ class HeterogeneousGaussianNoise(_NoiseLayer):
         ValueError: on a bad argument, naming it.
     """
 
+    _scale_arg = "sigma"
+
     def __init__(self, sigma: float, r: Any = None, **kwargs: Any) -> None:
         self.sigma = _check_nonneg_float(sigma, "sigma")
+        _check_scale(self.sigma, "sigma", kwargs.get("allow_zero", False))
         if r is None:
             self.r = None
         else:
@@ -381,8 +458,8 @@ class HeterogeneousGaussianNoise(_NoiseLayer):
         std = mechanisms.heterogeneous_stddevs(sigma=self.sigma, r=self.r.reshape(-1))  # HGM Thm 3
         return np.asarray(std, dtype=np.float64).reshape(self._feature_shape)
 
-    def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
-        return mechanisms.tf_gaussian(shape, self._noise_scale * factor, seed=seed, dtype=dtype)
+    def _standard(self, shape: Any, seed: tf.Tensor) -> tf.Tensor:
+        return tf.random.stateless_normal(shape, seed=seed, dtype=tf.float64)
 
     def get_config(self) -> dict:
         config = super().get_config()
