@@ -16,6 +16,7 @@ BENCHMARKS = {
     "layers": "tfdp.bench.layers",
     "gpm": "tfdp.bench.gpm",
     "certify": "tfdp.bench.certify",
+    "dpsgd": "tfdp.bench.dpsgd",
 }
 
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the result as JSON to this file.")

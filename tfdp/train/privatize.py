@@ -13,9 +13,14 @@ from typing import Callable, Sequence
 import tensorflow as tf
 
 from tfdp import mechanisms
-from tfdp.train import replica
+from tfdp.train import ghost, replica
 
-CLIPPING_METHODS = ("vectorized",)
+# "vectorized": per-example gradients of the whole model (tf.vectorized_map).
+# "ghost": per-example norms from each layer's inputs and output gradients (Gram / "ghost
+#   norm"), then one re-weighted batched gradient; unsupported layers fall back per layer.
+# "auto": like "ghost", but each Dense / Conv2D layer takes the cheaper of the ghost norm and
+#   per-example kernel gradients from image patches.
+CLIPPING_METHODS = ("vectorized", "ghost", "auto")
 
 # A loss of one example: (model, x[None], y[None], training) -> (loss scalar, logits [1, K]).
 ExampleLoss = Callable[[tf.Tensor, tf.Tensor], tuple]
@@ -77,7 +82,10 @@ def clipped_gradient_sum(model, variables: Sequence[tf.Variable], x: tf.Tensor, 
     Args:
       model, variables, x, y, example_loss: as in `per_example_gradients`.
       l2_clip: clipping bound C > 0.
-      method: how per-example norms are computed; one of CLIPPING_METHODS.
+      method: how per-example norms are computed; one of CLIPPING_METHODS. All give the
+        same clipped sum up to float rounding (tests/train/test_privatize.py); "ghost" and
+        "auto" fall back to "vectorized" for models they do not support as a whole
+        (see `tfdp.train.ghost.plan_model`) and per layer for layers they do not support.
 
     Returns:
       (sums, losses, correct): clipped gradient sums (parameter shapes), per-example losses
@@ -88,6 +96,13 @@ def clipped_gradient_sum(model, variables: Sequence[tf.Variable], x: tf.Tensor, 
     """
     if method not in CLIPPING_METHODS:
         raise ValueError(f"method: expected one of {CLIPPING_METHODS}, got {method!r}")
+    if method != "vectorized":
+        out = ghost.clipped_gradient_sum(model, variables, x, y, example_loss, l2_clip,
+                                         method=method)
+        if out is not None:
+            return out
+        # The model as a whole is not supported (see ghost.plan_model): same result the
+        # slow way.
     grads, losses, correct = per_example_gradients(model, variables, x, y, example_loss)
     return clip_and_sum(grads, l2_clip), losses, correct
 
