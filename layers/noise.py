@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
-from typing import Any, Optional, Sequence
+import threading
+from typing import Any, Iterator, Optional, Sequence
 
 import keras
 import numpy as np
@@ -17,6 +19,34 @@ NOISE_MODES = ("per_example", "per_batch", "once")
 _TAG_FRESH = 1
 _TAG_ONCE = 2
 _TAG_INFERENCE = 3
+
+
+_EXAMPLE = threading.local()
+
+
+@contextlib.contextmanager
+def example_index_scope(index: Any) -> Iterator[None]:
+    """Keys fresh per-example noise by the example's position inside the block.
+
+    Per-example gradients are computed by calling the model on one example at a time
+    inside `tf.vectorized_map`; there a layer's seed is the same for every example, so
+    without this scope every example would get the SAME "fresh" draw. Inside the block,
+    per-example draws fold `index` (the example's position in the replica's batch, an int
+    tensor, loop-variant under vectorized_map) into the seed: per-record randomness keyed by
+    position, never by content. Per-batch and once-drawn noise are not affected.
+
+    Args:
+        index: the example's position (scalar int tensor).
+
+    Yields:
+        Nothing.
+    """
+    previous = getattr(_EXAMPLE, "index", None)
+    _EXAMPLE.index = index
+    try:
+        yield
+    finally:
+        _EXAMPLE.index = previous
 
 
 def _check_mode(noise_mode: Any) -> str:
@@ -223,6 +253,9 @@ class _NoiseLayer(keras.layers.Layer):
             if ctx is not None and ctx.num_replicas_in_sync > 1:
                 seed = tf.random.experimental.stateless_fold_in(
                     seed, tf.cast(ctx.replica_id_in_sync_group, tf.int64))
+            index = getattr(_EXAMPLE, "index", None)
+            if index is not None:
+                seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(index, tf.int64))
         self.draw_counter.assign_add(1)
         return seed
 

@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
+from layers import noise as noise_layers
 from tfdp import mechanisms
 from tfdp.train import ghost, replica
 
@@ -45,14 +46,17 @@ def per_example_gradients(model, variables: Sequence[tf.Variable], x: tf.Tensor,
     del model
 
     def one_example(args):
-        xi, yi = args
-        with tf.GradientTape() as tape:
+        xi, yi, index = args
+        # Fresh per-example noise layers key their draw by the example's position; without
+        # this every example of the batch would get the same draw (layers/noise.py).
+        with noise_layers.example_index_scope(index), tf.GradientTape() as tape:
             loss, logits = example_loss(xi[None], yi[None])
         correct = tf.cast(tf.equal(tf.argmax(logits[0], output_type=tf.int64),
                                    tf.cast(yi, tf.int64)), tf.float32)
         return tape.gradient(loss, variables), loss, correct
 
-    return tf.vectorized_map(one_example, (x, y))
+    index = tf.range(tf.shape(y)[0], dtype=tf.int64)
+    return tf.vectorized_map(one_example, (x, y, index))
 
 
 def clip_and_sum(per_example_grads: Sequence[tf.Tensor], l2_clip: float) -> list:
