@@ -23,6 +23,80 @@ _TAG_INFERENCE = 3
 
 _EXAMPLE = threading.local()
 
+# ---------------------------------------------------------------------------- unit draws
+#
+# The layers draw unit noise from raw 32-bit Philox words (one stateless op for the whole
+# batch) and transform them in float32. A float32 uniform has 24 bits, so its smallest
+# positive value would cut the tails at 5.8 sd (Gaussian, Box-Muller) or 17 b (Laplace);
+# these draws build each uniform from TWO words, u = (w0 + (w1 + 1/2) 2^-32) 2^-32 (about
+# 2^-65 at the smallest), which puts the tails at 9.5 sd and 44 b. That is beyond the
+# float64 samplers of tfdp.mechanisms.sampling: TensorFlow's normal sampler clamps its
+# uniform at 1e-7 in float64 too (tails stop at 5.7 sd) and the float64 Laplace inverse CDF
+# stops near 36 b; and it costs a fraction of a float64 transform.
+
+_TWO_M32 = 2.0 ** -32
+
+
+def _open_uniform(w0: tf.Tensor, w1: tf.Tensor) -> tf.Tensor:
+    """float32 uniform on (0, 1] from two uint32 words, resolution 2^-64 near 0."""
+    u = tf.cast(w0, tf.float32) * _TWO_M32 + (tf.cast(w1, tf.float32) + 0.5) * _TWO_M32 ** 2
+    return tf.minimum(u, 1.0)  # w0 near 2^32 rounds up to 1 in float32
+
+
+def unit_gaussian_from_words(words: tf.Tensor) -> tf.Tensor:
+    """Two N(0, 1) draws per row of three uint32 words ([m, 3] -> [m, 2]; Box-Muller).
+
+    Args:
+        words: uint32 tensor [m, 3]: words 0, 1 give the radius' uniform, word 2 the angle.
+
+    Returns:
+        float32 tensor [m, 2].
+    """
+    u = _open_uniform(words[:, 0], words[:, 1])
+    radius = tf.sqrt(tf.maximum(-2.0 * tf.math.log(u), 0.0))
+    angle = tf.cast(words[:, 2], tf.float32) * (2.0 * np.pi * _TWO_M32)
+    return tf.stack([radius * tf.cos(angle), radius * tf.sin(angle)], axis=1)
+
+
+def unit_laplace_from_words(words: tf.Tensor) -> tf.Tensor:
+    """One Laplace(0, 1) draw per row of two uint32 words ([m, 2] -> [m]).
+
+    |x| = -log(u) ~ Exp(1) with u uniform on (0, 1] from word 0 and the high 31 bits of
+    word 1; the sign is word 1's lowest bit.
+
+    Args:
+        words: uint32 tensor [m, 2].
+
+    Returns:
+        float32 tensor [m].
+    """
+    low = tf.bitwise.right_shift(words[:, 1], tf.constant(1, tf.uint32))
+    u = tf.minimum(tf.cast(words[:, 0], tf.float32) * _TWO_M32
+                   + (tf.cast(low, tf.float32) + 0.5) * _TWO_M32 * 2.0 ** -31, 1.0)
+    magnitude = tf.maximum(-tf.math.log(u), 0.0)
+    negative = tf.cast(tf.bitwise.bitwise_and(words[:, 1], tf.constant(1, tf.uint32)),
+                       tf.float32)
+    return magnitude * (1.0 - 2.0 * negative)
+
+
+def _words(count: tf.Tensor, per_draw: int, seed: tf.Tensor) -> tf.Tensor:
+    return tf.random.stateless_uniform(tf.stack([count, per_draw]), seed=seed, minval=None,
+                                       maxval=None, dtype=tf.uint32)
+
+
+def unit_gaussian(shape: Any, seed: tf.Tensor) -> tf.Tensor:
+    """N(0, 1) float32 noise of `shape` from one stateless op (see the module notes)."""
+    shape = tf.convert_to_tensor(shape, dtype=tf.int32)
+    n = tf.reduce_prod(shape)
+    pairs = unit_gaussian_from_words(_words((n + 1) // 2, 3, seed))
+    return tf.reshape(tf.reshape(pairs, [-1])[:n], shape)
+
+
+def unit_laplace(shape: Any, seed: tf.Tensor) -> tf.Tensor:
+    """Laplace(0, 1) float32 noise of `shape` from one stateless op (see the module notes)."""
+    shape = tf.convert_to_tensor(shape, dtype=tf.int32)
+    return tf.reshape(unit_laplace_from_words(_words(tf.reduce_prod(shape), 2, seed)), shape)
+
 
 @contextlib.contextmanager
 def example_index_scope(index: Any) -> Iterator[None]:
@@ -225,14 +299,14 @@ class _NoiseLayer(keras.layers.Layer):
     # ------------------------------------------------------------------ sampling
 
     def _standard(self, shape: Any, seed: tf.Tensor) -> tf.Tensor:
-        """Unit-scale noise of `shape`, drawn in float64 (the tails the sampler audit checks)."""
+        """Unit-scale float32 noise of `shape` (tails as far as the float64 samplers')."""
         raise NotImplementedError
 
     def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
         """Draws noise of `shape` with the layer's per-feature scale times `factor`.
 
-        One stateless op draws the whole batch in float64 (as mechanisms.sampling does by
-        default, keeping the far tails a float32 draw truncates); the unit draw
+        One stateless op draws the words for the whole batch (unit_gaussian /
+        unit_laplace: float32 arithmetic, tails beyond the float64 samplers'); the unit draw
         is cast to the input's dtype and then multiplied by the per-feature scale held as a
         constant of the feature shape (broadcast over the batch, never materialised).
         """
@@ -401,12 +475,7 @@ class LaplaceNoise(_NoiseLayer):
         return self._check_scale_shape(self.scale, "scale")
 
     def _standard(self, shape: Any, seed: tf.Tensor) -> tf.Tensor:
-        # Inverse CDF of Laplace(0, 1) as in mechanisms.tf_laplace, float64 draws:
-        # x = -sign(u) log(1 - 2|u|), u ~ U(-1/2, 1/2).
-        u = tf.random.stateless_uniform(shape, seed=seed, minval=-0.5, maxval=0.5,
-                                        dtype=tf.float64)
-        mag = tf.minimum(2.0 * tf.abs(u), float(np.nextafter(1.0, 0.0)))
-        return -tf.sign(u) * tf.math.log1p(-mag)
+        return unit_laplace(shape, seed)
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -439,7 +508,7 @@ class GaussianNoise(_NoiseLayer):
         return self._check_scale_shape(self.stddev, "stddev")
 
     def _standard(self, shape: Any, seed: tf.Tensor) -> tf.Tensor:
-        return tf.random.stateless_normal(shape, seed=seed, dtype=tf.float64)
+        return unit_gaussian(shape, seed)
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -492,7 +561,7 @@ class HeterogeneousGaussianNoise(_NoiseLayer):
         return np.asarray(std, dtype=np.float64).reshape(self._feature_shape)
 
     def _standard(self, shape: Any, seed: tf.Tensor) -> tf.Tensor:
-        return tf.random.stateless_normal(shape, seed=seed, dtype=tf.float64)
+        return unit_gaussian(shape, seed)
 
     def get_config(self) -> dict:
         config = super().get_config()

@@ -404,3 +404,41 @@ def test_zero_scale_entries_add_no_noise_only_there():
     out = layer(tf.zeros((500, 2)), training=True).numpy()
     np.testing.assert_array_equal(out[:, 0], 0.0)
     assert np.std(out[:, 1]) > 1.0  # Laplace(1) has sd sqrt(2)
+
+
+# ---------------------------------------------------------------- unit draws of the layers
+
+def test_unit_draw_tails_from_edge_words():
+    from layers import noise as noise_mod  # pylint: disable=import-outside-toplevel
+    top = 2**32 - 1
+    g = noise_mod.unit_gaussian_from_words(tf.constant([[0, 0, 0], [top, top, 0]],
+                                                       tf.uint32)).numpy()
+    # Smallest uniform ~2^-65: radius sqrt(2 * 65 ln 2) = 9.49 (beyond float64's 5.7 sd).
+    assert g[0, 0] == pytest.approx(np.sqrt(-2 * np.log(0.5 * 2.0**-64)), rel=1e-5)
+    assert g[1, 0] == 0.0 and np.all(np.isfinite(g))
+    lap = noise_mod.unit_laplace_from_words(tf.constant([[0, 0], [0, 1], [top, top - 1]],
+                                                        tf.uint32)).numpy()
+    assert lap[0] == pytest.approx(64 * np.log(2), rel=1e-5)  # 44.4 b
+    assert lap[1] == pytest.approx(-64 * np.log(2), rel=1e-5)
+    assert lap[2] == 0.0
+
+
+@pytest.mark.parametrize("which", ["gaussian", "laplace"])
+def test_unit_draws_are_standard(which):
+    from scipy import stats  # pylint: disable=import-outside-toplevel
+
+    from layers import noise as noise_mod  # pylint: disable=import-outside-toplevel
+    n = 400_000
+    draw = noise_mod.unit_gaussian if which == "gaussian" else noise_mod.unit_laplace
+    x = draw([n // 4, 4], tf.constant([7, 11], tf.int64)).numpy().reshape(-1).astype(np.float64)
+    dist = stats.norm() if which == "gaussian" else stats.laplace()
+    # KS at n = 4e5: the 1e-4 critical value is about 2.15 / sqrt(n) = 0.0034.
+    assert stats.kstest(x, dist.cdf).statistic < 2.15 / np.sqrt(n)
+    # Tail frequency beyond 3.5 sd (Laplace: 5 b): binomial count within 5 standard errors.
+    t = 3.5 if which == "gaussian" else 5.0
+    p = 2 * dist.sf(t)
+    assert abs(np.sum(np.abs(x) > t) - n * p) < 5 * np.sqrt(n * p)
+    # Neighbours (e.g. a Box-Muller pair) are uncorrelated: |r| < 5 / sqrt(n).
+    assert abs(np.corrcoef(x[:-1], x[1:])[0, 1]) < 5 / np.sqrt(n)
+    # Odd sizes are filled exactly.
+    assert draw([3, 5], tf.constant([1, 2], tf.int64)).shape == (3, 5)
