@@ -299,3 +299,33 @@ def test_bad_method_and_flag():
                       options={"dpsgd_clipping": "fast"})
     with pytest.raises(ValueError, match="--dpsgd_clipping"):
         dpsgd.DPSGD(cfg).validate()
+
+
+def test_mirrored_strategy_ghost_equals_vectorized():
+    from tfdp.train import loop  # pylint: disable=import-outside-toplevel
+    strategy = loop.cpu_mirrored_strategy()
+    with strategy.scope():
+        keras.utils.set_random_seed(8)
+        model = build_baseline_model("cnn", (10, 10, 1), 10)
+    x, y = _data((10, 10, 1), batch=8)
+    ds = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(8))
+    xb, yb = next(iter(ds))
+
+    def total(method):
+        @tf.function
+        def step(xr, yr):
+            def fn(xi, yi):
+                with replica.step_context(tf.constant([5, 6], tf.int64)):
+                    grads, _ = privatize.dpsgd_gradients(
+                        model, model.trainable_variables, xi, yi, _loss_fn(model), l2_clip=0.05,
+                        noise_multiplier=1.0, global_batch_size=8, clipping=method)
+                return grads
+            per_replica = strategy.run(fn, args=(xr, yr))
+            return [strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None)
+                    for g in per_replica]
+        return [g.numpy() for g in step(xb, yb)]
+
+    for r, g in zip(total("vectorized"), total("auto")):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
+    assert "call" not in model.__dict__  # the temporary call substitution is undone

@@ -36,8 +36,8 @@ _SYSTEMS = flags.DEFINE_list("dpsgd_bench_systems", list(TFDP_SYSTEMS + PEER_SYS
                              f"Systems to time, from {dpsgd_worker.SYSTEMS}; 'nonprivate' "
                              "is always included (it is the reference).")
 _BATCH = flags.DEFINE_integer("dpsgd_bench_batch_size", 256, "Examples per step.")
-_STEPS = flags.DEFINE_integer("dpsgd_bench_steps", 5, "Timed steps per system per round.")
-_ROUNDS = flags.DEFINE_integer("dpsgd_bench_rounds", 7, "Interleaved rounds.")
+_STEPS = flags.DEFINE_integer("dpsgd_bench_steps", 3, "Timed steps per system per round.")
+_ROUNDS = flags.DEFINE_integer("dpsgd_bench_rounds", 5, "Interleaved rounds.")
 _WARMUP = flags.DEFINE_integer("dpsgd_bench_warmup", 3, "Untimed steps after tracing.")
 _CLIP = flags.DEFINE_float("dpsgd_bench_l2_clip", 1.0, "Clipping bound C.")
 _SIGMA = flags.DEFINE_float("dpsgd_bench_noise_multiplier", 1.1, "Noise multiplier sigma.")

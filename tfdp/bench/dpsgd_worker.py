@@ -95,9 +95,17 @@ def _tfprivacy_step(system: str, x: np.ndarray, y: np.ndarray, args: Any
     import tensorflow as tf
     try:
         import tf_keras
-        import tensorflow_privacy as tfp
     except ImportError as e:
         raise _Skip(f"{e.name or e} is not installed; {PEER_INSTALL}") from e
+    from tfdp import tf_privacy_shim
+    try:
+        dp_model = tf_privacy_shim.get_module(
+            "tensorflow_privacy.privacy.keras_models.dp_keras_model", required=True)
+        dp_vec = tf_privacy_shim.get_module(
+            "tensorflow_privacy.privacy.optimizers.dp_optimizer_keras_vectorized",
+            required=True)
+    except ImportError as e:
+        raise _Skip(f"tensorflow-privacy is not usable ({e}); {PEER_INSTALL}") from e
     tf_keras.utils.set_random_seed(args.seed)
     layers = tf_keras.layers
 
@@ -108,14 +116,14 @@ def _tfprivacy_step(system: str, x: np.ndarray, y: np.ndarray, args: Any
 
     inputs = [layers.InputLayer(input_shape=x.shape[1:])]
     if system == "tfprivacy-dpmodel":
-        model = tfp.DPSequential(l2_norm_clip=args.l2_clip,
+        model = dp_model.DPSequential(l2_norm_clip=args.l2_clip,
                                  noise_multiplier=args.noise_multiplier,
                                  layers=inputs + body())
         loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         model.compile(optimizer=tf_keras.optimizers.Adam(args.learning_rate), loss=loss)
     else:
         model = tf_keras.Sequential(inputs + body())
-        opt = tfp.VectorizedDPKerasAdamOptimizer(
+        opt = dp_vec.VectorizedDPKerasAdamOptimizer(
             l2_norm_clip=args.l2_clip, noise_multiplier=args.noise_multiplier,
             num_microbatches=int(x.shape[0]), learning_rate=args.learning_rate)
         loss = tf_keras.losses.SparseCategoricalCrossentropy(
@@ -126,7 +134,7 @@ def _tfprivacy_step(system: str, x: np.ndarray, y: np.ndarray, args: Any
     def step():
         return model.train_on_batch(xt, yt)
     info = {"tensorflow": tf.__version__, "tf_keras": tf_keras.__version__,
-            "tensorflow_privacy": getattr(tfp, "__version__", "?"),
+            "tensorflow_privacy": _version("tensorflow-privacy"),
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()}
     return step, info
 
@@ -165,6 +173,14 @@ def _opacus_step(x: np.ndarray, y: np.ndarray, args: Any) -> tuple[Callable, dic
     info = {"torch": torch.__version__, "opacus": opacus.__version__,
             "torch_threads": torch.get_num_threads()}
     return step, info
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata  # pylint: disable=import-outside-toplevel
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "?"
 
 
 class _Skip(Exception):
