@@ -124,6 +124,8 @@ def plan_model(model: Any, variables: Sequence[Any], method: str = "auto",
 
 def _plan(model: Any, variables: Sequence[Any], method: str) -> list:
     graph = _graph_of(model)
+    if len(graph.inputs) != 1 or len(graph.outputs) != 1:
+        raise _Unsupported("the model has several inputs or outputs")
     for sub in graph._flatten_layers(include_self=False):
         if type(sub).__name__ in _BATCH_MIXING:
             raise _Unsupported(f"layer {sub.name} mixes the examples of a batch")
