@@ -333,3 +333,22 @@ def test_mirrored_strategy_ghost_equals_vectorized():
     for r, g in zip(total("vectorized"), total("auto")):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
     assert "call" not in model.__dict__  # the temporary call substitution is undone
+
+
+def test_dpsgd_flag_selects_the_path():
+    def one_step(clipping):
+        cfg = TrainConfig(method="dpsgd", dataset="synthetic", model_dir="/tmp/unused",
+                          epochs=1, batch_size=8, epsilon=None, delta=1e-5, seed=0,
+                          options={"dpsgd_l2_clip": 0.1, "dpsgd_noise_multiplier": 1.0,
+                                   "dpsgd_clipping": clipping})
+        method = dpsgd.DPSGD(cfg)
+        method.validate()
+        keras.utils.set_random_seed(9)
+        model = method.build_model((10, 10, 1), 10)
+        x, y = _data((10, 10, 1), batch=8)
+        with replica.step_context(tf.constant([7, 8], tf.int64)):
+            method.train_step(model, keras.optimizers.SGD(1.0), x, y, 8)
+        return model.get_weights()
+
+    for r, g in zip(one_step("vectorized"), one_step("auto")):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
