@@ -74,7 +74,7 @@ class _Worker:
             if not line:
                 self.stderr.seek(0)
                 err = self.stderr.read()[-2000:]
-                raise RuntimeError(f"worker {self.system} ended: {err}")
+                raise RuntimeError(f"worker {self.system} ended: {err}", self.proc.wait())
             line = line.strip()
             if line.startswith("{"):
                 return json.loads(line)
@@ -104,7 +104,12 @@ def _bench_model(model: str, systems: list[str], cfg: dict) -> dict:
     workers, skipped, setup = {}, {}, {}
     try:
         for system in systems:
-            w = _Worker(system, model, worker_args, cfg["timeout"])
+            try:
+                w = _Worker(system, model, worker_args, cfg["timeout"])
+            except RuntimeError as e:  # the worker died (e.g. out of memory): say so
+                skipped[system] = (f"failed: the worker process ended during start-up "
+                                   f"(exit code {e.args[1] if len(e.args) > 1 else '?'})")
+                continue
             if "skipped" in w.info:
                 skipped[system] = w.info["skipped"]
                 w.close()
