@@ -27,6 +27,10 @@ setup(
         "cpu": ["tensorflow-cpu>=2.21,<2.22"],
         "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"],
         "test": ["pytest>=8", "pytest-xdist>=3"],
+        # Peers timed by `tfdp-bench dpsgd` (optional; large: PyTorch is several GB):
+        #   pip install -e '.[bench-peers]'
+        "bench-peers": ["tf-keras>=2.21,<2.22", "tensorflow-privacy>=0.9", "torch>=2.2",
+                        "opacus>=1.5"],
     },
     entry_points={
         "console_scripts": [

@@ -45,6 +45,7 @@ class DPAutoEncoderConv(keras.layers.Layer):
         inference_fresh_scale: StoBatch 1/psi for fresh inference noise.
         batch_norm: apply BatchNormalization after the ReLU (reference code).
         decoder_bias: give the decoder a bias (reference code: MNIST only).
+        allow_zero: accept noise_scale 0 (no latent noise: a non-private ablation only).
         **kwargs: Keras layer arguments.
 
     Raises:
@@ -54,7 +55,8 @@ class DPAutoEncoderConv(keras.layers.Layer):
     def __init__(self, filters: int, kernel_size: int, noise_scale: float, *, strides: int = 1,
                  batch_divisor: float = 1.0, noise_mode: str = "once", seed: Optional[int] = None,
                  inference_noise: bool = False, inference_fresh_scale: float = 1.0,
-                 batch_norm: bool = True, decoder_bias: bool = False, **kwargs: Any) -> None:
+                 batch_norm: bool = True, decoder_bias: bool = False, allow_zero: bool = False,
+                 **kwargs: Any) -> None:
         for name, value in (("filters", filters), ("kernel_size", kernel_size),
                             ("strides", strides)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -71,7 +73,7 @@ class DPAutoEncoderConv(keras.layers.Layer):
         self.noise = LaplaceNoise(self.noise_scale, noise_mode=noise_mode, seed=seed,
                                   batch_divisor=batch_divisor, inference_noise=inference_noise,
                                   inference_fresh_scale=inference_fresh_scale,
-                                  name="latent_noise")
+                                  allow_zero=allow_zero, name="latent_noise")
 
     def build(self, input_shape: Any) -> None:
         if len(input_shape) != 4 or input_shape[-1] is None:
@@ -148,5 +150,6 @@ class DPAutoEncoderConv(keras.layers.Layer):
             "seed": self.noise.seed, "inference_noise": self.noise.inference_noise,
             "inference_fresh_scale": self.noise.inference_fresh_scale,
             "batch_norm": self.batch_norm, "decoder_bias": self.decoder_bias,
+            "allow_zero": self.noise.allow_zero,
         })
         return config

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
-from typing import Any, Optional, Sequence
+import threading
+from typing import Any, Iterator, Optional, Sequence
 
 import keras
 import numpy as np
@@ -17,6 +19,108 @@ NOISE_MODES = ("per_example", "per_batch", "once")
 _TAG_FRESH = 1
 _TAG_ONCE = 2
 _TAG_INFERENCE = 3
+
+
+_EXAMPLE = threading.local()
+
+# ---------------------------------------------------------------------------- unit draws
+#
+# The layers draw unit noise from raw 32-bit Philox words (one stateless op for the whole
+# batch) and transform them in float32. A float32 uniform has 24 bits, so its smallest
+# positive value would cut the tails at 5.8 sd (Gaussian, Box-Muller) or 17 b (Laplace);
+# these draws build each uniform from TWO words, u = (w0 + (w1 + 1/2) 2^-32) 2^-32 (about
+# 2^-65 at the smallest), which puts the tails at 9.5 sd and 44 b. That is beyond the
+# float64 samplers of tfdp.mechanisms.sampling: TensorFlow's normal sampler clamps its
+# uniform at 1e-7 in float64 too (tails stop at 5.7 sd) and the float64 Laplace inverse CDF
+# stops near 36 b; and it costs a fraction of a float64 transform.
+
+_TWO_M32 = 2.0 ** -32
+
+
+def _open_uniform(w0: tf.Tensor, w1: tf.Tensor) -> tf.Tensor:
+    """float32 uniform on (0, 1] from two uint32 words, resolution 2^-64 near 0."""
+    u = tf.cast(w0, tf.float32) * _TWO_M32 + (tf.cast(w1, tf.float32) + 0.5) * _TWO_M32 ** 2
+    return tf.minimum(u, 1.0)  # w0 near 2^32 rounds up to 1 in float32
+
+
+def unit_gaussian_from_words(words: tf.Tensor) -> tf.Tensor:
+    """Two N(0, 1) draws per row of three uint32 words ([m, 3] -> [m, 2]; Box-Muller).
+
+    Args:
+        words: uint32 tensor [m, 3]: words 0, 1 give the radius' uniform, word 2 the angle.
+
+    Returns:
+        float32 tensor [m, 2].
+    """
+    u = _open_uniform(words[:, 0], words[:, 1])
+    radius = tf.sqrt(tf.maximum(-2.0 * tf.math.log(u), 0.0))
+    angle = tf.cast(words[:, 2], tf.float32) * (2.0 * np.pi * _TWO_M32)
+    return tf.stack([radius * tf.cos(angle), radius * tf.sin(angle)], axis=1)
+
+
+def unit_laplace_from_words(words: tf.Tensor) -> tf.Tensor:
+    """One Laplace(0, 1) draw per row of two uint32 words ([m, 2] -> [m]).
+
+    |x| = -log(u) ~ Exp(1) with u uniform on (0, 1] from word 0 and the high 31 bits of
+    word 1; the sign is word 1's lowest bit.
+
+    Args:
+        words: uint32 tensor [m, 2].
+
+    Returns:
+        float32 tensor [m].
+    """
+    low = tf.bitwise.right_shift(words[:, 1], tf.constant(1, tf.uint32))
+    u = tf.minimum(tf.cast(words[:, 0], tf.float32) * _TWO_M32
+                   + (tf.cast(low, tf.float32) + 0.5) * _TWO_M32 * 2.0 ** -31, 1.0)
+    magnitude = tf.maximum(-tf.math.log(u), 0.0)
+    negative = tf.cast(tf.bitwise.bitwise_and(words[:, 1], tf.constant(1, tf.uint32)),
+                       tf.float32)
+    return magnitude * (1.0 - 2.0 * negative)
+
+
+def _words(count: tf.Tensor, per_draw: int, seed: tf.Tensor) -> tf.Tensor:
+    return tf.random.stateless_uniform(tf.stack([count, per_draw]), seed=seed, minval=None,
+                                       maxval=None, dtype=tf.uint32)
+
+
+def unit_gaussian(shape: Any, seed: tf.Tensor) -> tf.Tensor:
+    """N(0, 1) float32 noise of `shape` from one stateless op (see the module notes)."""
+    shape = tf.convert_to_tensor(shape, dtype=tf.int32)
+    n = tf.reduce_prod(shape)
+    pairs = unit_gaussian_from_words(_words((n + 1) // 2, 3, seed))
+    return tf.reshape(tf.reshape(pairs, [-1])[:n], shape)
+
+
+def unit_laplace(shape: Any, seed: tf.Tensor) -> tf.Tensor:
+    """Laplace(0, 1) float32 noise of `shape` from one stateless op (see the module notes)."""
+    shape = tf.convert_to_tensor(shape, dtype=tf.int32)
+    return tf.reshape(unit_laplace_from_words(_words(tf.reduce_prod(shape), 2, seed)), shape)
+
+
+@contextlib.contextmanager
+def example_index_scope(index: Any) -> Iterator[None]:
+    """Keys fresh per-example noise by the example's position inside the block.
+
+    Per-example gradients are computed by calling the model on one example at a time
+    inside `tf.vectorized_map`; there a layer's seed is the same for every example, so
+    without this scope every example would get the SAME "fresh" draw. Inside the block,
+    per-example draws fold `index` (the example's position in the replica's batch, an int
+    tensor, loop-variant under vectorized_map) into the seed: per-record randomness keyed by
+    position, never by content. Per-batch and once-drawn noise are not affected.
+
+    Args:
+        index: the example's position (scalar int tensor).
+
+    Yields:
+        Nothing.
+    """
+    previous = getattr(_EXAMPLE, "index", None)
+    _EXAMPLE.index = index
+    try:
+        yield
+    finally:
+        _EXAMPLE.index = previous
 
 
 def _check_mode(noise_mode: Any) -> str:
@@ -34,8 +138,50 @@ def _check_nonneg_float(value: Any, name: str, *, positive: bool = False) -> flo
     return checks.check_finite(value, name, minimum=0.0, strict=positive)
 
 
-def _check_scale(scale: Any, name: str) -> np.ndarray:
-    return checks.check_nonnegative_array(scale, name, allow_empty=False)
+def _check_scale(scale: Any, name: str, allow_zero: Any = False) -> np.ndarray:
+    """A noise scale as float64: numbers or numeric arrays only (no strings or bools).
+
+    The calibrators of tfdp.mechanisms accept the same types; a zero entry is refused unless
+    `allow_zero` (a non-private ablation) is set explicitly.
+    """
+    if isinstance(scale, (bool, np.bool_, str, bytes)):
+        raise ValueError(f"{name} must be a number or a numeric array, got {scale!r}")
+    if isinstance(scale, (np.ndarray, list, tuple)):
+        kind = np.asarray(scale).dtype.kind
+        if kind not in "iuf":
+            raise ValueError(f"{name} must be a number or a numeric array, got an array of "
+                             f"dtype {np.asarray(scale).dtype}")
+    arr = checks.check_nonnegative_array(scale, name, allow_empty=False)
+    if not _check_allow_zero(allow_zero) and np.any(arr == 0.0):
+        raise ValueError(f"{name} has a zero entry: the layer would add no noise there; pass "
+                         f"allow_zero=True for a deliberate non-private ablation")
+    return arr
+
+
+def _check_allow_zero(allow_zero: Any) -> bool:
+    if not isinstance(allow_zero, (bool, np.bool_)):
+        raise ValueError(f"allow_zero must be a bool, got {allow_zero!r}")
+    return bool(allow_zero)
+
+
+def _check_float32_scale(scale: np.ndarray, name: str, allow_zero: bool) -> None:
+    """Refuses a final noise scale that overflows float32, or underflows to 0 there.
+
+    The noise is added in the input's precision (float32); a scale that is 0 or inf in
+    float32 would silently add no noise or destroy the signal.
+
+    Raises:
+        ValueError: naming `name`.
+    """
+    with np.errstate(over="ignore", under="ignore"):
+        s32 = scale.astype(np.float32)
+    if not np.all(np.isfinite(s32)):
+        raise ValueError(f"{name}: the noise scale overflows float32 (largest "
+                         f"{float(np.max(scale)):g}, after batch_divisor)")
+    if not allow_zero and np.any(s32 == 0.0):
+        raise ValueError(f"{name}: the noise scale underflows to 0 in float32 (smallest "
+                         f"{float(np.min(scale)):g}, after batch_divisor); pass "
+                         f"allow_zero=True for a deliberate non-private ablation")
 
 
 def _check_shared_axes(shared_axes: Any) -> tuple[int, ...]:
@@ -72,7 +218,9 @@ class _NoiseLayer(keras.layers.Layer):
                  inference_noise: bool = False, batch_divisor: float = 1.0,
                  shared_axes: Optional[Sequence[int]] = None,
                  inference_fresh_scale: float = 1.0, inference_fixed_noise: bool = True,
-                 input_bounds: Optional[Sequence[float]] = None, **kwargs: Any) -> None:
+                 input_bounds: Optional[Sequence[float]] = None, allow_zero: bool = False,
+                 **kwargs: Any) -> None:
+        self.allow_zero = _check_allow_zero(allow_zero)
         self.noise_mode = _check_mode(noise_mode)
         self.input_bounds = _check_bounds(input_bounds)
         self.seed = _check_seed(seed)
@@ -128,6 +276,8 @@ class _NoiseLayer(keras.layers.Layer):
         self._feature_shape = self._noise_feature_shape(input_shape)
         # AdLM Alg. 1 l.13 / StoBatch §2.3: the noise is divided by |L| (m).
         scale = self._resolve_scale() / self.batch_divisor
+        _check_float32_scale(np.asarray(scale, dtype=np.float64), self._scale_arg,
+                             self.allow_zero)
         self._noise_scale = np.ascontiguousarray(scale, dtype=np.float64)
         # Counter of fresh draws; every replica reads the same value, so per-batch noise is
         # shared by the global batch, and restoring a checkpoint resumes the stream.
@@ -148,9 +298,24 @@ class _NoiseLayer(keras.layers.Layer):
 
     # ------------------------------------------------------------------ sampling
 
-    def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
-        """Draws noise of `shape` with the layer's per-feature scale times `factor`."""
+    def _standard(self, shape: Any, seed: tf.Tensor) -> tf.Tensor:
+        """Unit-scale float32 noise of `shape` (tails as far as the float64 samplers')."""
         raise NotImplementedError
+
+    def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
+        """Draws noise of `shape` with the layer's per-feature scale times `factor`.
+
+        One stateless op draws the words for the whole batch (unit_gaussian /
+        unit_laplace: float32 arithmetic, tails beyond the float64 samplers'); the unit draw
+        is cast to the input's dtype and then multiplied by the per-feature scale held as a
+        constant of the feature shape (broadcast over the batch, never materialised).
+        """
+        dtype = tf.as_dtype(dtype)
+        z = tf.cast(self._standard(shape, seed), dtype)
+        scale = self._noise_scale * factor
+        if np.all(scale == scale.flat[0]):
+            return z * tf.constant(scale.flat[0], dtype=dtype)
+        return z * tf.constant(scale.astype(dtype.as_numpy_dtype))
 
     def _next_seed(self, tag: int, per_replica: bool) -> tf.Tensor:
         """A fresh stateless seed [2]; distinct per call, and per replica if asked."""
@@ -162,6 +327,9 @@ class _NoiseLayer(keras.layers.Layer):
             if ctx is not None and ctx.num_replicas_in_sync > 1:
                 seed = tf.random.experimental.stateless_fold_in(
                     seed, tf.cast(ctx.replica_id_in_sync_group, tf.int64))
+            index = getattr(_EXAMPLE, "index", None)
+            if index is not None:
+                seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(index, tf.int64))
         self.draw_counter.assign_add(1)
         return seed
 
@@ -239,6 +407,7 @@ class _NoiseLayer(keras.layers.Layer):
             "inference_fresh_scale": self.inference_fresh_scale,
             "inference_fixed_noise": self.inference_fixed_noise,
             "input_bounds": None if self.input_bounds is None else list(self.input_bounds),
+            "allow_zero": self.allow_zero,
         })
         return config
 
@@ -287,21 +456,26 @@ class LaplaceNoise(_NoiseLayer):
             checks that every input lies in [low, high], the range the sensitivity bound
             assumes (AdLM Lemma 3, StoBatch §2.1); a violation raises
             tf.errors.InvalidArgumentError instead of being clipped silently.
+        allow_zero: accept a scale that is 0 (or underflows to 0 in float32 after
+            `batch_divisor`) somewhere, i.e. no noise there; only for a non-private ablation.
+            Without it such a scale, and any scale overflowing float32, raise ValueError.
         **kwargs: Keras layer arguments (name, dtype, ...).
 
     Raises:
         ValueError: on a bad argument, naming it.
     """
 
+    _scale_arg = "scale"
+
     def __init__(self, scale: Any, **kwargs: Any) -> None:
-        self.scale = _check_scale(scale, "scale")
+        self.scale = _check_scale(scale, "scale", kwargs.get("allow_zero", False))
         super().__init__(**kwargs)
 
     def _resolve_scale(self) -> np.ndarray:
         return self._check_scale_shape(self.scale, "scale")
 
-    def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
-        return mechanisms.tf_laplace(shape, self._noise_scale * factor, seed=seed, dtype=dtype)
+    def _standard(self, shape: Any, seed: tf.Tensor) -> tf.Tensor:
+        return unit_laplace(shape, seed)
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -324,15 +498,17 @@ class GaussianNoise(_NoiseLayer):
         ValueError: on a bad argument, naming it.
     """
 
+    _scale_arg = "stddev"
+
     def __init__(self, stddev: Any, **kwargs: Any) -> None:
-        self.stddev = _check_scale(stddev, "stddev")
+        self.stddev = _check_scale(stddev, "stddev", kwargs.get("allow_zero", False))
         super().__init__(**kwargs)
 
     def _resolve_scale(self) -> np.ndarray:
         return self._check_scale_shape(self.stddev, "stddev")
 
-    def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
-        return mechanisms.tf_gaussian(shape, self._noise_scale * factor, seed=seed, dtype=dtype)
+    def _standard(self, shape: Any, seed: tf.Tensor) -> tf.Tensor:
+        return unit_gaussian(shape, seed)
 
     def get_config(self) -> dict:
         config = super().get_config()
@@ -363,8 +539,11 @@ class HeterogeneousGaussianNoise(_NoiseLayer):
         ValueError: on a bad argument, naming it.
     """
 
+    _scale_arg = "sigma"
+
     def __init__(self, sigma: float, r: Any = None, **kwargs: Any) -> None:
         self.sigma = _check_nonneg_float(sigma, "sigma")
+        _check_scale(self.sigma, "sigma", kwargs.get("allow_zero", False))
         if r is None:
             self.r = None
         else:
@@ -381,8 +560,8 @@ class HeterogeneousGaussianNoise(_NoiseLayer):
         std = mechanisms.heterogeneous_stddevs(sigma=self.sigma, r=self.r.reshape(-1))  # HGM Thm 3
         return np.asarray(std, dtype=np.float64).reshape(self._feature_shape)
 
-    def _sample(self, shape: Any, seed: tf.Tensor, dtype: Any, factor: float = 1.0) -> tf.Tensor:
-        return mechanisms.tf_gaussian(shape, self._noise_scale * factor, seed=seed, dtype=dtype)
+    def _standard(self, shape: Any, seed: tf.Tensor) -> tf.Tensor:
+        return unit_gaussian(shape, seed)
 
     def get_config(self) -> dict:
         config = super().get_config()

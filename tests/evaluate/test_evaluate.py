@@ -26,7 +26,7 @@ def _write_run(path, certification, stddev=0.0):
     keras.utils.set_random_seed(0)
     inp = keras.Input((28, 28, 1))
     h = keras.layers.Dense(32)(keras.layers.Flatten()(inp))
-    h = layers.GaussianNoise(stddev, seed=1, name="robustness_noise")(h)
+    h = layers.GaussianNoise(stddev, seed=1, name="robustness_noise", allow_zero=stddev == 0)(h)
     out = keras.layers.Dense(10)(keras.layers.ReLU()(h))
     model = keras.Model(inp, out)
     model.compile(keras.optimizers.Adam(3e-3),

@@ -38,7 +38,7 @@ def test_shapes_bounds_and_fixed_latent_noise():
 
 
 def test_tied_decoder_and_reconstruction_loss():
-    ae = _layer(batch_norm=False, noise_scale=0.0)
+    ae = _layer(batch_norm=False, noise_scale=0.0, allow_zero=True)
     x = tf.random.stateless_uniform((2, 8, 8, 3), seed=[3, 4], minval=-1, maxval=1)
     h_bar = ae(x, training=True)
     z = ae.reconstruct(h_bar, tf.shape(x))

@@ -332,3 +332,113 @@ def test_stobatch_two_pass_switching():
         layers.set_inference_noise(model, True, include_fixed=1)
     with pytest.raises(ValueError, match="names"):
         layers.set_inference_noise(model, True, names="in_noise")
+
+
+# ---------------------------------------------------------------- zero and non-finite scales
+
+@pytest.mark.parametrize("make,name", [
+    (lambda **kw: layers.LaplaceNoise(0.0, **kw), "scale"),
+    (lambda **kw: layers.LaplaceNoise([1.0, 0.0, 2.0], **kw), "scale"),
+    (lambda **kw: layers.GaussianNoise(0.0, **kw), "stddev"),
+    (lambda **kw: layers.HeterogeneousGaussianNoise(0.0, None, **kw), "sigma"),
+])
+def test_zero_scale_needs_allow_zero(make, name):
+    with pytest.raises(ValueError, match=f"{name}.*allow_zero"):
+        make()
+    layer = make(allow_zero=True, seed=1)  # the explicit non-private ablation
+    x = tf.ones((2, 3))
+    out = layer(x, training=True).numpy()
+    assert np.all(np.isfinite(out))
+    assert layer.get_config()["allow_zero"] is True
+
+
+@pytest.mark.parametrize("make,name", [
+    # Positive in float64 but 0 in float32 after the division by the batch (float32 denormals
+    # stop near 1.4e-45).
+    (lambda **kw: layers.LaplaceNoise(1e-43, batch_divisor=1e3, **kw), "scale"),
+    (lambda **kw: layers.GaussianNoise(1e-46, **kw), "stddev"),
+    (lambda **kw: layers.HeterogeneousGaussianNoise(1e-45, None, batch_divisor=100.0, **kw),
+     "sigma"),
+])
+def test_scale_underflowing_float32_raises(make, name):
+    layer = make()
+    with pytest.raises(ValueError, match=f"{name}.*underflows"):
+        layer(tf.ones((2, 3)), training=True)
+    make(allow_zero=True)(tf.ones((2, 3)), training=True)
+
+
+@pytest.mark.parametrize("make,name", [
+    (lambda: layers.LaplaceNoise(1e39), "scale"),
+    (lambda: layers.GaussianNoise([1.0, 1e300, 1.0]), "stddev"),
+    (lambda: layers.HeterogeneousGaussianNoise(1e39, np.full(3, 1 / 3)), "sigma"),
+])
+def test_scale_overflowing_float32_raises(make, name):
+    layer = make()
+    with pytest.raises(ValueError, match=f"{name}.*overflows"):
+        layer(tf.ones((2, 3)), training=True)
+
+
+@pytest.mark.parametrize("bad", ["1.0", b"1", True, np.bool_(True), [True, False],
+                                 np.array(["1", "2"]), None, float("inf"), [1.0, float("nan")]])
+def test_scale_types_match_the_calibrators(bad):
+    with pytest.raises(ValueError, match="scale"):
+        layers.LaplaceNoise(bad)
+    with pytest.raises(ValueError, match="stddev"):
+        layers.GaussianNoise(bad)
+
+
+@pytest.mark.parametrize("bad", ["0.5", True, None, float("inf"), [0.5]])
+def test_hgm_sigma_types(bad):
+    with pytest.raises(ValueError, match="sigma"):
+        layers.HeterogeneousGaussianNoise(bad, None)
+
+
+def test_allow_zero_must_be_bool():
+    with pytest.raises(ValueError, match="allow_zero"):
+        layers.LaplaceNoise(1.0, allow_zero=1)
+
+
+def test_zero_scale_entries_add_no_noise_only_there():
+    # A per-feature scale with a zero entry (allowed explicitly) noises the other features.
+    layer = layers.LaplaceNoise([0.0, 1.0], seed=3, allow_zero=True)
+    out = layer(tf.zeros((500, 2)), training=True).numpy()
+    np.testing.assert_array_equal(out[:, 0], 0.0)
+    assert np.std(out[:, 1]) > 1.0  # Laplace(1) has sd sqrt(2)
+
+
+# ---------------------------------------------------------------- unit draws of the layers
+
+def test_unit_draw_tails_from_edge_words():
+    from layers import noise as noise_mod  # pylint: disable=import-outside-toplevel
+    top = 2**32 - 1
+    g = noise_mod.unit_gaussian_from_words(tf.constant([[0, 0, 0], [top, top, 0]],
+                                                       tf.uint32)).numpy()
+    # Smallest uniform ~2^-65: radius sqrt(2 * 65 ln 2) = 9.49 (beyond float64's 5.7 sd).
+    assert g[0, 0] == pytest.approx(np.sqrt(-2 * np.log(0.5 * 2.0**-64)), rel=1e-5)
+    assert g[1, 0] == 0.0 and np.all(np.isfinite(g))
+    lap = noise_mod.unit_laplace_from_words(tf.constant([[0, 0], [0, 1], [top, top - 1]],
+                                                        tf.uint32)).numpy()
+    assert lap[0] == pytest.approx(64 * np.log(2), rel=1e-5)  # 44.4 b
+    assert lap[1] == pytest.approx(-64 * np.log(2), rel=1e-5)
+    assert lap[2] == 0.0
+
+
+@pytest.mark.parametrize("which", ["gaussian", "laplace"])
+def test_unit_draws_are_standard(which):
+    from scipy import stats  # pylint: disable=import-outside-toplevel
+
+    from layers import noise as noise_mod  # pylint: disable=import-outside-toplevel
+    n = 400_000
+    draw = noise_mod.unit_gaussian if which == "gaussian" else noise_mod.unit_laplace
+    x = draw([n // 4, 4], tf.constant([7, 11], tf.int64)).numpy().reshape(-1).astype(np.float64)
+    dist = stats.norm() if which == "gaussian" else stats.laplace()
+    # KS at n = 4e5: the 1e-4 critical value is about 2.15 / sqrt(n) = 0.0034.
+    assert stats.kstest(x, dist.cdf).statistic < 2.15 / np.sqrt(n)
+    # Tail frequency beyond 3.5 sd (Laplace: 5 b): binomial count within 5 standard errors.
+    t = 3.5 if which == "gaussian" else 5.0
+    p = 2 * dist.sf(t)
+    assert abs(np.sum(np.abs(x) > t) - n * p) < 5 * np.sqrt(n * p)
+    # Neighbours (e.g. a Box-Muller pair) are uncorrelated: |r| < 5 / sqrt(n).
+    assert abs(np.corrcoef(x[:-1], x[1:])[0, 1]) < 5 / np.sqrt(n)
+    # Odd sizes are filled exactly.
+    assert draw([3, 5], tf.constant([1, 2], tf.int64)).shape == (3, 5)

@@ -1,6 +1,8 @@
 """tfdp-bench: performance benchmarks, each a ratio against a reference in the same run.
 
-Usage: tfdp-bench NAME [--output=FILE.json] [benchmark flags], NAME one of BENCHMARKS.
+Usage: tfdp-bench NAME [--output=FILE.json] [benchmark flags], NAME one of BENCHMARKS;
+`tfdp-bench all [--report]` runs every benchmark into --results_dir (and renders
+BENCHMARKS.md); `tfdp-bench report` re-renders BENCHMARKS.md from the result files.
 """
 
 from __future__ import annotations
@@ -11,16 +13,17 @@ import sys
 
 from absl import app, flags
 
-# name -> module with `run() -> dict` (keys at least: ratio, target, reference, candidate).
-BENCHMARKS = {
-    "layers": "tfdp.bench.layers",
-    "gpm": "tfdp.bench.gpm",
-    "certify": "tfdp.bench.certify",
-    "export": "tfdp.bench.export",
-    "stobatch": "tfdp.bench.stobatch",
-}
+from tfdp.bench import BENCHMARKS  # name -> module with `run() -> dict`
 
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the result as JSON to this file.")
+_REPORT = flags.DEFINE_bool("report", False,
+                            "With `all`: also render --report_file from the result files.")
+_RESULTS_DIR = flags.DEFINE_string("results_dir", "results/bench",
+                                   "`all` / `report`: directory of the JSON result files.")
+_REPORT_FILE = flags.DEFINE_string("report_file", "BENCHMARKS.md",
+                                   "`all --report` / `report`: the Markdown report to write.")
+_ONLY = flags.DEFINE_list("only", None, "`all`: run only these result stems (e.g. dpsgd).")
+COMMANDS = ("all", "report")
 
 
 def _load_named(argv: list[str]) -> None:
@@ -29,12 +32,25 @@ def _load_named(argv: list[str]) -> None:
     names = [a for a in argv[1:] if not a.startswith("-")]
     if names and names[0] in BENCHMARKS:
         importlib.import_module(BENCHMARKS[names[0]])
+    elif names and names[0] == "all":
+        for module in BENCHMARKS.values():
+            importlib.import_module(module)
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 2 or argv[1] not in BENCHMARKS:
+    if len(argv) != 2 or argv[1] not in tuple(BENCHMARKS) + COMMANDS:
         raise app.UsageError(
-            f"name one benchmark: tfdp-bench {{{'|'.join(BENCHMARKS)}}} [flags]")
+            f"name one benchmark: tfdp-bench {{{'|'.join(tuple(BENCHMARKS) + COMMANDS)}}} "
+            "[flags]")
+    if argv[1] in COMMANDS:
+        from tfdp.bench import report  # pylint: disable=import-outside-toplevel
+        if argv[1] == "all":
+            for path in report.run_all(_RESULTS_DIR.value, _ONLY.value):
+                print(f"wrote {path}")
+        if argv[1] == "report" or _REPORT.value:
+            report.write_report(_RESULTS_DIR.value, _REPORT_FILE.value)
+            print(f"wrote {_REPORT_FILE.value}")
+        return
     result = importlib.import_module(BENCHMARKS[argv[1]]).run()
     text = json.dumps(result, indent=2, sort_keys=True, default=float)
     print(text)

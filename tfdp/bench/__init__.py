@@ -1,1 +1,12 @@
 """Benchmarks: each reports a ratio against a reference measured in the same run."""
+
+# name -> module with `run(**overrides) -> dict` (keys at least: ratio, target, reference,
+# candidate).
+BENCHMARKS = {
+    "layers": "tfdp.bench.layers",
+    "gpm": "tfdp.bench.gpm",
+    "certify": "tfdp.bench.certify",
+    "dpsgd": "tfdp.bench.dpsgd",
+    "export": "tfdp.bench.export",
+    "stobatch": "tfdp.bench.stobatch",
+}

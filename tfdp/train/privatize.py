@@ -12,10 +12,16 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
+from layers import noise as noise_layers
 from tfdp import mechanisms
-from tfdp.train import replica
+from tfdp.train import ghost, replica
 
-CLIPPING_METHODS = ("vectorized",)
+# "vectorized": per-example gradients of the whole model (tf.vectorized_map).
+# "ghost": per-example norms from each layer's inputs and output gradients (Gram / "ghost
+#   norm"), then one re-weighted batched gradient; unsupported layers fall back per layer.
+# "auto": like "ghost", but each Dense / Conv2D layer takes the cheaper of the ghost norm and
+#   per-example kernel gradients from image patches.
+CLIPPING_METHODS = ("vectorized", "ghost", "auto")
 
 # A loss of one example: (model, x[None], y[None], training) -> (loss scalar, logits [1, K]).
 ExampleLoss = Callable[[tf.Tensor, tf.Tensor], tuple]
@@ -40,14 +46,17 @@ def per_example_gradients(model, variables: Sequence[tf.Variable], x: tf.Tensor,
     del model
 
     def one_example(args):
-        xi, yi = args
-        with tf.GradientTape() as tape:
+        xi, yi, index = args
+        # Fresh per-example noise layers key their draw by the example's position; without
+        # this every example of the batch would get the same draw (layers/noise.py).
+        with noise_layers.example_index_scope(index), tf.GradientTape() as tape:
             loss, logits = example_loss(xi[None], yi[None])
         correct = tf.cast(tf.equal(tf.argmax(logits[0], output_type=tf.int64),
                                    tf.cast(yi, tf.int64)), tf.float32)
         return tape.gradient(loss, variables), loss, correct
 
-    return tf.vectorized_map(one_example, (x, y))
+    index = tf.range(tf.shape(y)[0], dtype=tf.int64)
+    return tf.vectorized_map(one_example, (x, y, index))
 
 
 def clip_and_sum(per_example_grads: Sequence[tf.Tensor], l2_clip: float) -> list:
@@ -77,7 +86,10 @@ def clipped_gradient_sum(model, variables: Sequence[tf.Variable], x: tf.Tensor, 
     Args:
       model, variables, x, y, example_loss: as in `per_example_gradients`.
       l2_clip: clipping bound C > 0.
-      method: how per-example norms are computed; one of CLIPPING_METHODS.
+      method: how per-example norms are computed; one of CLIPPING_METHODS. All give the
+        same clipped sum up to float rounding (tests/train/test_privatize.py); "ghost" and
+        "auto" fall back to "vectorized" for models they do not support as a whole
+        (see `tfdp.train.ghost.plan_model`) and per layer for layers they do not support.
 
     Returns:
       (sums, losses, correct): clipped gradient sums (parameter shapes), per-example losses
@@ -88,6 +100,13 @@ def clipped_gradient_sum(model, variables: Sequence[tf.Variable], x: tf.Tensor, 
     """
     if method not in CLIPPING_METHODS:
         raise ValueError(f"method: expected one of {CLIPPING_METHODS}, got {method!r}")
+    if method != "vectorized":
+        out = ghost.clipped_gradient_sum(model, variables, x, y, example_loss, l2_clip,
+                                         method=method)
+        if out is not None:
+            return out
+        # The model as a whole is not supported (see ghost.plan_model): same result the
+        # slow way.
     grads, losses, correct = per_example_gradients(model, variables, x, y, example_loss)
     return clip_and_sum(grads, l2_clip), losses, correct
 

@@ -1,0 +1,64 @@
+"""tfdp-bench dpsgd: argument checks, skipped peers, and a tiny interleaved run (slow)."""
+
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfdp.bench import dpsgd, dpsgd_worker
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    (dict(batch_size=0), "dpsgd_bench_batch_size"),
+    (dict(rounds=0), "dpsgd_bench_rounds"),
+    (dict(warmup=-1), "dpsgd_bench_warmup"),
+    (dict(models=["imagenet"]), "dpsgd_bench_models"),
+    (dict(systems=["jax"]), "dpsgd_bench_systems"),
+])
+def test_bad_arguments(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        dpsgd.run(**kwargs)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("opacus") is not None, reason="opacus installed")
+def test_absent_peer_is_reported_with_install_hint(monkeypatch):
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    dpsgd_worker.main(["--system=opacus", "--model=mnist", "--batch_size=4"])
+    msg = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert "skipped" in msg and "pip install -e '.[bench-peers]'" in msg["skipped"]
+
+
+@pytest.mark.slow
+def test_tiny_run_interleaves_processes():
+    res = dpsgd.run(models=["mnist"], systems=["tfdp-dpsgd-auto", "tfprivacy-dpmodel"],
+                    batch_size=8, steps=1, rounds=2, warmup=0)
+    systems = res["models"]["mnist"]["systems"]
+    assert set(systems) == {"nonprivate", "tfdp-dpsgd-auto"} | (
+        {"tfprivacy-dpmodel"} if importlib.util.find_spec("tf_keras") else set())
+    pids = {s["setup"]["pid"] for s in systems.values()}
+    assert len(pids) == len(systems) and os.getpid() not in pids  # one process each
+    assert len(systems["nonprivate"]["ms_per_round"]) == 2
+    assert systems["nonprivate"]["ratio_to_nonprivate"]["median"] == 1.0
+    assert res["ratio"] == systems["tfdp-dpsgd-auto"]["ratio_to_nonprivate"]["median"]
+    assert len(res["loadavg_before"]) == 3
+    if not importlib.util.find_spec("tf_keras"):
+        assert "bench-peers" in res["models"]["mnist"]["skipped"]["tfprivacy-dpmodel"]
+
+
+@pytest.mark.slow
+def test_cli_writes_json(tmp_path):
+    out = tmp_path / "d.json"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    subprocess.run([sys.executable, "-m", "tfdp.apps.bench", "dpsgd",
+                    "--dpsgd_bench_models=mnist", "--dpsgd_bench_systems=nonprivate",
+                    "--dpsgd_bench_batch_size=4", "--dpsgd_bench_steps=1",
+                    "--dpsgd_bench_rounds=1", f"--output={out}"],
+                   check=True, cwd=ROOT, env=env, capture_output=True, timeout=600)
+    assert json.loads(out.read_text())["benchmark"] == "dpsgd"

@@ -1,0 +1,60 @@
+"""BENCHMARKS.md is rendered from the committed result files and quotes their numbers."""
+
+import json
+import os
+import re
+
+from tfdp.bench import report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULTS = os.path.join(ROOT, "results", "bench")
+
+
+def _committed():
+    with open(os.path.join(ROOT, "BENCHMARKS.md"), encoding="utf-8") as f:
+        return f.read()
+
+
+def test_benchmarks_md_regenerates_from_result_files():
+    assert report.render(RESULTS) == _committed()
+
+
+def test_every_ratio_in_the_table_is_the_result_files():
+    text = _committed()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| (\w+) \| ([^|]+) \|", text, re.M)
+            if m.group(1) not in ("benchmark",)}
+    results = report.load_results(RESULTS)
+    assert set(results) <= set(rows)
+    for stem, result in results.items():
+        assert float(rows[stem]) == float(f"{result['ratio']:.3g}"), stem
+    for stem in ("layers", "layers_mnist", "certify", "gpm", "dpsgd"):
+        assert stem in results, f"results/bench/{stem}.json is missing"
+
+
+def test_dpsgd_table_matches_its_result_file():
+    with open(os.path.join(RESULTS, "dpsgd.json"), encoding="utf-8") as f:
+        result = json.load(f)
+    text = _committed()
+    for model, res in result["models"].items():
+        assert f"**{model}**" in text
+        for system, s in res["systems"].items():
+            cell = (f"| {system} | {report._fmt(s['ms_per_step']['median'])} "
+                    f"[{report._fmt(s['ms_per_step']['min'])}, "
+                    f"{report._fmt(s['ms_per_step']['max'])}] | "
+                    f"{report._fmt(s['ratio_to_nonprivate']['median'])} ")
+            assert cell in text, (model, system)
+        for system in res["skipped"]:
+            assert f"| {system} | skipped: " in text
+    assert os.path.exists(os.path.join(RESULTS, report.PLOT))
+
+
+def test_render_of_a_fresh_directory(tmp_path):
+    result = {"ratio": 1.234567, "target": 2.0, "passed": True, "candidate": "c",
+              "reference": "r", "command": "tfdp-bench x", "date": "2026-01-01 00:00 UTC",
+              "host": {"cpu_count": 2, "machine": "x86_64"},
+              "loadavg_before": [1.5, 1, 1], "loadavg_after": [2.5, 1, 1]}
+    (tmp_path / "newbench.json").write_text(json.dumps(result))
+    text = report.render(str(tmp_path))
+    assert "| newbench | 1.23 |" in text
+    assert "`tfdp-bench x`" in text and "2026-01-01 00:00 UTC" in text
+    assert "load average 1.5 before, 2.5 after" in text

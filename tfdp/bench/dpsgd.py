@@ -1,0 +1,211 @@
+"""Benchmark `tfdp-bench dpsgd`: DP-SGD step time against the non-private step, and the peers.
+
+Every system (the non-private step, tfdp DP-SGD with each clipping path, and when installed
+TF Privacy's DPModel and vectorized optimizer and Opacus) runs in its own worker process
+(`tfdp.bench.dpsgd_worker`) on the same model, batch, clip and noise multiplier. All workers
+are started and warmed up first; then each round times `steps` steps of every system, one
+system at a time, in a rotated order, so slow drifts of a shared machine's load hit all
+systems alike. Reported: per-system median and range of ms/step, and the median and range of
+the per-round ratio to the non-private step of the same round.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from absl import flags
+
+from tfdp.bench import dpsgd_worker
+
+TARGET_RATIO = 2.0
+TFDP_SYSTEMS = ("nonprivate", "tfdp-dpsgd-vectorized", "tfdp-dpsgd-ghost", "tfdp-dpsgd-auto")
+PEER_SYSTEMS = ("tfprivacy-dpmodel", "tfprivacy-vectorized", "opacus")
+
+_MODELS = flags.DEFINE_list("dpsgd_bench_models", ["mnist", "cifar10"],
+                            "Models: mnist (small_cnn on 28x28x1) and/or cifar10 (small_cnn "
+                            "on 32x32x3), the CNNs of --method=dpsgd --dpsgd_model=cnn.")
+_SYSTEMS = flags.DEFINE_list("dpsgd_bench_systems", list(TFDP_SYSTEMS + PEER_SYSTEMS),
+                             f"Systems to time, from {dpsgd_worker.SYSTEMS}; 'nonprivate' "
+                             "is always included (it is the reference).")
+_BATCH = flags.DEFINE_integer("dpsgd_bench_batch_size", 256, "Examples per step.")
+_STEPS = flags.DEFINE_integer("dpsgd_bench_steps", 3, "Timed steps per system per round.")
+_ROUNDS = flags.DEFINE_integer("dpsgd_bench_rounds", 5, "Interleaved rounds.")
+_WARMUP = flags.DEFINE_integer("dpsgd_bench_warmup", 3, "Untimed steps after tracing.")
+_CLIP = flags.DEFINE_float("dpsgd_bench_l2_clip", 1.0, "Clipping bound C.")
+_SIGMA = flags.DEFINE_float("dpsgd_bench_noise_multiplier", 1.1, "Noise multiplier sigma.")
+_TIMEOUT = flags.DEFINE_integer("dpsgd_bench_worker_timeout", 1800,
+                                "Seconds a worker may take to start or to answer a round.")
+
+
+def _flag(name: str, overrides: dict) -> Any:
+    return overrides[name] if name in overrides else flags.FLAGS[f"dpsgd_bench_{name}"].value
+
+
+class _Worker:
+    """A running worker process speaking the line protocol of dpsgd_worker."""
+
+    def __init__(self, system: str, model: str, args: dict, timeout: int):
+        cmd = [sys.executable, "-m", "tfdp.bench.dpsgd_worker", f"--system={system}",
+               f"--model={model}"] + [f"--{k}={v}" for k, v in args.items()]
+        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        if system.startswith("tfprivacy"):
+            env["TF_USE_LEGACY_KERAS"] = "1"
+        self.system, self.timeout = system, timeout
+        # stderr to a file: TensorFlow's start-up logging must never fill a pipe and block.
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, text=True, env=env, cwd=root)
+        self.info = self._read()
+
+    def _read(self) -> dict:
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                self.stderr.seek(0)
+                err = self.stderr.read()[-2000:]
+                raise RuntimeError(f"worker {self.system} ended: {err}", self.proc.wait())
+            line = line.strip()
+            if line.startswith("{"):
+                return json.loads(line)
+
+    def run(self, steps: int) -> float:
+        self.proc.stdin.write(f"run {steps}\n")
+        self.proc.stdin.flush()
+        return float(self._read()["ms_per_step"])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+
+
+def _summary(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _bench_model(model: str, systems: list[str], cfg: dict) -> dict:
+    worker_args = {"batch_size": cfg["batch_size"], "warmup": cfg["warmup"],
+                   "l2_clip": cfg["l2_clip"], "noise_multiplier": cfg["noise_multiplier"]}
+    workers, skipped, setup = {}, {}, {}
+    try:
+        for system in systems:
+            try:
+                w = _Worker(system, model, worker_args, cfg["timeout"])
+            except RuntimeError as e:  # the worker died (e.g. out of memory): say so
+                skipped[system] = (f"failed: the worker process ended during start-up "
+                                   f"(exit code {e.args[1] if len(e.args) > 1 else '?'})")
+                continue
+            if "skipped" in w.info:
+                skipped[system] = w.info["skipped"]
+                w.close()
+                continue
+            workers[system] = w
+            setup[system] = w.info
+        names = list(workers)
+        times: dict[str, list[float]] = {s: [] for s in names}
+        for rnd in range(cfg["rounds"]):
+            k = rnd % len(names)
+            for system in names[k:] + names[:k]:
+                times[system].append(workers[system].run(cfg["steps"]))
+    finally:
+        for w in workers.values():
+            w.close()
+    ref = times["nonprivate"]
+    out = {}
+    for system in names:
+        ratios = [t / r for t, r in zip(times[system], ref)]
+        out[system] = {"ms_per_step": _summary(times[system]),
+                       "ratio_to_nonprivate": _summary(ratios),
+                       "ms_per_round": times[system], "ratio_per_round": ratios,
+                       "setup": setup[system]}
+    return {"systems": out, "skipped": {s: m for s, m in skipped.items()},
+            "data": setup["nonprivate"].get("data")}
+
+
+def machine() -> dict:
+    """Machine, thread settings and load, recorded with every result."""
+    info = {"platform": platform.platform(), "machine": platform.machine(),
+            "processor": platform.processor(), "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "tf_num_intraop_threads": os.environ.get("TF_NUM_INTRAOP_THREADS"),
+            "tf_num_interop_threads": os.environ.get("TF_NUM_INTEROP_THREADS")}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu_model"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return info
+
+
+def run(**overrides: Any) -> dict:
+    """Runs the DP-SGD benchmark.
+
+    Args:
+        **overrides: values for the flags without the `dpsgd_bench_` prefix (models,
+            systems, batch_size, steps, rounds, warmup, l2_clip, noise_multiplier,
+            worker_timeout); unset ones come from the absl flags.
+
+    Returns:
+        dict with ratio (MNIST, tfdp-dpsgd-auto over nonprivate, median of per-round
+        ratios), target, passed, per-model per-system results, skipped peers with the
+        install hint, machine, load averages, date.
+
+    Raises:
+        ValueError: on a bad size, an unknown model or system.
+    """
+    models = list(_flag("models", overrides))
+    systems = list(_flag("systems", overrides))
+    cfg = {k: _flag(k, overrides) for k in ("batch_size", "steps", "rounds", "warmup",
+                                            "l2_clip", "noise_multiplier")}
+    cfg["timeout"] = int(_flag("worker_timeout", overrides))
+    for name in ("batch_size", "steps", "rounds"):
+        if int(cfg[name]) < 1:
+            raise ValueError(f"dpsgd_bench_{name} must be >= 1, got {cfg[name]}")
+    if int(cfg["warmup"]) < 0:
+        raise ValueError(f"dpsgd_bench_warmup must be >= 0, got {cfg['warmup']}")
+    for m in models:
+        if m not in dpsgd_worker.INPUT_SHAPES:
+            raise ValueError(f"dpsgd_bench_models: unknown model {m!r}")
+    for s in systems:
+        if s not in dpsgd_worker.SYSTEMS:
+            raise ValueError(f"dpsgd_bench_systems: unknown system {s!r}")
+    systems = ["nonprivate"] + [s for s in systems if s != "nonprivate"]
+    load_before = os.getloadavg()
+    results = {m: _bench_model(m, systems, cfg) for m in models}
+    load_after = os.getloadavg()
+    headline = results.get("mnist", next(iter(results.values())))["systems"]
+    ratio = headline.get("tfdp-dpsgd-auto", {}).get("ratio_to_nonprivate", {}).get("median")
+    return {
+        "benchmark": "dpsgd",
+        "ratio": ratio,
+        "target": TARGET_RATIO,
+        "passed": None if ratio is None else bool(ratio <= TARGET_RATIO),
+        "reference": "non-private step of the same model (Adam, mean cross-entropy)",
+        "candidate": "tfdp DP-SGD step, --dpsgd_clipping=auto (MNIST small_cnn)",
+        "models": results,
+        "config": {k: v for k, v in cfg.items()},
+        "systems": systems,
+        "machine": machine(),
+        "loadavg_before": list(load_before),
+        "loadavg_after": list(load_after),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }

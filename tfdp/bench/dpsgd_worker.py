@@ -1,0 +1,238 @@
+"""One system of `tfdp-bench dpsgd`, timed in its own process.
+
+Protocol (one JSON object per line on stdout): after building the model and running the
+warm-up steps the worker prints {"ready": true, ...setup}; then for every line "run N" on
+stdin it times N training steps on the same batch and prints {"ms_per_step": ...}; "quit"
+ends it. Only one worker runs at a time, so the systems never compete for the cores.
+
+Systems: "nonprivate" and "tfdp-dpsgd-<clipping>" (tfdp on Keras 3), "tfprivacy-dpmodel" and
+"tfprivacy-vectorized" (TensorFlow Privacy through tf-keras, TF_USE_LEGACY_KERAS=1), "opacus"
+(PyTorch CPU). The peers build the same network: small_cnn (conv 3x3 16 + max-pool, conv 3x3
+32 + max-pool, dense 64, logits), same batch, clip and noise multiplier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+SYSTEMS = ("nonprivate", "tfdp-dpsgd-vectorized", "tfdp-dpsgd-ghost", "tfdp-dpsgd-auto",
+           "tfprivacy-dpmodel", "tfprivacy-vectorized", "opacus")
+PEER_INSTALL = "pip install -e '.[bench-peers]'"
+INPUT_SHAPES = {"mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
+
+
+def load_batch(model: str, batch: int, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """One batch of real images in [-1, 1] if the data set is found, else uniform noise."""
+    try:
+        from tfdp import data
+        x, y = data.load(model, "train", num_examples=batch, download=False)
+        return np.asarray(x, np.float32), np.asarray(y, np.int64), f"real {model}"
+    except Exception:  # pylint: disable=broad-except
+        rng = np.random.default_rng(seed)
+        x = rng.uniform(-1, 1, size=(batch,) + INPUT_SHAPES[model]).astype(np.float32)
+        return x, rng.integers(0, 10, size=batch), f"synthetic {model}-shaped"
+
+
+def _tfdp_step(system: str, x: np.ndarray, y: np.ndarray, args: Any) -> tuple[Callable, dict]:
+    import keras
+    import tensorflow as tf
+
+    from tfdp.train import ghost, privatize, replica
+    from tfdp.train.nonprivate import build_baseline_model, per_example_cross_entropy
+
+    keras.utils.set_random_seed(args.seed)
+    model = build_baseline_model("cnn", x.shape[1:], 10)
+    optimizer = keras.optimizers.Adam(args.learning_rate)
+    variables = model.trainable_variables
+    xt, yt = tf.constant(x), tf.constant(y)
+    batch = int(x.shape[0])
+    info = {"tensorflow": tf.__version__, "keras": keras.__version__,
+            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
+
+    if system == "nonprivate":
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(per_example_cross_entropy(yt, model(xt, training=True)))
+            optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+            return loss
+        return step, info
+
+    clipping = system.rsplit("-", 1)[1]
+    if clipping != "vectorized":
+        info["layer_plan"] = [list(p) for p in ghost.describe(model, variables, clipping)]
+
+    def example_loss(xi, yi):
+        logits = model(xi, training=True)
+        return per_example_cross_entropy(yi, logits)[0], logits
+
+    counter = tf.Variable(0, dtype=tf.int64)
+
+    @tf.function
+    def step():
+        seed = tf.stack([tf.constant(args.seed, tf.int64), counter.assign_add(1)])
+        with replica.step_context(seed):
+            grads, metrics = privatize.dpsgd_gradients(
+                model, variables, xt, yt, example_loss, l2_clip=args.l2_clip,
+                noise_multiplier=args.noise_multiplier, global_batch_size=batch,
+                clipping=clipping)
+        optimizer.apply_gradients(zip(grads, variables))
+        return metrics["loss"]
+    return step, info
+
+
+def _tfprivacy_step(system: str, x: np.ndarray, y: np.ndarray, args: Any
+                    ) -> tuple[Callable, dict]:
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    import tensorflow as tf
+    try:
+        import tf_keras
+    except ImportError as e:
+        raise _Skip(f"{e.name or e} is not installed; {PEER_INSTALL}") from e
+    from tfdp import tf_privacy_shim
+    try:
+        dp_model = tf_privacy_shim.get_module(
+            "tensorflow_privacy.privacy.keras_models.dp_keras_model", required=True)
+        dp_vec = tf_privacy_shim.get_module(
+            "tensorflow_privacy.privacy.optimizers.dp_optimizer_keras_vectorized",
+            required=True)
+    except ImportError as e:
+        raise _Skip(f"tensorflow-privacy is not usable ({e}); {PEER_INSTALL}") from e
+    tf_keras.utils.set_random_seed(args.seed)
+    layers = tf_keras.layers
+
+    def body():
+        return [layers.Conv2D(16, 3, padding="same", activation="relu"), layers.MaxPooling2D(2),
+                layers.Conv2D(32, 3, padding="same", activation="relu"), layers.MaxPooling2D(2),
+                layers.Flatten(), layers.Dense(64, activation="relu"), layers.Dense(10)]
+
+    inputs = [layers.InputLayer(input_shape=x.shape[1:])]
+    if system == "tfprivacy-dpmodel":
+        model = dp_model.DPSequential(l2_norm_clip=args.l2_clip,
+                                 noise_multiplier=args.noise_multiplier,
+                                 layers=inputs + body())
+        loss = tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        model.compile(optimizer=tf_keras.optimizers.Adam(args.learning_rate), loss=loss)
+    else:
+        model = tf_keras.Sequential(inputs + body())
+        opt = dp_vec.VectorizedDPKerasAdamOptimizer(
+            l2_norm_clip=args.l2_clip, noise_multiplier=args.noise_multiplier,
+            num_microbatches=int(x.shape[0]), learning_rate=args.learning_rate)
+        loss = tf_keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction=tf_keras.losses.Reduction.NONE)
+        model.compile(optimizer=opt, loss=loss)
+    xt, yt = tf.constant(x), tf.constant(y)
+
+    def step():
+        return model.train_on_batch(xt, yt)
+    info = {"tensorflow": tf.__version__, "tf_keras": tf_keras.__version__,
+            "tensorflow_privacy": _version("tensorflow-privacy"),
+            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()}
+    return step, info
+
+
+def _opacus_step(x: np.ndarray, y: np.ndarray, args: Any) -> tuple[Callable, dict]:
+    try:
+        import opacus
+        import torch
+    except ImportError as e:
+        raise _Skip(f"{e.name or e} is not installed; {PEER_INSTALL}") from e
+    torch.manual_seed(args.seed)
+    c, h, w = x.shape[3], x.shape[1], x.shape[2]
+    nn = torch.nn
+    flat = 32 * (h // 4) * (w // 4)
+    model = nn.Sequential(nn.Conv2d(c, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(flat, 64), nn.ReLU(), nn.Linear(64, 10))
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
+    xt = torch.tensor(np.transpose(x, (0, 3, 1, 2)).copy())
+    yt = torch.tensor(y)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xt, yt),
+                                         batch_size=len(xt))
+    engine = opacus.PrivacyEngine()
+    model, optimizer, _ = engine.make_private(
+        module=model, optimizer=optimizer, data_loader=loader,
+        noise_multiplier=args.noise_multiplier, max_grad_norm=args.l2_clip,
+        poisson_sampling=False)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        optimizer.zero_grad()
+        loss = loss_fn(model(xt), yt)
+        loss.backward()
+        optimizer.step()
+        return float(loss)
+    info = {"torch": torch.__version__, "opacus": opacus.__version__,
+            "torch_threads": torch.get_num_threads()}
+    return step, info
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata  # pylint: disable=import-outside-toplevel
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+class _Skip(Exception):
+    """The system's packages are not installed."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Runs the worker protocol (see module docstring)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--system", choices=SYSTEMS, required=True)
+    parser.add_argument("--model", choices=sorted(INPUT_SHAPES), required=True)
+    parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--l2_clip", type=float, default=1.0)
+    parser.add_argument("--noise_multiplier", type=float, default=1.1)
+    parser.add_argument("--learning_rate", type=float, default=2e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    out = sys.stdout
+    x, y, source = load_batch(args.model, args.batch_size, args.seed)
+    try:
+        if args.system == "opacus":
+            step, info = _opacus_step(x, y, args)
+        elif args.system.startswith("tfprivacy"):
+            step, info = _tfprivacy_step(args.system, x, y, args)
+        else:
+            step, info = _tfdp_step(args.system, x, y, args)
+    except _Skip as e:
+        print(json.dumps({"skipped": str(e)}), file=out, flush=True)
+        return
+    start = time.perf_counter()
+    float(step())  # trace / compile
+    first_ms = (time.perf_counter() - start) * 1000.0
+    for _ in range(args.warmup):
+        float(step())
+    info.update({"ready": True, "data": source, "first_step_ms": first_ms,
+                 "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+                 "pid": os.getpid()})
+    print(json.dumps(info), file=out, flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
+            break
+        n = int(cmd[1])
+        start = time.perf_counter()
+        loss = None
+        for _ in range(n):
+            loss = step()
+        float(loss)  # the last step has finished
+        ms = (time.perf_counter() - start) / n * 1000.0
+        print(json.dumps({"ms_per_step": ms}), file=out, flush=True)
+
+
+if __name__ == "__main__":
+    main()

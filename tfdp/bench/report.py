@@ -1,0 +1,208 @@
+"""`tfdp-bench all --report` / `tfdp-bench report`: BENCHMARKS.md from the result files.
+
+`all` runs every benchmark and writes each result to `results/bench/<name>.json`; the report
+is rendered from those files only (never from numbers held in memory), so
+`tfdp-bench report` regenerates the committed BENCHMARKS.md byte for byte from the committed
+result files (tests/bench/test_report.py checks this).
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import json
+import os
+from typing import Any, Optional
+
+from tfdp.bench.dpsgd import machine
+
+# (result file stem, benchmark, run() overrides, the command that produces the file).
+RUNS = (
+    ("layers", "layers", {},
+     "tfdp-bench layers --output=results/bench/layers.json"),
+    ("layers_mnist", "layers", {"model": "mnist"},
+     "tfdp-bench layers --layers_model=mnist --output=results/bench/layers_mnist.json"),
+    ("certify", "certify", {},
+     "tfdp-bench certify --output=results/bench/certify.json"),
+    ("gpm", "gpm", {},
+     "tfdp-bench gpm --output=results/bench/gpm.json"),
+    ("dpsgd", "dpsgd", {},
+     "tfdp-bench dpsgd --output=results/bench/dpsgd.json"),
+    ("export", "export", {},
+     "tfdp-bench export --output=results/bench/export.json"),
+    ("stobatch", "stobatch", {},
+     "tfdp-bench stobatch --output=results/bench/stobatch.json"),
+)
+PLOT = "dpsgd.png"
+# Whether a benchmark's ratio must stay below (time ratios) or above (throughput) its target.
+DIRECTION = {"layers": "<=", "layers_mnist": "<=", "gpm": "<=", "dpsgd": "<=",
+             "certify": ">=", "export": ">=", "stobatch": "<="}
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def _machine(result: dict) -> str:
+    m = result.get("host") or result.get("machine")
+    if isinstance(m, dict):
+        parts = [m.get("cpu_model") or m.get("processor") or m.get("machine"),
+                 f"{m.get('cpu_count')} logical CPUs" if m.get("cpu_count") else None,
+                 m.get("platform")]
+        text = ", ".join(p for p in parts if p)
+    else:
+        text = ", ".join(p for p in (
+            result.get("machine"),
+            f"{result['cpu_count']} logical CPUs" if result.get("cpu_count") else None) if p)
+    if result.get("loadavg_before"):
+        text += (f"; load average {_fmt(result['loadavg_before'][0])} before, "
+                 f"{_fmt(result['loadavg_after'][0])} after")
+    return text or "not recorded"
+
+
+def load_results(results_dir: str) -> dict[str, dict]:
+    """All `*.json` result files of `results_dir`, by file stem (sorted)."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(results_dir, "*.json"))):
+        with open(path, encoding="utf-8") as f:
+            out[os.path.splitext(os.path.basename(path))[0]] = json.load(f)
+    return out
+
+
+def _order(results: dict) -> list[str]:
+    known = [stem for stem, *_ in RUNS if stem in results]
+    return known + sorted(s for s in results if s not in known)
+
+
+def _dpsgd_section(result: dict, results_dir: str) -> list[str]:
+    lines = ["", "### DP-SGD against the non-private step and the peers", ""]
+    cfg = result.get("config", {})
+    lines.append(f"Batch {cfg.get('batch_size')}, clip C = {cfg.get('l2_clip')}, noise "
+                 f"multiplier {cfg.get('noise_multiplier')}, {cfg.get('rounds')} interleaved "
+                 f"rounds of {cfg.get('steps')} steps after {cfg.get('warmup')} warm-up "
+                 "steps; each system in its own process. Ratio = median over rounds of "
+                 "(system ms/step) / (non-private ms/step in the same round).")
+    for model, res in result.get("models", {}).items():
+        lines += ["", f"**{model}** ({res.get('data')}, small_cnn)", "",
+                  "| system | ms/step median [min, max] | ratio to non-private median "
+                  "[min, max] | threads |", "|---|---|---|---|"]
+        for system, s in res.get("systems", {}).items():
+            ms, ratio, setup = s["ms_per_step"], s["ratio_to_nonprivate"], s.get("setup", {})
+            threads = ", ".join(f"{k}={setup[k]}" for k in (
+                "intra_op_threads", "inter_op_threads", "torch_threads", "omp_num_threads")
+                if k in setup)
+            lines.append(f"| {system} | {_fmt(ms['median'])} [{_fmt(ms['min'])}, "
+                         f"{_fmt(ms['max'])}] | {_fmt(ratio['median'])} "
+                         f"[{_fmt(ratio['min'])}, {_fmt(ratio['max'])}] | {threads} |")
+        for system, why in res.get("skipped", {}).items():
+            lines.append(f"| {system} | skipped: {why} | | |")
+    if os.path.exists(os.path.join(results_dir, PLOT)):
+        lines += ["", f"![ms/step per system](results/bench/{PLOT})"]
+    return lines
+
+
+def render(results_dir: str = "results/bench") -> str:
+    """The BENCHMARKS.md text for the result files in `results_dir`."""
+    results = load_results(results_dir)
+    commands = {stem: cmd for stem, _, _, cmd in RUNS}
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `tfdp-bench all --report` (re-render from the result files with "
+        "`tfdp-bench report`); do not edit by hand. Every figure is a ratio of two timings "
+        "taken in the same run on the same machine, never an absolute target; the raw "
+        "timings, per-repetition values and settings are in the result file.",
+        "",
+        "| benchmark | ratio | target | met | candidate | reference | result file |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    order = _order(results)
+    for stem in order:
+        r = results[stem]
+        lines.append(
+            f"| {stem} | {_fmt(r.get('ratio'))} | {DIRECTION.get(stem, '')} "
+            f"{_fmt(r.get('target'))} | "
+            f"{_fmt(r.get('passed', r.get('meets_target')))} | {r.get('candidate', '')} | {r.get('reference', '')} | "
+            f"[results/bench/{stem}.json](results/bench/{stem}.json) |")
+    lines += ["", "## Runs", ""]
+    for stem in order:
+        r = results[stem]
+        lines += [f"### {stem}", "",
+                  f"- command: `{r.get('command') or commands.get(stem, 'not recorded')}`",
+                  f"- date: {r.get('date', 'not recorded')}",
+                  f"- machine: {_machine(r)}",
+                  f"- ratio {_fmt(r.get('ratio'))} (target {DIRECTION.get(stem, '')} "
+                  f"{_fmt(r.get('target'))})"]
+        if stem == "dpsgd":
+            lines += _dpsgd_section(r, results_dir)
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_dpsgd(result: dict, path: str) -> None:
+    """Bar chart of ms/step (median, min-max whiskers) per system and model."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    models = list(result.get("models", {}))
+    fig, axes = plt.subplots(1, max(len(models), 1), figsize=(6 * max(len(models), 1), 4))
+    axes = axes if hasattr(axes, "__len__") else [axes]
+    for ax, model in zip(axes, models):
+        systems = result["models"][model]["systems"]
+        names = list(systems)
+        med = [systems[s]["ms_per_step"]["median"] for s in names]
+        low = [m - systems[s]["ms_per_step"]["min"] for m, s in zip(med, names)]
+        high = [systems[s]["ms_per_step"]["max"] - m for m, s in zip(med, names)]
+        ax.bar(range(len(names)), med, yerr=[low, high], capsize=3)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("ms / step (median, min-max)")
+        ax.set_title(f"{model}: batch {result.get('config', {}).get('batch_size')}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run_all(results_dir: str, only: Optional[list] = None) -> list[str]:
+    """Runs every benchmark of RUNS (or `only` stems), writing results_dir/<stem>.json."""
+    import importlib  # pylint: disable=import-outside-toplevel
+
+    from tfdp.bench import BENCHMARKS  # pylint: disable=import-outside-toplevel
+    os.makedirs(results_dir, exist_ok=True)
+    written = []
+    for stem, name, overrides, command in RUNS:
+        if only and stem not in only:
+            continue
+        before = list(os.getloadavg())
+        result = importlib.import_module(BENCHMARKS[name]).run(**overrides)
+        result["command"] = command
+        result.setdefault("date", datetime.datetime.now(datetime.timezone.utc)
+                          .strftime("%Y-%m-%d %H:%M UTC"))
+        result.setdefault("loadavg_before", before)
+        result.setdefault("loadavg_after", list(os.getloadavg()))
+        result.setdefault("host", machine())
+        path = os.path.join(results_dir, f"{stem}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(result, indent=2, sort_keys=True, default=float) + "\n")
+        written.append(path)
+    return written
+
+
+def write_report(results_dir: str, report_path: str) -> str:
+    """Writes the plot (if there is a DP-SGD result) and BENCHMARKS.md; returns the text."""
+    dpsgd = os.path.join(results_dir, "dpsgd.json")
+    if os.path.exists(dpsgd):
+        with open(dpsgd, encoding="utf-8") as f:
+            plot_dpsgd(json.load(f), os.path.join(results_dir, PLOT))
+    text = render(results_dir)
+    with open(report_path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return text
