@@ -13,7 +13,8 @@ import sys
 
 from absl import app, flags
 
-from tfdp.bench import BENCHMARKS  # name -> module with `run() -> dict`
+from tfdp.apps import option_flags
+from tfdp.bench import BENCHMARKS  # name -> module with `run(**overrides) -> dict`
 
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the result as JSON to this file.")
 _REPORT = flags.DEFINE_bool("report", False,
@@ -27,14 +28,24 @@ COMMANDS = ("all", "report")
 
 
 def _load_named(argv: list[str]) -> None:
-    # A benchmark module defines its own flags, so the named one is imported before flag
-    # parsing; the others are not imported at all.
+    # The named benchmark's flags (from its module's OPTIONS) are defined before flag
+    # parsing; the other benchmark modules are not imported at all.
+    # A benchmark module imported by the named one (export imports certify) has its flags
+    # accepted too.
     names = [a for a in argv[1:] if not a.startswith("-")]
     if names and names[0] in BENCHMARKS:
         importlib.import_module(BENCHMARKS[names[0]])
     elif names and names[0] == "all":
         for module in BENCHMARKS.values():
             importlib.import_module(module)
+    for module in BENCHMARKS.values():
+        if module in sys.modules:
+            option_flags.define_module_flags(module)
+
+
+def flag_overrides(name: str) -> dict:
+    """Parsed flag values of benchmark `name`, as keyword overrides of its `run`."""
+    return option_flags.overrides(importlib.import_module(BENCHMARKS[name]).OPTIONS)
 
 
 def main(argv: list[str]) -> None:
@@ -45,13 +56,14 @@ def main(argv: list[str]) -> None:
     if argv[1] in COMMANDS:
         from tfdp.bench import report  # pylint: disable=import-outside-toplevel
         if argv[1] == "all":
-            for path in report.run_all(_RESULTS_DIR.value, _ONLY.value):
+            base = {name: flag_overrides(name) for name in BENCHMARKS}
+            for path in report.run_all(_RESULTS_DIR.value, _ONLY.value, base):
                 print(f"wrote {path}")
         if argv[1] == "report" or _REPORT.value:
             report.write_report(_RESULTS_DIR.value, _REPORT_FILE.value)
             print(f"wrote {_REPORT_FILE.value}")
         return
-    result = importlib.import_module(BENCHMARKS[argv[1]]).run()
+    result = importlib.import_module(BENCHMARKS[argv[1]]).run(**flag_overrides(argv[1]))
     text = json.dumps(result, indent=2, sort_keys=True, default=float)
     print(text)
     if _OUTPUT.value:

@@ -15,6 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402  (after the TF log level is set)
 
+from tfdp.apps import option_flags  # noqa: E402
 from tfdp.train import registry  # noqa: E402
 
 DEFAULTS = {"epochs": 1, "batch_size": 128, "learning_rate": 1e-3, "optimizer": "sgd",
@@ -67,8 +68,8 @@ flags.DEFINE_integer("cpu_replicas", None,
 
 
 
-def _import_method_modules() -> None:
-    """Imports every registered method's module so that its flags exist before parsing.
+def _define_method_flags() -> None:
+    """Defines every registered method's flags (from its module's OPTIONS) before parsing.
 
     A module that is absent from the package is reported when that method is chosen (the
     registry raises ImportError then); a module that exists but fails to import fails here.
@@ -76,10 +77,10 @@ def _import_method_modules() -> None:
     for module in sorted({registry.method_module(n) for n in registry.METHODS}):
         if importlib.util.find_spec(module) is None:
             continue
-        importlib.import_module(module)
+        option_flags.define_module_flags(module, FLAGS)
 
 
-_import_method_modules()
+_define_method_flags()
 
 
 @dataclasses.dataclass
@@ -100,10 +101,6 @@ class RunSpec:
     data_dir: str | None
     download: bool
     verbose: int
-
-
-def _flag_module_values(module: str, flag_values) -> dict:
-    return {f.name: f.value for f in flag_values.get_flags_for_module(module)}
 
 
 def _is_number(value: Any) -> bool:
@@ -410,8 +407,8 @@ def values_from_flags(flag_values) -> tuple[dict, dict, set]:
     if method in registry.METHODS:
         module = registry.method_module(method)
         if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
-            options = _flag_module_values(module, flag_values)
+            options = option_flags.option_values(
+                option_flags.define_module_flags(module, flag_values), flag_values)
     present = {name for name in list(values) + list(options) if flag_values[name].present}
     return values, options, present
 

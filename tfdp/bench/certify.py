@@ -11,21 +11,22 @@ from typing import Any, Callable
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import flags
 
 import layers as tfdp_layers
-from tfdp import certify
+from tfdp import certify, options
 
 TARGET_RATIO = 0.8
 
-_BATCH = flags.DEFINE_integer("certify_batch_size", 8, "Inputs certified per call.")
-_DRAWS = flags.DEFINE_integer("certify_num_draws", 500, "Monte-Carlo draws per input.")
-_DRAWS_PER_STEP = flags.DEFINE_integer("certify_draws_per_step", 250,
-                                       "Draws per forward pass (both variants use the same "
-                                       "forward batch of batch_size * draws_per_step).")
-_REPEATS = flags.DEFINE_integer("certify_repeats", 5,
-                                "Interleaved repetitions per variant (median reported).")
-_SEED = flags.DEFINE_integer("certify_seed", 0, "Seed for data, weights and noise.")
+OPTIONS = options.OptionSet("certify_")  # every certify_* setting: name, default, help
+
+_BATCH = OPTIONS.integer("certify_batch_size", 8, "Inputs certified per call.")
+_DRAWS = OPTIONS.integer("certify_num_draws", 500, "Monte-Carlo draws per input.")
+_DRAWS_PER_STEP = OPTIONS.integer("certify_draws_per_step", 250,
+                                  "Draws per forward pass (both variants use the same "
+                                  "forward batch of batch_size * draws_per_step).")
+_REPEATS = OPTIONS.integer("certify_repeats", 5,
+                           "Interleaved repetitions per variant (median reported).")
+_SEED = OPTIONS.integer("certify_seed", 0, "Seed for data, weights and noise.")
 
 # PixelDP-style certificate of the benchmark network (HGM spec §6, PixelDP row).
 _CERT = {"mechanism": "pixeldp_gaussian", "construction_bound": 0.1, "epsilon": 1.0,
@@ -33,7 +34,7 @@ _CERT = {"mechanism": "pixeldp_gaussian", "construction_bound": 0.1, "epsilon": 
 
 
 def _flag(name: str, overrides: dict) -> Any:
-    return overrides[name] if name in overrides else flags.FLAGS[f"certify_{name}"].value
+    return OPTIONS.setting(overrides, name)
 
 
 def build_pixeldp_cnn(seed: int = 0) -> keras.Model:

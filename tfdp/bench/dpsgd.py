@@ -21,7 +21,7 @@ import sys
 import tempfile
 from typing import Any
 
-from absl import flags
+from tfdp import options
 
 from tfdp.bench import dpsgd_worker
 
@@ -29,24 +29,26 @@ TARGET_RATIO = 2.0
 TFDP_SYSTEMS = ("nonprivate", "tfdp-dpsgd-vectorized", "tfdp-dpsgd-ghost", "tfdp-dpsgd-auto")
 PEER_SYSTEMS = ("tfprivacy-dpmodel", "tfprivacy-vectorized", "opacus")
 
-_MODELS = flags.DEFINE_list("dpsgd_bench_models", ["mnist", "cifar10"],
-                            "Models: mnist (small_cnn on 28x28x1) and/or cifar10 (small_cnn "
-                            "on 32x32x3), the CNNs of --method=dpsgd --dpsgd_model=cnn.")
-_SYSTEMS = flags.DEFINE_list("dpsgd_bench_systems", list(TFDP_SYSTEMS + PEER_SYSTEMS),
-                             f"Systems to time, from {dpsgd_worker.SYSTEMS}; 'nonprivate' "
-                             "is always included (it is the reference).")
-_BATCH = flags.DEFINE_integer("dpsgd_bench_batch_size", 256, "Examples per step.")
-_STEPS = flags.DEFINE_integer("dpsgd_bench_steps", 3, "Timed steps per system per round.")
-_ROUNDS = flags.DEFINE_integer("dpsgd_bench_rounds", 5, "Interleaved rounds.")
-_WARMUP = flags.DEFINE_integer("dpsgd_bench_warmup", 3, "Untimed steps after tracing.")
-_CLIP = flags.DEFINE_float("dpsgd_bench_l2_clip", 1.0, "Clipping bound C.")
-_SIGMA = flags.DEFINE_float("dpsgd_bench_noise_multiplier", 1.1, "Noise multiplier sigma.")
-_TIMEOUT = flags.DEFINE_integer("dpsgd_bench_worker_timeout", 1800,
-                                "Seconds a worker may take to start or to answer a round.")
+OPTIONS = options.OptionSet("dpsgd_bench_")  # every dpsgd_bench_* setting: name, default, help
+
+_MODELS = OPTIONS.list("dpsgd_bench_models", ["mnist", "cifar10"],
+                       "Models: mnist (small_cnn on 28x28x1) and/or cifar10 (small_cnn "
+                       "on 32x32x3), the CNNs of --method=dpsgd --dpsgd_model=cnn.")
+_SYSTEMS = OPTIONS.list("dpsgd_bench_systems", list(TFDP_SYSTEMS + PEER_SYSTEMS),
+                        f"Systems to time, from {dpsgd_worker.SYSTEMS}; 'nonprivate' "
+                        "is always included (it is the reference).")
+_BATCH = OPTIONS.integer("dpsgd_bench_batch_size", 256, "Examples per step.")
+_STEPS = OPTIONS.integer("dpsgd_bench_steps", 3, "Timed steps per system per round.")
+_ROUNDS = OPTIONS.integer("dpsgd_bench_rounds", 5, "Interleaved rounds.")
+_WARMUP = OPTIONS.integer("dpsgd_bench_warmup", 3, "Untimed steps after tracing.")
+_CLIP = OPTIONS.float("dpsgd_bench_l2_clip", 1.0, "Clipping bound C.")
+_SIGMA = OPTIONS.float("dpsgd_bench_noise_multiplier", 1.1, "Noise multiplier sigma.")
+_TIMEOUT = OPTIONS.integer("dpsgd_bench_worker_timeout", 1800,
+                           "Seconds a worker may take to start or to answer a round.")
 
 
 def _flag(name: str, overrides: dict) -> Any:
-    return overrides[name] if name in overrides else flags.FLAGS[f"dpsgd_bench_{name}"].value
+    return OPTIONS.setting(overrides, name)
 
 
 class _Worker:
@@ -162,7 +164,7 @@ def run(**overrides: Any) -> dict:
     Args:
         **overrides: values for the flags without the `dpsgd_bench_` prefix (models,
             systems, batch_size, steps, rounds, warmup, l2_clip, noise_multiplier,
-            worker_timeout); unset ones come from the absl flags.
+            worker_timeout); unset ones take the OPTIONS defaults.
 
     Returns:
         dict with ratio (MNIST, tfdp-dpsgd-auto over nonprivate, median of per-round

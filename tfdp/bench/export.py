@@ -13,24 +13,25 @@ from typing import Any, Callable
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import flags
 
-from tfdp import certify, export, rundir
+from tfdp import certify, export, options, rundir
 from tfdp.bench import certify as certify_bench
 
 TARGET_RATIO = 0.9
 
-_BATCH = flags.DEFINE_integer("export_batch_size", 8, "Inputs certified per call.")
-_DRAWS = flags.DEFINE_integer("export_num_draws", 512, "Monte-Carlo draws per input.")
-_DRAWS_PER_STEP = flags.DEFINE_integer("export_draws_per_step", 256,
-                                       "Draws per forward pass (both variants).")
-_REPEATS = flags.DEFINE_integer("export_repeats", 5,
-                                "Interleaved repetitions per variant (median reported).")
-_SEED = flags.DEFINE_integer("export_seed", 0, "Seed for data, weights and noise.")
+OPTIONS = options.OptionSet("export_")  # every export_* setting: name, default, help
+
+_BATCH = OPTIONS.integer("export_batch_size", 8, "Inputs certified per call.")
+_DRAWS = OPTIONS.integer("export_num_draws", 512, "Monte-Carlo draws per input.")
+_DRAWS_PER_STEP = OPTIONS.integer("export_draws_per_step", 256,
+                                  "Draws per forward pass (both variants).")
+_REPEATS = OPTIONS.integer("export_repeats", 5,
+                           "Interleaved repetitions per variant (median reported).")
+_SEED = OPTIONS.integer("export_seed", 0, "Seed for data, weights and noise.")
 
 
 def _flag(name: str, overrides: dict) -> Any:
-    return overrides[name] if name in overrides else flags.FLAGS[f"export_{name}"].value
+    return OPTIONS.setting(overrides, name)
 
 
 def _timed(fn: Callable[[], Any]) -> float:

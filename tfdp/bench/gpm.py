@@ -7,26 +7,21 @@ import time
 import warnings
 
 import numpy as np
-from absl import flags
+from tfdp import options
 
 from tfdp.mechanisms import pancake
 
-_D = flags.DEFINE_integer("gpm_bench_d", 65536, "gpm: dimension d.")
-_M = flags.DEFINE_integer("gpm_bench_samples", 32, "gpm: noise vectors per timed call.")
-_R = flags.DEFINE_integer("gpm_bench_repeats", 30, "gpm: timed calls per sampler.")
-_BACKEND = flags.DEFINE_enum("gpm_bench_backend", "numpy", ["numpy", "tf"],
-                             "gpm: numpy Generator or TensorFlow stateless ops.")
-_DG = flags.DEFINE_enum("gpm_bench_dg_method", "table", ["cks", "table"],
-                        "gpm: discrete Gaussian sampler of the GPM path (numpy backend).")
+OPTIONS = options.OptionSet("gpm_bench_")  # every gpm_bench_* setting: name, default, help
+
+_D = OPTIONS.integer("gpm_bench_d", 65536, "gpm: dimension d.")
+_M = OPTIONS.integer("gpm_bench_samples", 32, "gpm: noise vectors per timed call.")
+_R = OPTIONS.integer("gpm_bench_repeats", 30, "gpm: timed calls per sampler.")
+_BACKEND = OPTIONS.enum("gpm_bench_backend", "numpy", ["numpy", "tf"],
+                        "gpm: numpy Generator or TensorFlow stateless ops.")
+_DG = OPTIONS.enum("gpm_bench_dg_method", "table", ["cks", "table"],
+                   "gpm: discrete Gaussian sampler of the GPM path (numpy backend).")
 
 TARGET = 1.5  # the paper's own implementation is 3-5x slower than GM (GPM Sec. 5.8)
-
-
-def _flag(holder, default):
-    try:
-        return holder.value
-    except flags.UnparsedFlagAccessError:
-        return default
 
 
 def benchmark(d: int = 65536, samples: int = 32, repeats: int = 30, backend: str = "numpy",
@@ -100,7 +95,16 @@ def benchmark(d: int = 65536, samples: int = 32, repeats: int = 30, backend: str
             "d": d, "samples_per_call": samples, "repeats": repeats, "backend": backend}
 
 
-def run() -> dict:
-    """Entry point of `tfdp-bench gpm` (flags gpm_bench_*)."""
-    return benchmark(d=_flag(_D, 65536), samples=_flag(_M, 32), repeats=_flag(_R, 30),
-                     backend=_flag(_BACKEND, "numpy"), dg_method=_flag(_DG, "table"))
+def run(**overrides) -> dict:
+    """Entry point of `tfdp-bench gpm` (flags gpm_bench_*).
+
+    Args:
+        **overrides: values for the options without the `gpm_bench_` prefix (d, samples,
+            repeats, backend, dg_method); unset ones take the OPTIONS defaults.
+
+    Returns:
+        The result dict of `benchmark`.
+    """
+    return benchmark(**{name: OPTIONS.setting(overrides, key) for name, key in (
+        ("d", "d"), ("samples", "samples"), ("repeats", "repeats"), ("backend", "backend"),
+        ("dg_method", "dg_method"))})

@@ -11,29 +11,31 @@ from typing import Any, Callable
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import flags
 
 import layers as tfdp_layers
+from tfdp import options
 
 TARGET_RATIO = 1.10
 MODELS = ("mnist", "cifar10")
 
-_MODEL = flags.DEFINE_enum(
+OPTIONS = options.OptionSet("layers_")  # every layers_* setting: name, default, help
+
+_MODEL = OPTIONS.enum(
     "layers_model", "cifar10", list(MODELS),
     "CNN: 'mnist' = HGM MNIST net (conv5x5x32, conv5x5x64, fc256; HGM spec §5.1), "
     "'cifar10' = HGM CIFAR-10 net (conv3x3x128/2, conv5x5x128, conv5x5x256, fc256; §5.2).")
-_BATCH = flags.DEFINE_integer("layers_batch_size", 32, "Examples per training step.")
-_STEPS = flags.DEFINE_integer("layers_steps", 3, "Timed training steps per repetition.")
-_REPEATS = flags.DEFINE_integer("layers_repeats", 15,
-                                "Interleaved repetitions per variant (median reported).")
-_WARMUP = flags.DEFINE_integer("layers_warmup", 3, "Untimed steps per variant after tracing.")
-_MODE = flags.DEFINE_enum("layers_noise_mode", "per_example", list(tfdp_layers.NOISE_MODES),
-                          "Noise mode of the candidate's noise layers.")
-_SEED = flags.DEFINE_integer("layers_seed", 0, "Seed for data, weights and noise.")
+_BATCH = OPTIONS.integer("layers_batch_size", 32, "Examples per training step.")
+_STEPS = OPTIONS.integer("layers_steps", 3, "Timed training steps per repetition.")
+_REPEATS = OPTIONS.integer("layers_repeats", 15,
+                           "Interleaved repetitions per variant (median reported).")
+_WARMUP = OPTIONS.integer("layers_warmup", 3, "Untimed steps per variant after tracing.")
+_MODE = OPTIONS.enum("layers_noise_mode", "per_example", list(tfdp_layers.NOISE_MODES),
+                     "Noise mode of the candidate's noise layers.")
+_SEED = OPTIONS.integer("layers_seed", 0, "Seed for data, weights and noise.")
 
 
 def _flag(name: str, overrides: dict) -> Any:
-    return overrides[name] if name in overrides else flags.FLAGS[f"layers_{name}"].value
+    return OPTIONS.setting(overrides, name)
 
 
 def build_cnn(model: str, *, with_noise: bool, noise_mode: str = "per_example",
@@ -118,8 +120,8 @@ def run(**overrides: Any) -> dict:
 
     Args:
         **overrides: values for the benchmark's flags without the `layers_` prefix (model,
-            batch_size, steps, repeats, warmup, noise_mode, seed); unset ones come from the
-            absl flags (their defaults when flags are not parsed).
+            batch_size, steps, repeats, warmup, noise_mode, seed); unset ones take the OPTIONS
+            defaults.
 
     Returns:
         dict with ratio (median over repetitions of candidate / reference ms per step, each

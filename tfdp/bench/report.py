@@ -171,8 +171,19 @@ def plot_dpsgd(result: dict, path: str) -> None:
     plt.close(fig)
 
 
-def run_all(results_dir: str, only: Optional[list] = None) -> list[str]:
-    """Runs every benchmark of RUNS (or `only` stems), writing results_dir/<stem>.json."""
+def run_all(results_dir: str, only: Optional[list] = None,
+            base_overrides: Optional[dict] = None) -> list[str]:
+    """Runs every benchmark of RUNS (or `only` stems), writing results_dir/<stem>.json.
+
+    Args:
+      results_dir: directory of the result files.
+      only: result stems to run (None: all).
+      base_overrides: benchmark name -> `run` keyword values (e.g. the parsed flags) that
+        each RUNS entry's own overrides take precedence over.
+
+    Returns:
+      The written paths.
+    """
     import importlib  # pylint: disable=import-outside-toplevel
 
     from tfdp.bench import BENCHMARKS  # pylint: disable=import-outside-toplevel
@@ -182,7 +193,8 @@ def run_all(results_dir: str, only: Optional[list] = None) -> list[str]:
         if only and stem not in only:
             continue
         before = list(os.getloadavg())
-        result = importlib.import_module(BENCHMARKS[name]).run(**overrides)
+        kwargs = {**(base_overrides or {}).get(name, {}), **overrides}
+        result = importlib.import_module(BENCHMARKS[name]).run(**kwargs)
         result["command"] = command
         result.setdefault("date", datetime.datetime.now(datetime.timezone.utc)
                           .strftime("%Y-%m-%d %H:%M UTC"))

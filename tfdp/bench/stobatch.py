@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 import tensorflow as tf
-from absl import flags
+from tfdp import options
 
 TARGET_RATIO = 1.15
 
@@ -33,11 +33,13 @@ try:
 except RuntimeError:  # already initialised (e.g. imported after other TF work)
     pass
 
-_M = flags.DEFINE_integer("stobatch_bench_m", 300, "DP batch size m of the benchmark step.")
-_ITERS = flags.DEFINE_integer("stobatch_bench_attack_iters", 3, "T_mu of the benchmark step.")
-_REPEATS = flags.DEFINE_integer("stobatch_bench_repeats", 5,
-                                "Interleaved repetitions per variant (median reported).")
-_SEED = flags.DEFINE_integer("stobatch_bench_seed", 0, "Seed of data, weights and noise.")
+OPTIONS = options.OptionSet("stobatch_bench_")  # every stobatch_bench_* setting
+
+_M = OPTIONS.integer("stobatch_bench_m", 300, "DP batch size m of the benchmark step.")
+_ITERS = OPTIONS.integer("stobatch_bench_attack_iters", 3, "T_mu of the benchmark step.")
+_REPEATS = OPTIONS.integer("stobatch_bench_repeats", 5,
+                           "Interleaved repetitions per variant (median reported).")
+_SEED = OPTIONS.integer("stobatch_bench_seed", 0, "Seed of data, weights and noise.")
 
 
 def _method(m: int, iters: int, seed: int):
@@ -119,10 +121,10 @@ def _time(fn: Callable[[], None]) -> float:
 def run(**overrides) -> dict:
     """Runs the benchmark; returns the result dict (ratio, target, timings)."""
     from tfdp.train import loop  # pylint: disable=import-outside-toplevel
-    m = int(overrides.get("m", _M.value))
-    iters = int(overrides.get("attack_iters", _ITERS.value))
-    repeats = int(overrides.get("repeats", _REPEATS.value))
-    seed = int(overrides.get("seed", _SEED.value))
+    m = int(OPTIONS.setting(overrides, "m"))
+    iters = int(OPTIONS.setting(overrides, "attack_iters"))
+    repeats = int(OPTIONS.setting(overrides, "repeats"))
+    seed = int(OPTIONS.setting(overrides, "seed"))
     variants = {
         "plain_adversarial": _plain_step(m, iters, seed),
         "stobatch": _stobatch_step(tf.distribute.get_strategy(), m, iters, seed),

@@ -8,9 +8,9 @@ from typing import Any, Mapping
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import flags, logging
+from absl import logging
 
-from tfdp import losses, mechanisms, relevance
+from tfdp import losses, mechanisms, options, relevance
 from tfdp.models import adlm as adlm_models
 from tfdp.train.base import Method
 
@@ -28,69 +28,80 @@ _DEFAULT_FLOOR = {"mnist": 1e-5, "cifar10": 1e-2}
 _LINEAR_FM = ("ref_code", "batch_sum_fixed")
 AUX_DATA = ("private", "public_split")
 
-flags.DEFINE_list("adlm_eps_split", None,
-                  "eps1,eps2,eps3 as fractions of --epsilon summing to 1 (default: the code "
-                  "release ratios, 0.25,0.25,0.5 for MNIST and 0.1,0.6,0.3 for CIFAR-10; not "
-                  "from the paper).")
-flags.DEFINE_enum("adlm_input_noise", "per_example_fixed", list(INPUT_NOISE_MODES),
-                  "Input (first affine layer) noise: per_example_fixed = one draw per record "
-                  "for the whole run (Algorithm 1, paper-literal); batch_shared_per_step = one "
-                  "draw per step shared by the batch (code release, MNIST); shared_fixed = one "
-                  "draw for the run shared by every record (code release, CIFAR-10).")
-flags.DEFINE_string("adlm_delta_h0", "conv_fanin",
-                    "Sensitivity Delta_h0 of the first affine layer: paper_fc (2|h0|d), "
-                    "conv_fanin (sum of the neurons' fan-ins), ref_code (9800 MNIST, 5400 "
-                    "CIFAR-10) or a number.")
-flags.DEFINE_enum("adlm_bound_mode", "paper_lrn_minmax", list(adlm_models.BOUND_MODES),
-                  "Bounding layers: paper_lrn_minmax (bounded LRN after convolutions, per-batch "
-                  "min-max on the FC layer) or bn_clip (code release: batch norm and clipping).")
-flags.DEFINE_enum("adlm_fm_mode", "per_example_label_only", list(FM_MODES),
-                  "Functional-mechanism noise: per_example_label_only (phi1 per record and "
-                  "class, drawn once), per_example_all_orders (all orders, phi2 clamped >= 0), "
-                  "ref_code (code release: one [|h|, M] matrix N = Lap(Delta_F/eps3)/|L| drawn "
-                  "once, -sum(N*W) added to the batch-SUM loss), batch_sum_fixed (Lemma 6 "
-                  "literal: one Lap(Delta_F/eps3) draw on the batch-sum coefficients, i.e. "
-                  "|L| times the code's noise).")
-flags.DEFINE_float("adlm_beta_floor", None,
-                   "Relevance floor r_min before the budget normalisation (default 1e-5 MNIST, "
-                   "1e-2 CIFAR-10; code release).")
-flags.DEFINE_bool("adlm_perturb_bias", True,
-                  "Perturb the first layer's bias with Lap(Delta_h0/eps2)/|L| drawn once "
-                  "(Algorithm 1 line 14; no privacy role, spec E11).")
-flags.DEFINE_bool("adlm_output_bias", False,
-                  "Output layer bias (the paper has none; the code release has one). With a "
-                  "bias, Delta_F counts it as one more hidden unit.")
-flags.DEFINE_float("adlm_input_clip", None,
-                   "Clip noisy inputs to [-c, c] (code release MNIST: 10); unset = no clip.")
-flags.DEFINE_float("adlm_lrp_mu", 0.01, "LRP epsilon-rule stabiliser mu (not from the paper).")
-flags.DEFINE_enum("adlm_lrp_start", "true_class", list(relevance.LRP_STARTS),
-                  "Output whose score starts the relevance propagation.")
-flags.DEFINE_enum("adlm_relevance_granularity", None, list(relevance.GRANULARITIES),
-                  "One relevance (and budget) per feature, or per pixel shared by its channels "
-                  "(code release, CIFAR-10). Default: feature.")
-flags.DEFINE_enum("adlm_relevance_transform", "paper", list(RELEVANCE_TRANSFORMS),
-                  "Post-processing of the average relevance before the noise: paper (none) or "
-                  "ref_code (the code release's dataset-specific heuristics).")
-flags.DEFINE_enum("adlm_aux_model", "same", list(adlm_models.AUX_KINDS),
-                  "Auxiliary (non-private) model for the relevance step: the private "
-                  "network's structure or a one-hidden-layer MLP.")
-flags.DEFINE_integer("adlm_aux_epochs", 2, "Training epochs of the auxiliary model.")
-flags.DEFINE_enum("adlm_aux_data", "private", list(AUX_DATA),
-                  "Data of the auxiliary relevance model (spec E4): private = the training set "
-                  "D itself, without privacy (the paper; no finite sound eps1); public_split = "
-                  "a held-out split removed from D (--adlm_aux_public_size records), so the "
-                  "relevance function is independent of D and eps1 is a sound bound.")
-flags.DEFINE_integer("adlm_aux_public_size", None,
-                     "Records held out from the training set for --adlm_aux_data=public_split "
-                     "(default: 10% of the training set).")
-flags.DEFINE_enum("adlm_batches", "fixed", list(BATCH_SCHEDULES),
-                  "Batches: fixed disjoint batches (visited in a new order each epoch) or "
-                  "freshly shuffled batches each epoch.")
-flags.DEFINE_float("adlm_bn_momentum", 0.9, "Batch-norm moving-average momentum (bn_clip).")
-flags.DEFINE_enum("adlm_bn_eval", "moving", list(adlm_models.BN_EVAL_MODES),
-                  "bn_clip batch norm at inference: moving statistics, or batch statistics as "
-                  "the code release (evaluate in large batches; the loop uses 1000).")
-flags.DEFINE_integer("adlm_crop", 20, "CIFAR-10 crop size after the noise (code release: 20).")
+OPTIONS = options.OptionSet("adlm_")  # every adlm_* setting: name, default, help
+
+OPTIONS.list("adlm_eps_split", None,
+             "eps1,eps2,eps3 as fractions of --epsilon summing to 1 (default: the code "
+             "release ratios, 0.25,0.25,0.5 for MNIST and 0.1,0.6,0.3 for CIFAR-10; not "
+             "from the paper).")
+OPTIONS.enum("adlm_input_noise", "per_example_fixed", list(INPUT_NOISE_MODES),
+             "Input (first affine layer) noise: per_example_fixed = one draw per record "
+             "for the whole run (Algorithm 1, paper-literal); batch_shared_per_step = one "
+             "draw per step shared by the batch (code release, MNIST); shared_fixed = one "
+             "draw for the run shared by every record (code release, CIFAR-10).")
+OPTIONS.string("adlm_delta_h0", "conv_fanin",
+               "Sensitivity Delta_h0 of the first affine layer: paper_fc (2|h0|d), "
+               "conv_fanin (sum of the neurons' fan-ins), ref_code (9800 MNIST, 5400 "
+               "CIFAR-10) or a number.")
+OPTIONS.enum("adlm_bound_mode", "paper_lrn_minmax", list(adlm_models.BOUND_MODES),
+             "Bounding layers: paper_lrn_minmax (bounded LRN after convolutions, per-batch "
+             "min-max on the FC layer) or bn_clip (code release: batch norm and clipping).")
+OPTIONS.enum("adlm_fm_mode", "per_example_label_only", list(FM_MODES),
+             "Functional-mechanism noise: per_example_label_only (phi1 per record and "
+             "class, drawn once), per_example_all_orders (all orders, phi2 clamped >= 0), "
+             "ref_code (code release: one [|h|, M] matrix N = Lap(Delta_F/eps3)/|L| drawn "
+             "once, -sum(N*W) added to the batch-SUM loss), batch_sum_fixed (Lemma 6 "
+             "literal: one Lap(Delta_F/eps3) draw on the batch-sum coefficients, i.e. "
+             "|L| times the code's noise).")
+OPTIONS.float("adlm_beta_floor", None,
+              "Relevance floor r_min before the budget normalisation (default 1e-5 MNIST, "
+              "1e-2 CIFAR-10; code release).")
+OPTIONS.bool("adlm_perturb_bias", True,
+             "Perturb the first layer's bias with Lap(Delta_h0/eps2)/|L| drawn once "
+             "(Algorithm 1 line 14; no privacy role, spec E11).")
+OPTIONS.bool("adlm_output_bias", False,
+             "Output layer bias (the paper has none; the code release has one). With a "
+             "bias, Delta_F counts it as one more hidden unit.")
+OPTIONS.float("adlm_input_clip", None,
+              "Clip noisy inputs to [-c, c] (code release MNIST: 10); unset = no clip.")
+OPTIONS.float("adlm_lrp_mu", 0.01, "LRP epsilon-rule stabiliser mu (not from the paper).")
+OPTIONS.enum("adlm_lrp_start", "true_class", list(relevance.LRP_STARTS),
+             "Output whose score starts the relevance propagation.")
+OPTIONS.enum("adlm_relevance_granularity", None, list(relevance.GRANULARITIES),
+             "One relevance (and budget) per feature, or per pixel shared by its channels "
+             "(code release, CIFAR-10). Default: feature.")
+OPTIONS.enum("adlm_relevance_transform", "paper", list(RELEVANCE_TRANSFORMS),
+             "Post-processing of the average relevance before the noise: paper (none) or "
+             "ref_code (the code release's dataset-specific heuristics).")
+OPTIONS.enum("adlm_aux_model", "same", list(adlm_models.AUX_KINDS),
+             "Auxiliary (non-private) model for the relevance step: the private "
+             "network's structure or a one-hidden-layer MLP.")
+OPTIONS.integer("adlm_aux_epochs", 2, "Training epochs of the auxiliary model.")
+OPTIONS.enum("adlm_aux_data", "private", list(AUX_DATA),
+             "Data of the auxiliary relevance model (spec E4): private = the training set "
+             "D itself, without privacy (the paper; no finite sound eps1); public_split = "
+             "a held-out split removed from D (--adlm_aux_public_size records), so the "
+             "relevance function is independent of D and eps1 is a sound bound.")
+OPTIONS.integer("adlm_aux_public_size", None,
+                "Records held out from the training set for --adlm_aux_data=public_split "
+                "(default: 10% of the training set).")
+OPTIONS.enum("adlm_batches", "fixed", list(BATCH_SCHEDULES),
+             "Batches: fixed disjoint batches (visited in a new order each epoch) or "
+             "freshly shuffled batches each epoch.")
+OPTIONS.float("adlm_bn_momentum", 0.9, "Batch-norm moving-average momentum (bn_clip).")
+OPTIONS.enum("adlm_bn_eval", "moving", list(adlm_models.BN_EVAL_MODES),
+             "bn_clip batch norm at inference: moving statistics, or batch statistics as "
+             "the code release (evaluate in large batches; the loop uses 1000).")
+OPTIONS.integer("adlm_crop", 20, "CIFAR-10 crop size after the noise (code release: 20).")
+
+AdLMConfig = OPTIONS.config_class(
+    "AdLMConfig",
+    "AdLM / ILM settings: the adlm_* options without the prefix, with the defaults "
+    "declared above; `AdLMConfig(...).as_options()` is a `TrainConfig.options` mapping.")
+AdLMConfig.__module__ = __name__
+
+
+_UNSET = object()
 
 
 def _opt(options: Mapping[str, Any], name: str, default: Any) -> Any:
@@ -188,8 +199,10 @@ class AdLM(Method):
 
     # ------------------------------------------------------------------ options
 
-    def _o(self, name: str, default: Any = None) -> Any:
-        return _opt(self.config.options, name, default)
+    def _o(self, name: str, default: Any = _UNSET) -> Any:
+        """Option `name` of the run (None or absent: `default`, else the OPTIONS default)."""
+        return _opt(self.config.options, name,
+                    OPTIONS.default(name) if default is _UNSET else default)
 
     def _architecture(self, input_shape=None) -> str:
         shape = input_shape or ((32, 32, 3) if self.config.dataset == "cifar10" else (28, 28, 1))
@@ -240,7 +253,7 @@ class AdLM(Method):
         if gran is not None and gran not in relevance.GRANULARITIES:
             raise ValueError(f"--adlm_relevance_granularity: expected one of "
                              f"{relevance.GRANULARITIES}, got {gran!r}")
-        preset = self._o("adlm_delta_h0", "conv_fanin")
+        preset = self._o("adlm_delta_h0")
         delta_h0(preset, architecture="mnist", input_shape=(28, 28, 1))
         floor = self._o("adlm_beta_floor")
         if floor is not None and not (math.isfinite(floor) and floor > 0):
@@ -248,12 +261,12 @@ class AdLM(Method):
         clip = self._o("adlm_input_clip")
         if clip is not None and not (math.isfinite(clip) and clip > 0):
             raise ValueError(f"--adlm_input_clip: expected a number > 0, got {clip!r}")
-        mu = self._o("adlm_lrp_mu", 0.01)
+        mu = self._o("adlm_lrp_mu")
         if not (math.isfinite(mu) and mu >= 0):
             raise ValueError(f"--adlm_lrp_mu: expected a number >= 0, got {mu!r}")
-        if int(self._o("adlm_aux_epochs", 2)) < 1:
+        if int(self._o("adlm_aux_epochs")) < 1:
             raise ValueError("--adlm_aux_epochs: expected an int >= 1")
-        aux_data = self._o("adlm_aux_data", "private")
+        aux_data = self._o("adlm_aux_data")
         if aux_data not in AUX_DATA:
             raise ValueError(f"--adlm_aux_data: expected one of {AUX_DATA}, got {aux_data!r}")
         size = self._o("adlm_aux_public_size")
@@ -263,9 +276,9 @@ class AdLM(Method):
         if size is not None and aux_data != "public_split":
             raise ValueError("--adlm_aux_public_size: only used with "
                              "--adlm_aux_data=public_split")
-        if not 0.0 <= float(self._o("adlm_bn_momentum", 0.9)) < 1.0:
+        if not 0.0 <= float(self._o("adlm_bn_momentum")) < 1.0:
             raise ValueError("--adlm_bn_momentum: expected a number in [0, 1)")
-        if int(self._o("adlm_crop", 20)) < 1:
+        if int(self._o("adlm_crop")) < 1:
             raise ValueError("--adlm_crop: expected an int >= 1")
         low, high = cfg.value_range
         if low < -1.0 or high > 1.0:
@@ -277,7 +290,7 @@ class AdLM(Method):
     # ------------------------------------------------------------------ public split (E4)
 
     def _uses_public_split(self) -> bool:
-        return self.adaptive and self._o("adlm_aux_data", "private") == "public_split"
+        return self.adaptive and self._o("adlm_aux_data") == "public_split"
 
     def public_split_size(self, num_train: int) -> int:
         """Records held out for the auxiliary model (spec E4), removed from D by the loop."""
@@ -298,14 +311,14 @@ class AdLM(Method):
     def _relevance(self, x: np.ndarray, y: np.ndarray, num_classes: int, arch: str, eps1: float,
                    rng: np.random.Generator) -> tuple[np.ndarray, dict]:
         """Aux model, LRP, per-record normalisation and the eps1-DP average (AdLM §3.1-3.2)."""
-        kind = self._o("adlm_aux_model", "same")
+        kind = self._o("adlm_aux_model")
         aux_seed = int(rng.integers(0, 2**31 - 1))
         keras.utils.set_random_seed(aux_seed)
         aux = adlm_models.auxiliary_model(x.shape[1:], num_classes, kind=kind, architecture=arch)
         aux.compile(optimizer=keras.optimizers.Adam(1e-3),
                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                     metrics=["accuracy"])
-        epochs = int(self._o("adlm_aux_epochs", 2))
+        epochs = int(self._o("adlm_aux_epochs"))
         if self._uses_public_split():
             if self._public is None:
                 raise ValueError("--adlm_aux_data: public_split needs the held-out split "
@@ -317,15 +330,15 @@ class AdLM(Method):
         aux_acc = float(hist.history["accuracy"][-1])
         logging.info("AdLM auxiliary model (%s, %d epochs): train accuracy %.4f", kind, epochs,
                      aux_acc)
-        r = relevance.lrp(aux, x, y, mu=float(self._o("adlm_lrp_mu", 0.01)),
-                          start=self._o("adlm_lrp_start", "true_class"))
+        r = relevance.lrp(aux, x, y, mu=float(self._o("adlm_lrp_mu")),
+                          start=self._o("adlm_lrp_start"))
         r = relevance.normalize_per_record(relevance.to_granularity(r, self._granularity(arch)))
-        transform = self._o("adlm_relevance_transform", "paper")
+        transform = self._o("adlm_relevance_transform")
         if transform == "ref_code":
             transform = "ref_code_cifar" if arch == "cifar10" else "ref_code_mnist"
         rbar, info = relevance.private_average(r, epsilon=eps1, rng=rng, transform=transform)
         info.update({"aux_model": kind, "aux_epochs": epochs, "aux_train_accuracy": aux_acc,
-                     "transform": transform, "aux_data": self._o("adlm_aux_data", "private"),
+                     "transform": transform, "aux_data": self._o("adlm_aux_data"),
                      "aux_examples": int(len(x_aux))})
         return rbar, info
 
@@ -364,10 +377,10 @@ class AdLM(Method):
         gran = self._granularity(arch)
         noise_shape = shape if gran == "feature" else shape[:2] + (1,)
         d = int(np.prod(noise_shape))
-        dh0 = delta_h0(self._o("adlm_delta_h0", "conv_fanin"), architecture=arch,
-                       input_shape=shape, crop=int(self._o("adlm_crop", 20)))
+        dh0 = delta_h0(self._o("adlm_delta_h0"), architecture=arch,
+                       input_shape=shape, crop=int(self._o("adlm_crop")))
         hidden = 30 if arch == "cifar10" else 25
-        output_bias = bool(self._o("adlm_output_bias", False))
+        output_bias = bool(self._o("adlm_output_bias"))
         delta_f = losses.adlm_delta_f(num_classes=num_classes, hidden_units=hidden,
                                       output_bias=output_bias)
         beta = beta.reshape(noise_shape)
@@ -379,18 +392,18 @@ class AdLM(Method):
         st.update({"beta": beta, "input_scale": input_scale,
                    "scalars": np.array([eps1, eps2, eps3, dh0, delta_f, fm_scale, n, batch,
                                         num_classes, hidden], dtype=np.float64)})
-        mode = self._o("adlm_input_noise", "per_example_fixed")
+        mode = self._o("adlm_input_noise")
         # Noise drawn once (principle 3): from the setup rng, saved with the setup state.
         st["shared_noise"] = (mechanisms.sample_laplace(input_scale, rng=rng)
                               if mode == "shared_fixed" else np.zeros(noise_shape))
-        fm_mode = self._o("adlm_fm_mode", "per_example_label_only")
+        fm_mode = self._o("adlm_fm_mode")
         st["fm_noise"] = (losses.draw_fm_noise((hidden, num_classes), sensitivity=delta_f,
                                                epsilon=eps3, rng=rng)
                           if fm_mode in _LINEAR_FM else np.zeros((hidden, num_classes)))
         filters = 128 if arch == "cifar10" else 32
         # AdLM Algorithm 1 l.14: bbar = b + Lap(Delta_h0 / eps2) / |L|.
         st["bias_noise"] = (mechanisms.sample_laplace(dh0 / eps2 / batch, size=(filters,), rng=rng)
-                            if self._o("adlm_perturb_bias", True) else np.zeros(filters))
+                            if self._o("adlm_perturb_bias") else np.zeros(filters))
         # Secret key of the per-record noise (per_example modes); a record's noise is keyed by
         # this key and the record's position in the training set, never by its content.
         st["record_key"] = rng.integers(1, 2**62, size=(2,), dtype=np.int64)
@@ -478,13 +491,13 @@ class AdLM(Method):
         if "beta" not in st:
             raise RuntimeError("setup (or restore_setup_state) must run before build_model")
         arch = self._architecture(tuple(input_shape))
-        kwargs = dict(bound_mode=self._o("adlm_bound_mode", "paper_lrn_minmax"),
-                      output_bias=bool(self._o("adlm_output_bias", False)),
-                      bias_noise=bool(self._o("adlm_perturb_bias", True)),
-                      bn_momentum=float(self._o("adlm_bn_momentum", 0.9)),
-                      bn_eval=self._o("adlm_bn_eval", "moving"))
+        kwargs = dict(bound_mode=self._o("adlm_bound_mode"),
+                      output_bias=bool(self._o("adlm_output_bias")),
+                      bias_noise=bool(self._o("adlm_perturb_bias")),
+                      bn_momentum=float(self._o("adlm_bn_momentum")),
+                      bn_eval=self._o("adlm_bn_eval"))
         if arch == "cifar10":
-            kwargs.update(crop=int(self._o("adlm_crop", 20)), seed=self.config.seed)
+            kwargs.update(crop=int(self._o("adlm_crop")), seed=self.config.seed)
         model = adlm_models.build(arch, input_shape, num_classes, **kwargs)
         if kwargs["bias_noise"]:
             model.get_layer(adlm_models.BIAS_NOISE_LAYER).offset.assign(
@@ -506,7 +519,7 @@ class AdLM(Method):
     # ------------------------------------------------------------------ training
 
     def batch_schedule(self) -> str:
-        return self._o("adlm_batches", "fixed")
+        return self._o("adlm_batches")
 
     def record_seeds(self, indices: tf.Tensor) -> tf.Tensor:
         """Per-record stateless seeds [B, 2] from the records' positions in the training set.
@@ -532,7 +545,7 @@ class AdLM(Method):
 
     def noisy_inputs(self, x: tf.Tensor, seeds: tf.Tensor | None = None) -> tf.Tensor:
         """xbar: the inputs of the first affine layer with this run's noise (AdLM §3.4)."""
-        mode = self._o("adlm_input_noise", "per_example_fixed")
+        mode = self._o("adlm_input_noise")
         scale = tf.convert_to_tensor(self.input_scale)
         if mode == "per_example_fixed":
             noise = self._per_record(seeds, 1, scale.shape, scale)
@@ -551,7 +564,7 @@ class AdLM(Method):
                      seeds: tf.Tensor | None = None):
         """(phi0, phi1, phi2) of the Taylor loss for a batch, with the per-record FM noise."""
         onehot = tf.one_hot(tf.cast(y, tf.int64), num_classes, dtype=tf.float32)
-        fm_mode = self._o("adlm_fm_mode", "per_example_label_only")
+        fm_mode = self._o("adlm_fm_mode")
         if fm_mode in _LINEAR_FM:
             return None, 0.5 - onehot, None  # AdLM Eq. 25 exact; noise enters as a linear term
         fm_scale = float(self._state["scalars"][5])
@@ -564,8 +577,8 @@ class AdLM(Method):
         return phi0, phi1, phi2
 
     def train_step(self, model, optimizer, x, y, global_batch_size, indices=None):
-        needs_seeds = (self._o("adlm_input_noise", "per_example_fixed") == "per_example_fixed"
-                       or self._o("adlm_fm_mode", "per_example_label_only") not in _LINEAR_FM)
+        needs_seeds = (self._o("adlm_input_noise") == "per_example_fixed"
+                       or self._o("adlm_fm_mode") not in _LINEAR_FM)
         if needs_seeds and indices is None:
             raise ValueError("indices: per-record noise needs each record's position in the "
                              "training set (the loop passes it)")
@@ -587,7 +600,7 @@ class AdLM(Method):
             per_example = losses.adlm_taylor_loss(z, phi0=phi0, phi1=phi1, phi2=phi2,
                                                   reduction="none")
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
-            fm_mode = self._o("adlm_fm_mode", "per_example_label_only")
+            fm_mode = self._o("adlm_fm_mode")
             if fm_mode in _LINEAR_FM:
                 kernel = model.get_layer(adlm_models.OUTPUT_LAYER).kernel
                 # batch_sum_fixed (AdLM Lemma 6): the batch sum of the coefficients carries one

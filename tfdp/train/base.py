@@ -24,7 +24,9 @@ class TrainConfig:
       epsilon: total privacy budget of the run (None for non-private methods).
       delta: delta of the run (0 for pure eps-DP methods).
       value_range: the data's (low, high) pixel range.
-      options: every other flag value, by flag name (method-specific settings).
+      options: every other flag value, by flag name (method-specific settings); a method's
+        config dataclass (e.g. `tfdp.train.dpsgd.DPSGDConfig`) is accepted and stored as its
+        `as_options()` mapping.
     """
 
     method: str
@@ -38,6 +40,10 @@ class TrainConfig:
     delta: float = 0.0
     value_range: tuple[float, float] = (-1.0, 1.0)
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if hasattr(self.options, "as_options"):
+            self.options = self.options.as_options()
 
 
 class Method(abc.ABC):

@@ -6,39 +6,46 @@ import math
 
 import numpy as np
 import tensorflow as tf
-from absl import flags
 
-from tfdp import accounting
+from tfdp import accounting, options
 from tfdp.train import privatize
 from tfdp.train.base import Method
 from tfdp.train.nonprivate import build_baseline_model, per_example_cross_entropy
 
 SAMPLINGS = ("poisson", "shuffle")
 
-flags.DEFINE_float("dpsgd_l2_clip", 1.0, "DP-SGD: L2 norm bound C of each per-example gradient.")
-flags.DEFINE_float("dpsgd_noise_multiplier", None,
-                   "DP-SGD: noise multiplier sigma (noise stddev = sigma * C). Unset: the "
-                   "smallest sigma whose accounted epsilon over --epochs is <= --epsilon. Set "
-                   "together with --epsilon: train until the next step would exceed --epsilon.")
-flags.DEFINE_enum("dpsgd_accountant", "rdp", list(accounting.ACCOUNTANTS),
-                  "DP-SGD accountant (dp_accounting): rdp or pld.")
-flags.DEFINE_enum("dpsgd_sampling", "poisson", list(SAMPLINGS),
-                  "DP-SGD batch sampling: poisson (each example joins each lot with probability "
-                  "q = batch_size/n; what the accountant analyses) or shuffle (fixed-size "
-                  "shuffled batches; the ledger then records the Poisson number as claimed and "
-                  "the no-amplification bound as sound).")
-flags.DEFINE_enum("dpsgd_model", "cnn", ["cnn", "mlp"], "DP-SGD: baseline architecture.")
-flags.DEFINE_enum("dpsgd_clipping", "vectorized", list(privatize.CLIPPING_METHODS),
-                  "DP-SGD: how per-example gradient norms are computed; all give the same "
-                  "clipped sum. vectorized: per-example gradients of the whole model "
-                  "(tf.vectorized_map); ghost: norms from each layer's inputs and output "
-                  "gradients, one batched re-weighted gradient; auto: ghost, with each "
-                  "Dense/Conv2D layer taking the cheaper of the ghost norm and per-example "
-                  "kernel gradients from image patches. Unsupported layers (and models with "
-                  "batch-mixing layers) use the vectorized path. auto is several times "
-                  "faster; vectorized stays the default because its results are bit-identical "
-                  "between an uninterrupted and a resumed run, while auto agrees to float "
-                  "rounding only when the step graph is traced for other batch shapes.")
+OPTIONS = options.OptionSet("dpsgd_")  # every dpsgd_* setting: name, default, help
+
+OPTIONS.float("dpsgd_l2_clip", 1.0, "DP-SGD: L2 norm bound C of each per-example gradient.")
+OPTIONS.float("dpsgd_noise_multiplier", None,
+              "DP-SGD: noise multiplier sigma (noise stddev = sigma * C). Unset: the "
+              "smallest sigma whose accounted epsilon over --epochs is <= --epsilon. Set "
+              "together with --epsilon: train until the next step would exceed --epsilon.")
+OPTIONS.enum("dpsgd_accountant", "rdp", list(accounting.ACCOUNTANTS),
+             "DP-SGD accountant (dp_accounting): rdp or pld.")
+OPTIONS.enum("dpsgd_sampling", "poisson", list(SAMPLINGS),
+             "DP-SGD batch sampling: poisson (each example joins each lot with probability "
+             "q = batch_size/n; what the accountant analyses) or shuffle (fixed-size "
+             "shuffled batches; the ledger then records the Poisson number as claimed and "
+             "the no-amplification bound as sound).")
+OPTIONS.enum("dpsgd_model", "cnn", ["cnn", "mlp"], "DP-SGD: baseline architecture.")
+OPTIONS.enum("dpsgd_clipping", "vectorized", list(privatize.CLIPPING_METHODS),
+             "DP-SGD: how per-example gradient norms are computed; all give the same "
+             "clipped sum. vectorized: per-example gradients of the whole model "
+             "(tf.vectorized_map); ghost: norms from each layer's inputs and output "
+             "gradients, one batched re-weighted gradient; auto: ghost, with each "
+             "Dense/Conv2D layer taking the cheaper of the ghost norm and per-example "
+             "kernel gradients from image patches. Unsupported layers (and models with "
+             "batch-mixing layers) use the vectorized path. auto is several times "
+             "faster; vectorized stays the default because its results are bit-identical "
+             "between an uninterrupted and a resumed run, while auto agrees to float "
+             "rounding only when the step graph is traced for other batch shapes.")
+
+DPSGDConfig = OPTIONS.config_class(
+    "DPSGDConfig",
+    "DP-SGD settings: the dpsgd_* options without the prefix, with the defaults "
+    "declared above; `DPSGDConfig(...).as_options()` is a `TrainConfig.options` mapping.")
+DPSGDConfig.__module__ = __name__
 
 
 def _max_steps_within(target: float, planned: int, eps_of) -> int:
@@ -83,12 +90,12 @@ class DPSGD(Method):
     def __init__(self, config):
         super().__init__(config)
         opts = config.options
-        self.l2_clip = float(opts.get("dpsgd_l2_clip", 1.0))
+        self.l2_clip = float(OPTIONS.get(opts, "dpsgd_l2_clip"))
         sigma = opts.get("dpsgd_noise_multiplier")
         self.noise_multiplier = None if sigma is None else float(sigma)
-        self.accountant = opts.get("dpsgd_accountant", "rdp")
-        self.sampling = opts.get("dpsgd_sampling", "poisson")
-        self.model_kind = opts.get("dpsgd_model", "cnn")
+        self.accountant = OPTIONS.get(opts, "dpsgd_accountant")
+        self.sampling = OPTIONS.get(opts, "dpsgd_sampling")
+        self.model_kind = OPTIONS.get(opts, "dpsgd_model")
         self._steps: int | None = None
 
     def validate(self) -> None:
@@ -111,7 +118,7 @@ class DPSGD(Method):
                              f"{self.sampling!r}")
         if self.model_kind not in ("cnn", "mlp"):
             raise ValueError(f"--dpsgd_model: expected cnn or mlp, got {self.model_kind!r}")
-        clipping = cfg.options.get("dpsgd_clipping", "vectorized")
+        clipping = OPTIONS.get(cfg.options, "dpsgd_clipping")
         if clipping not in privatize.CLIPPING_METHODS:
             raise ValueError(f"--dpsgd_clipping: expected one of {privatize.CLIPPING_METHODS}, "
                              f"got {clipping!r}")
@@ -182,7 +189,7 @@ class DPSGD(Method):
         grads, metrics = privatize.dpsgd_gradients(
             model, variables, x, y, example_loss, l2_clip=self.l2_clip,
             noise_multiplier=self.noise_multiplier, global_batch_size=global_batch_size,
-            clipping=self.config.options.get("dpsgd_clipping", "vectorized"))
+            clipping=OPTIONS.get(self.config.options, "dpsgd_clipping"))
         optimizer.apply_gradients(zip(grads, variables))
         return metrics
 

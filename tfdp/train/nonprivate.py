@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import keras
 import tensorflow as tf
-from absl import flags
 
+from tfdp import options
 from tfdp.models import common
 from tfdp.train.base import Method
 
-flags.DEFINE_enum("nonprivate_model", "cnn", ["cnn", "mlp"],
-                  "Architecture of the non-private baseline: a small CNN or an MLP.")
+OPTIONS = options.OptionSet("nonprivate_")  # every nonprivate_* setting: name, default, help
+
+OPTIONS.enum("nonprivate_model", "cnn", ["cnn", "mlp"],
+             "Architecture of the non-private baseline: a small CNN or an MLP.")
+
+NonPrivateConfig = OPTIONS.config_class(
+    "NonPrivateConfig",
+    "non-private baseline settings: the nonprivate_* options without the prefix, with the defaults "
+    "declared above; `NonPrivateConfig(...).as_options()` is a `TrainConfig.options` mapping.")
+NonPrivateConfig.__module__ = __name__
 
 
 def per_example_cross_entropy(y: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
@@ -38,7 +46,7 @@ class NonPrivate(Method):
     default_flags = {"epochs": 2, "batch_size": 64, "learning_rate": 1e-3, "optimizer": "adam"}
 
     def validate(self) -> None:
-        kind = self.config.options.get("nonprivate_model", "cnn")
+        kind = OPTIONS.get(self.config.options, "nonprivate_model")
         if kind not in ("cnn", "mlp"):
             raise ValueError(f"--nonprivate_model: unknown model {kind!r}; choose cnn or mlp")
         if self.config.epsilon is not None:
@@ -46,7 +54,7 @@ class NonPrivate(Method):
                              "do not set --epsilon")
 
     def build_model(self, input_shape, num_classes):
-        return build_baseline_model(self.config.options.get("nonprivate_model", "cnn"),
+        return build_baseline_model(OPTIONS.get(self.config.options, "nonprivate_model"),
                                     input_shape, num_classes)
 
     def train_step(self, model, optimizer, x, y, global_batch_size):

@@ -23,9 +23,8 @@ from typing import Any, Optional
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import flags
 
-from tfdp import accounting, mechanisms, redistribution
+from tfdp import accounting, mechanisms, options, redistribution
 from tfdp.models import hgm as hgm_models
 from tfdp.train import privatize, replica
 from tfdp.train.base import Method
@@ -37,65 +36,80 @@ CLIPPING = ("per_example", "batch_mean")
 R_SOURCES = ("nonprivate_pretrain", "uniform", "file")
 _GAMMA_SALT = 7919  # folds the step seed into the robustness-noise stream
 
-flags.DEFINE_float("hgm_eps_r", None, "Robustness budget eps_r > 0 (PixelDP w.r.t. input "
-                   "pixels; not a training-data budget). Default 4; pixeldp: 1 (needs "
-                   "eps_r <= 1).")
-flags.DEFINE_float("hgm_delta_r", 1e-5, "Robustness delta_r in (0, 1).")
-flags.DEFINE_float("hgm_construction_bound", 0.2,
-                   "Construction attack bound L (l_inf radius the noise is calibrated for, in "
-                   "the data's pixel units; HGM spec §3.4).")
-flags.DEFINE_enum("hgm_r_source", None, list(R_SOURCES),
-                  "Redistribution r: nonprivate_pretrain (HGM Eq. 7 from a noise-free "
-                  "pre-trained model; not private, spec §8 A6), uniform, or file "
-                  "(--hgm_r_file). Default: nonprivate_pretrain for secure_sgd and "
-                  "hgm_pixeldp; secure_sgd_agm and pixeldp always use uniform r.")
-flags.DEFINE_string("hgm_r_file", None, ".npy file with K*r (the code release's convention: "
-                    "entries > 0 summing to K = the number of conv1 units).")
-flags.DEFINE_float("hgm_beta", 1.0, "Inflation rate beta of HGM Eq. 7 (0 gives uniform r).")
-flags.DEFINE_float("hgm_r_mix", 0.0, "Weight lam of the uniform vector mixed into r.")
-flags.DEFINE_float("hgm_r_floor", 0.01, "Floor of r relative to 1/K (spec §3.3).")
-flags.DEFINE_integer("hgm_pretrain_epochs", 1, "Noise-free pre-training epochs for r.")
-flags.DEFINE_integer("hgm_pretrain_examples", 5000, "Examples whose gradients give r.")
-flags.DEFINE_enum("hgm_sensitivity_mode", "layer_max", list(redistribution.SENSITIVITY_MODES),
-                  "Delta_f bound conv1 is kept within: layer_max (sound, paper form with the "
-                  "square root restored), layer_sum (sound, tighter), per_map (the paper's "
-                  "per-feature-map bound; not sound) or code_spectral (the code release; not "
-                  "sound).")
-flags.DEFINE_float("hgm_sensitivity_target", 1.0, "Delta_target: conv1 is reparametrised so "
-                   "that Delta_f <= this value.")
-flags.DEFINE_enum("hgm_train_noise", "fresh", list(TRAIN_NOISE),
-                  "Robustness noise in training: fresh per example and step, or fixed_once "
-                  "(Algorithm 1 / the code release: one draw, checkpointed).")
-flags.DEFINE_enum("hgm_model", "mnist", list(hgm_models.ARCHITECTURES),
-                  "Architecture: mnist (spec §5.1), cifar10 (§5.2) or small (CPU-sized).")
-flags.DEFINE_enum("hgm_clipping", "per_example", list(CLIPPING),
-                  "Secure-SGD privacy: per_example DP-SGD, or batch_mean (the code release: "
-                  "per-layer clipping of the batch-mean gradient; NOT DP, the ledger's sound "
-                  "epsilon is then infinite).")
-flags.DEFINE_float("hgm_l2_clip", 1.0, "Secure-SGD: per-example clip norm C.")
-flags.DEFINE_float("hgm_noise_multiplier", None,
-                   "Secure-SGD: DP-SGD noise multiplier (unset: solved from --epsilon over "
-                   "--epochs).")
-flags.DEFINE_enum("hgm_accountant", "rdp", list(accounting.ACCOUNTANTS),
-                  "Secure-SGD accountant: rdp or pld.")
-flags.DEFINE_enum("hgm_sampling", "poisson", list(SAMPLINGS),
-                  "Secure-SGD lot sampling: poisson or shuffle (see --dpsgd_sampling).")
-flags.DEFINE_integer("hgm_noise_ramp_epochs", 0,
-                     "pixeldp / hgm_pixeldp: ramp the training noise linearly from 0 to its "
-                     "full scale over this many epochs (PixelDP's optional ramp).")
-flags.DEFINE_integer("hgm_num_draws", 2000, "Monte-Carlo draws N recorded for certification.")
-flags.DEFINE_enum("hgm_bound", "hoeffding", ["hoeffding", "clopper_pearson", "bernstein"],
-                  "Confidence bound recorded for certification (paper: hoeffding).")
-flags.DEFINE_float("hgm_alpha", 0.05, "Failure probability alpha = 1 - eta of certification.")
-flags.DEFINE_float("hgm_eps_cap", None, "Largest eps' in the certificate search (default: "
-                   "none for HGM/AGM, 1 for the classical GM).")
+OPTIONS = options.OptionSet("hgm_")  # every hgm_* setting: name, default, help
+
+OPTIONS.float("hgm_eps_r", None, "Robustness budget eps_r > 0 (PixelDP w.r.t. input "
+              "pixels; not a training-data budget). Default 4; pixeldp: 1 (needs "
+              "eps_r <= 1).")
+OPTIONS.float("hgm_delta_r", 1e-5, "Robustness delta_r in (0, 1).")
+OPTIONS.float("hgm_construction_bound", 0.2,
+              "Construction attack bound L (l_inf radius the noise is calibrated for, in "
+              "the data's pixel units; HGM spec §3.4).")
+OPTIONS.enum("hgm_r_source", None, list(R_SOURCES),
+             "Redistribution r: nonprivate_pretrain (HGM Eq. 7 from a noise-free "
+             "pre-trained model; not private, spec §8 A6), uniform, or file "
+             "(--hgm_r_file). Default: nonprivate_pretrain for secure_sgd and "
+             "hgm_pixeldp; secure_sgd_agm and pixeldp always use uniform r.")
+OPTIONS.string("hgm_r_file", None, ".npy file with K*r (the code release's convention: "
+               "entries > 0 summing to K = the number of conv1 units).")
+OPTIONS.float("hgm_beta", 1.0, "Inflation rate beta of HGM Eq. 7 (0 gives uniform r).")
+OPTIONS.float("hgm_r_mix", 0.0, "Weight lam of the uniform vector mixed into r.")
+OPTIONS.float("hgm_r_floor", 0.01, "Floor of r relative to 1/K (spec §3.3).")
+OPTIONS.integer("hgm_pretrain_epochs", 1, "Noise-free pre-training epochs for r.")
+OPTIONS.integer("hgm_pretrain_examples", 5000, "Examples whose gradients give r.")
+OPTIONS.enum("hgm_sensitivity_mode", "layer_max", list(redistribution.SENSITIVITY_MODES),
+             "Delta_f bound conv1 is kept within: layer_max (sound, paper form with the "
+             "square root restored), layer_sum (sound, tighter), per_map (the paper's "
+             "per-feature-map bound; not sound) or code_spectral (the code release; not "
+             "sound).")
+OPTIONS.float("hgm_sensitivity_target", 1.0, "Delta_target: conv1 is reparametrised so "
+              "that Delta_f <= this value.")
+OPTIONS.enum("hgm_train_noise", "fresh", list(TRAIN_NOISE),
+             "Robustness noise in training: fresh per example and step, or fixed_once "
+             "(Algorithm 1 / the code release: one draw, checkpointed).")
+OPTIONS.enum("hgm_model", "mnist", list(hgm_models.ARCHITECTURES),
+             "Architecture: mnist (spec §5.1), cifar10 (§5.2) or small (CPU-sized).")
+OPTIONS.enum("hgm_clipping", "per_example", list(CLIPPING),
+             "Secure-SGD privacy: per_example DP-SGD, or batch_mean (the code release: "
+             "per-layer clipping of the batch-mean gradient; NOT DP, the ledger's sound "
+             "epsilon is then infinite).")
+OPTIONS.float("hgm_l2_clip", 1.0, "Secure-SGD: per-example clip norm C.")
+OPTIONS.float("hgm_noise_multiplier", None,
+              "Secure-SGD: DP-SGD noise multiplier (unset: solved from --epsilon over "
+              "--epochs).")
+OPTIONS.enum("hgm_accountant", "rdp", list(accounting.ACCOUNTANTS),
+             "Secure-SGD accountant: rdp or pld.")
+OPTIONS.enum("hgm_sampling", "poisson", list(SAMPLINGS),
+             "Secure-SGD lot sampling: poisson or shuffle (see --dpsgd_sampling).")
+OPTIONS.integer("hgm_noise_ramp_epochs", 0,
+                "pixeldp / hgm_pixeldp: ramp the training noise linearly from 0 to its "
+                "full scale over this many epochs (PixelDP's optional ramp).")
+OPTIONS.integer("hgm_num_draws", 2000, "Monte-Carlo draws N recorded for certification.")
+OPTIONS.enum("hgm_bound", "hoeffding", ["hoeffding", "clopper_pearson", "bernstein"],
+             "Confidence bound recorded for certification (paper: hoeffding).")
+OPTIONS.float("hgm_alpha", 0.05, "Failure probability alpha = 1 - eta of certification.")
+OPTIONS.float("hgm_eps_cap", None, "Largest eps' in the certificate search (default: "
+              "none for HGM/AGM, 1 for the classical GM).")
+
+SecureSGDConfig = OPTIONS.config_class(
+    "SecureSGDConfig",
+    "Secure-SGD / HGM / PixelDP settings: the hgm_* options without the prefix, with the "
+    "defaults declared above; `SecureSGDConfig(...).as_options()` is a `TrainConfig.options` "
+    "mapping.")
+SecureSGDConfig.__module__ = __name__
 
 _HGM_DEFAULTS = {"value_range": (0.0, 1.0)}
 
 
-def _opt(opts, name: str, default: Any) -> Any:
+_UNSET = object()
+
+
+def _opt(opts, name: str, default: Any = _UNSET) -> Any:
+    """opts[name] unless absent or None, else `default` (unset: the OPTIONS default)."""
     value = opts.get(name)
-    return default if value is None else value
+    if value is not None:
+        return value
+    return OPTIONS.default(name) if default is _UNSET else default
 
 
 class _RobustnessNoise:
@@ -113,24 +127,24 @@ class _RobustnessNoise:
     def _init_robust(self, config) -> None:
         opts = config.options
         self.eps_r = float(_opt(opts, "hgm_eps_r", self.default_eps_r))
-        self.delta_r = float(_opt(opts, "hgm_delta_r", 1e-5))
-        self.bound_l = float(_opt(opts, "hgm_construction_bound", 0.2))
+        self.delta_r = float(_opt(opts, "hgm_delta_r"))
+        self.bound_l = float(_opt(opts, "hgm_construction_bound"))
         default_source = "nonprivate_pretrain" if self.allow_r else "uniform"
         self.r_source = _opt(opts, "hgm_r_source", default_source)
         self.r_file = opts.get("hgm_r_file")
-        self.beta = float(_opt(opts, "hgm_beta", 1.0))
-        self.r_mix = float(_opt(opts, "hgm_r_mix", 0.0))
-        self.r_floor = float(_opt(opts, "hgm_r_floor", 0.01))
-        self.pretrain_epochs = int(_opt(opts, "hgm_pretrain_epochs", 1))
-        self.pretrain_examples = int(_opt(opts, "hgm_pretrain_examples", 5000))
-        self.sensitivity_mode = _opt(opts, "hgm_sensitivity_mode", "layer_max")
-        self.target = float(_opt(opts, "hgm_sensitivity_target", 1.0))
-        self.train_noise = _opt(opts, "hgm_train_noise", "fresh")
-        self.arch = _opt(opts, "hgm_model", "mnist")
-        self.ramp_epochs = int(_opt(opts, "hgm_noise_ramp_epochs", 0))
-        self.num_draws = int(_opt(opts, "hgm_num_draws", 2000))
-        self.cert_bound = _opt(opts, "hgm_bound", "hoeffding")
-        self.cert_alpha = float(_opt(opts, "hgm_alpha", 0.05))
+        self.beta = float(_opt(opts, "hgm_beta"))
+        self.r_mix = float(_opt(opts, "hgm_r_mix"))
+        self.r_floor = float(_opt(opts, "hgm_r_floor"))
+        self.pretrain_epochs = int(_opt(opts, "hgm_pretrain_epochs"))
+        self.pretrain_examples = int(_opt(opts, "hgm_pretrain_examples"))
+        self.sensitivity_mode = _opt(opts, "hgm_sensitivity_mode")
+        self.target = float(_opt(opts, "hgm_sensitivity_target"))
+        self.train_noise = _opt(opts, "hgm_train_noise")
+        self.arch = _opt(opts, "hgm_model")
+        self.ramp_epochs = int(_opt(opts, "hgm_noise_ramp_epochs"))
+        self.num_draws = int(_opt(opts, "hgm_num_draws"))
+        self.cert_bound = _opt(opts, "hgm_bound")
+        self.cert_alpha = float(_opt(opts, "hgm_alpha"))
         cap = opts.get("hgm_eps_cap")
         self.eps_cap = None if cap is None else float(cap)
         self.r: Optional[np.ndarray] = None
@@ -351,12 +365,12 @@ class SecureSGD(_RobustnessNoise, DPSGD):
         super().__init__(config)
         opts = config.options
         # DP-SGD settings from this module's flags (HGM spec §3.5).
-        self.l2_clip = float(_opt(opts, "hgm_l2_clip", 1.0))
+        self.l2_clip = float(_opt(opts, "hgm_l2_clip"))
         sigma = opts.get("hgm_noise_multiplier")
         self.noise_multiplier = None if sigma is None else float(sigma)
-        self.accountant = _opt(opts, "hgm_accountant", "rdp")
-        self.sampling = _opt(opts, "hgm_sampling", "poisson")
-        self.clipping = _opt(opts, "hgm_clipping", "per_example")
+        self.accountant = _opt(opts, "hgm_accountant")
+        self.sampling = _opt(opts, "hgm_sampling")
+        self.clipping = _opt(opts, "hgm_clipping")
         self._init_robust(config)
 
     def validate(self) -> None:

@@ -45,10 +45,9 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-from absl import flags
 
 from attacks import graph as attack_graph
-from tfdp import losses, rundir
+from tfdp import losses, options, rundir
 from tfdp.mechanisms import budgets
 from tfdp.models import stobatch as models
 from tfdp.train import replica
@@ -59,52 +58,60 @@ BN_STATS = ("global", "per_microbatch")
 NORM_MODES = ("paper_l1", "spectral_ref")
 NOISE_TERMS = ("linear", "abs_mean")
 
-flags.DEFINE_string("stobatch_architecture", "auto",
-                    "StoBatch: network (mnist, cifar10, resnet18, tiny); auto picks it from "
-                    "the data set (spec §4).")
-flags.DEFINE_float("stobatch_eps2", 0.1,
-                   "StoBatch: eps2 of the output coefficients (MNIST 0.1; CIFAR-10 1 + r/3; "
-                   "Tiny ImageNet 1). eps1 = (--epsilon - eps2) / (1 + 1/gamma + 1/gamma_x).")
-flags.DEFINE_float("stobatch_xi", 1.0, "StoBatch: weight xi of the adversarial loss (Eq. 9).")
-flags.DEFINE_float("stobatch_psi", 2.0,
-                   "StoBatch: fresh inference noise is 1/psi of the training scale (App. N).")
-flags.DEFINE_integer("stobatch_attack_iters", 10, "StoBatch: T_mu, training attack iterations.")
-flags.DEFINE_float("stobatch_mu_max", 1.0,
-                   "StoBatch: mu_t ~ U(0, mu_max] per trainer step (spec §7 A8).")
-flags.DEFINE_integer("stobatch_hidden_units", 256, "StoBatch: |h_pi|.")
-flags.DEFINE_string("stobatch_norm_mode", "paper_l1",
-                    "StoBatch: first-layer norm for gamma: paper_l1 or spectral_ref (§7 A2).")
-flags.DEFINE_bool("stobatch_enforce_norm_bound", True,
-                  "StoBatch: project theta1 after every step so its norm stays <= the initial "
-                  "bound used for gamma (§7 A2 option a).")
-flags.DEFINE_string("stobatch_pairing", "alg4_fixed_pairs",
-                    "StoBatch: benign / adversarial-source pairing (alg4_fixed_pairs).")
-flags.DEFINE_integer("stobatch_trainers", 1, "StoBatch: N_tr local trainers per step.")
-flags.DEFINE_integer("stobatch_micro_batches", 1,
-                     "StoBatch: gradient micro-batches per replica (M_dev = this x replicas).")
-flags.DEFINE_string("stobatch_bn_stats", "global",
-                    "StoBatch: BN grouping: global (synchronized BN) or per_microbatch.")
-flags.DEFINE_float("stobatch_ae_learning_rate", None,
-                   "StoBatch: Adam learning rate of theta1 (default --learning_rate).")
-flags.DEFINE_float("stobatch_bn_momentum", 0.99,
-                   "StoBatch: momentum of the BN moving statistics (used at inference and by "
-                   "the training attacks; short runs need a smaller value).")
-flags.DEFINE_string("stobatch_bn_eval", "moving",
-                    "StoBatch: BN at inference and in the training attacks: moving [rec] or batch "
-                    "(statistics of the evaluated batch; the reference code's MNIST/CIFAR-10 "
-                    "inference, spec §2.11).")
-flags.DEFINE_string("stobatch_ae_optimizer", "adam",
-                    "StoBatch: optimizer of theta1, adam (reference code) or sgd.")
-flags.DEFINE_string("stobatch_noise_term", "linear",
-                    "StoBatch: output noise term: linear (paper) or abs_mean (ref code, §7 A3).")
-flags.DEFINE_integer("stobatch_num_draws", 2000, "StoBatch: Monte-Carlo draws n (§2.11).")
-flags.DEFINE_string("stobatch_delta_rx_mode", "unit",
-                    "StoBatch: Delta_r^x = mu * d_cert with mu = 1 (unit), mu_a or mu_train "
-                    "(§7 A1).")
-flags.DEFINE_float("stobatch_radius_divisor", 1.0,
-                   "StoBatch: extra radius divisor (1 = paper-literal; the code's 0.005).")
-flags.DEFINE_bool("stobatch_radius_psi_correction", True,
-                  "StoBatch: divide the certified radius by psi (§7 A19).")
+OPTIONS = options.OptionSet("stobatch_")  # every stobatch_* setting: name, default, help
+
+OPTIONS.string("stobatch_architecture", "auto",
+               "StoBatch: network (mnist, cifar10, resnet18, tiny); auto picks it from "
+               "the data set (spec §4).")
+OPTIONS.float("stobatch_eps2", 0.1,
+              "StoBatch: eps2 of the output coefficients (MNIST 0.1; CIFAR-10 1 + r/3; "
+              "Tiny ImageNet 1). eps1 = (--epsilon - eps2) / (1 + 1/gamma + 1/gamma_x).")
+OPTIONS.float("stobatch_xi", 1.0, "StoBatch: weight xi of the adversarial loss (Eq. 9).")
+OPTIONS.float("stobatch_psi", 2.0,
+              "StoBatch: fresh inference noise is 1/psi of the training scale (App. N).")
+OPTIONS.integer("stobatch_attack_iters", 10, "StoBatch: T_mu, training attack iterations.")
+OPTIONS.float("stobatch_mu_max", 1.0,
+              "StoBatch: mu_t ~ U(0, mu_max] per trainer step (spec §7 A8).")
+OPTIONS.integer("stobatch_hidden_units", 256, "StoBatch: |h_pi|.")
+OPTIONS.string("stobatch_norm_mode", "paper_l1",
+               "StoBatch: first-layer norm for gamma: paper_l1 or spectral_ref (§7 A2).")
+OPTIONS.bool("stobatch_enforce_norm_bound", True,
+             "StoBatch: project theta1 after every step so its norm stays <= the initial "
+             "bound used for gamma (§7 A2 option a).")
+OPTIONS.string("stobatch_pairing", "alg4_fixed_pairs",
+               "StoBatch: benign / adversarial-source pairing (alg4_fixed_pairs).")
+OPTIONS.integer("stobatch_trainers", 1, "StoBatch: N_tr local trainers per step.")
+OPTIONS.integer("stobatch_micro_batches", 1,
+                "StoBatch: gradient micro-batches per replica (M_dev = this x replicas).")
+OPTIONS.string("stobatch_bn_stats", "global",
+               "StoBatch: BN grouping: global (synchronized BN) or per_microbatch.")
+OPTIONS.float("stobatch_ae_learning_rate", None,
+              "StoBatch: Adam learning rate of theta1 (default --learning_rate).")
+OPTIONS.float("stobatch_bn_momentum", 0.99,
+              "StoBatch: momentum of the BN moving statistics (used at inference and by "
+              "the training attacks; short runs need a smaller value).")
+OPTIONS.string("stobatch_bn_eval", "moving",
+               "StoBatch: BN at inference and in the training attacks: moving [rec] or batch "
+               "(statistics of the evaluated batch; the reference code's MNIST/CIFAR-10 "
+               "inference, spec §2.11).")
+OPTIONS.string("stobatch_ae_optimizer", "adam",
+               "StoBatch: optimizer of theta1, adam (reference code) or sgd.")
+OPTIONS.string("stobatch_noise_term", "linear",
+               "StoBatch: output noise term: linear (paper) or abs_mean (ref code, §7 A3).")
+OPTIONS.integer("stobatch_num_draws", 2000, "StoBatch: Monte-Carlo draws n (§2.11).")
+OPTIONS.string("stobatch_delta_rx_mode", "unit",
+               "StoBatch: Delta_r^x = mu * d_cert with mu = 1 (unit), mu_a or mu_train "
+               "(§7 A1).")
+OPTIONS.float("stobatch_radius_divisor", 1.0,
+              "StoBatch: extra radius divisor (1 = paper-literal; the code's 0.005).")
+OPTIONS.bool("stobatch_radius_psi_correction", True,
+             "StoBatch: divide the certified radius by psi (§7 A19).")
+
+StoBatchConfig = OPTIONS.config_class(
+    "StoBatchConfig",
+    "StoBatch settings: the stobatch_* options without the prefix, with the defaults "
+    "declared above; `StoBatchConfig(...).as_options()` is a `TrainConfig.options` mapping.")
+StoBatchConfig.__module__ = __name__
 
 # Default generic flags: MNIST's paper values (§4.2).
 _DEFAULTS = {"epochs": 1, "batch_size": 2499, "learning_rate": 1e-4, "optimizer": "adam",
@@ -252,29 +259,29 @@ class StoBatch(Method):
     def __init__(self, config):
         opts = dict(config.options)
         self.m = int(config.batch_size)
-        self.n_tr = int(opts.get("stobatch_trainers", 1))
-        self.micro = int(opts.get("stobatch_micro_batches", 1))
-        self.xi = float(opts.get("stobatch_xi", 1.0))
-        self.psi = float(opts.get("stobatch_psi", 2.0))
-        self.eps2 = float(opts.get("stobatch_eps2", 0.1))
-        self.attack_iters = int(opts.get("stobatch_attack_iters", 10))
-        self.mu_max = float(opts.get("stobatch_mu_max", 1.0))
-        self.hidden_units = int(opts.get("stobatch_hidden_units", 256))
-        self.norm_mode = opts.get("stobatch_norm_mode", "paper_l1")
-        self.enforce_norm_bound = bool(opts.get("stobatch_enforce_norm_bound", True))
-        self.pairing = opts.get("stobatch_pairing", "alg4_fixed_pairs")
-        self.bn_stats = opts.get("stobatch_bn_stats", "global")
+        self.n_tr = int(OPTIONS.get(opts, "stobatch_trainers"))
+        self.micro = int(OPTIONS.get(opts, "stobatch_micro_batches"))
+        self.xi = float(OPTIONS.get(opts, "stobatch_xi"))
+        self.psi = float(OPTIONS.get(opts, "stobatch_psi"))
+        self.eps2 = float(OPTIONS.get(opts, "stobatch_eps2"))
+        self.attack_iters = int(OPTIONS.get(opts, "stobatch_attack_iters"))
+        self.mu_max = float(OPTIONS.get(opts, "stobatch_mu_max"))
+        self.hidden_units = int(OPTIONS.get(opts, "stobatch_hidden_units"))
+        self.norm_mode = OPTIONS.get(opts, "stobatch_norm_mode")
+        self.enforce_norm_bound = bool(OPTIONS.get(opts, "stobatch_enforce_norm_bound"))
+        self.pairing = OPTIONS.get(opts, "stobatch_pairing")
+        self.bn_stats = OPTIONS.get(opts, "stobatch_bn_stats")
         ae_lr = opts.get("stobatch_ae_learning_rate")
         self.ae_lr = float(config.learning_rate if ae_lr is None else ae_lr)
-        self.noise_term = opts.get("stobatch_noise_term", "linear")
-        self.ae_optimizer_name = opts.get("stobatch_ae_optimizer", "adam")
-        self.bn_momentum = float(opts.get("stobatch_bn_momentum", 0.99))
-        self.bn_eval = opts.get("stobatch_bn_eval", "moving")
-        self.num_draws = int(opts.get("stobatch_num_draws", 2000))
-        self.delta_rx_mode = opts.get("stobatch_delta_rx_mode", "unit")
-        self.radius_divisor = float(opts.get("stobatch_radius_divisor", 1.0))
-        self.radius_psi_correction = bool(opts.get("stobatch_radius_psi_correction", True))
-        self.architecture = opts.get("stobatch_architecture", "auto")
+        self.noise_term = OPTIONS.get(opts, "stobatch_noise_term")
+        self.ae_optimizer_name = OPTIONS.get(opts, "stobatch_ae_optimizer")
+        self.bn_momentum = float(OPTIONS.get(opts, "stobatch_bn_momentum"))
+        self.bn_eval = OPTIONS.get(opts, "stobatch_bn_eval")
+        self.num_draws = int(OPTIONS.get(opts, "stobatch_num_draws"))
+        self.delta_rx_mode = OPTIONS.get(opts, "stobatch_delta_rx_mode")
+        self.radius_divisor = float(OPTIONS.get(opts, "stobatch_radius_divisor"))
+        self.radius_psi_correction = bool(OPTIONS.get(opts, "stobatch_radius_psi_correction"))
+        self.architecture = OPTIONS.get(opts, "stobatch_architecture")
         # The loop's step unit: N_tr pairs of (benign, adversarial-source) fixed batches.
         super().__init__(dataclasses.replace(config, batch_size=2 * self.m * max(self.n_tr, 1)))
         self.budget: Budget | None = None
