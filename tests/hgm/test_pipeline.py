@@ -1,4 +1,4 @@
-"""The main-job pipeline's summary, and the smoke flagfile on real MNIST (slow)."""
+"""The main-job pipeline's summary, and the smoke flagfile on real MNIST (about 3 minutes)."""
 
 import json
 import os
@@ -38,7 +38,6 @@ def test_pipeline_rejects_missing_flagfile(tmp_path):
         pipeline.main([f"--train_flagfile={tmp_path / 'none.flags'}"])
 
 
-@pytest.mark.slow
 def test_smoke_flagfile_trains_and_certifies_on_real_mnist(tmp_path, real_data_dir):
     # Issue: certified accuracy at mu_a = 0.1 is > 0 and <= the conventional accuracy.
     run = str(tmp_path / "run")

@@ -113,7 +113,8 @@ def h1_shape(arch: str, input_shape: Sequence[int]) -> tuple[int, int, int]:
 def build_model(arch: str, input_shape: Sequence[int], num_classes: int, *, sigma: float,
                 r: Any = None, noise_mode: str = "per_example",
                 sensitivity_mode: str = "layer_max", target: float = 1.0,
-                seed: Optional[int] = None, name: Optional[str] = None) -> keras.Model:
+                seed: Optional[int] = None, name: Optional[str] = None,
+                noise_free: bool = False) -> keras.Model:
     """The network of HGM spec §5 with HGM robustness noise at conv1's pre-activation.
 
     Args:
@@ -123,13 +124,16 @@ def build_model(arch: str, input_shape: Sequence[int], num_classes: int, *, sigm
             conv16 5x5 -> pool -> FC64 -> logits).
         input_shape: (H, W, C).
         num_classes: number of logits.
-        sigma: HGM noise multiplier sigma_r >= 0 (0 gives a noise-free model).
+        sigma: HGM noise multiplier sigma_r > 0 (0 only together with `noise_free`).
         r: redistribution vector over conv1's units (None: uniform).
         noise_mode: "per_example" (fresh) or "once" (drawn once, stored in the model).
         sensitivity_mode: Delta_f bound kept by conv1.
         target: Delta_target.
         seed: seed of the noise layer (None: OS entropy).
         name: model name.
+        noise_free: build the noise-free twin (sigma 0), e.g. for the pre-training pass
+            that computes the redistribution r; the noise layer refuses a zero scale
+            otherwise.
 
     Returns:
         An uncompiled keras.Model mapping inputs to logits.
@@ -148,7 +152,7 @@ def build_model(arch: str, input_shape: Sequence[int], num_classes: int, *, sigm
                                  target=target, name=H1_LAYER)(inputs)
     h = tfdp_layers.HeterogeneousGaussianNoise(
         sigma, r, noise_mode=noise_mode, seed=seed, inference_fixed_noise=False,
-        name=NOISE_LAYER)(h)
+        allow_zero=bool(noise_free), name=NOISE_LAYER)(h)
     # Fixed gain sqrt(K) / Delta_target after the noise (post-processing, so it changes
     # neither the certificate nor the privacy): conv1's units move by at most about
     # Delta_target / sqrt(K), and this brings them back to order one for the layers above.

@@ -269,7 +269,7 @@ class _RobustnessNoise:
         def build():
             return hgm_models.build_model(self.arch, input_shape, num_classes, sigma=0.0,
                                           sensitivity_mode=self.sensitivity_mode,
-                                          target=self.target, seed=0)
+                                          target=self.target, seed=0, noise_free=True)
 
         result = redistribution.pretrain_redistribution(
             build, hgm_models.H1_LAYER, hgm_models.NOISE_LAYER, x_train, y_train,
