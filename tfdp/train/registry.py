@@ -27,7 +27,7 @@ def _split(name: str) -> tuple[str, str]:
 
 
 def method_module(name: str) -> str:
-    """The module that defines method `name` (and its flags).
+    """The module that defines method `name` (and its OPTIONS, the source of its flags).
 
     Raises:
       ValueError: if `name` is not registered.
@@ -51,7 +51,7 @@ def get_method_class(name: str) -> type[Method]:
 
 
 def import_method_modules(names=None) -> list[str]:
-    """Imports the modules of the given (default: all) registered methods, so their flags exist.
+    """Imports the modules of the given (default: all) registered methods.
 
     Args:
       names: method names, or None for every registered method.
