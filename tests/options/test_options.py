@@ -147,3 +147,21 @@ def test_dpsgd_runs_from_a_python_config_without_flags(tmp_path):
     assert out["options"]["dpsgd_noise_multiplier"] == 1.1
     assert out["options"]["dpsgd_model"] == "mlp"
     assert out["options"]["dpsgd_accountant"] == "rdp"
+
+
+def test_bench_app_passes_its_flags_to_run(tmp_path):
+    # tfdp-bench defines the named benchmark's flags from its OPTIONS and hands the parsed
+    # values to run(**overrides); a value differing from every default shows they arrive.
+    out_file = tmp_path / "gpm.json"
+    env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfdp.apps.bench", "gpm", "--gpm_bench_d=256",
+         "--gpm_bench_samples=2", "--gpm_bench_repeats=1", f"--output={out_file}"],
+        cwd=_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out_file.read_text())
+    assert (result["d"], result["samples_per_call"], result["repeats"]) == (256, 2, 1)
+    bad = subprocess.run(
+        [sys.executable, "-m", "tfdp.apps.bench", "gpm", "--gpm_bench_backend=bogus"],
+        cwd=_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert bad.returncode != 0 and "gpm_bench_backend" in bad.stderr
