@@ -26,6 +26,21 @@ def per_example_cross_entropy(y: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
     return keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
 
 
+def step_metrics(loss: tf.Tensor, logits: tf.Tensor, y: tf.Tensor, global_batch_size: int
+                 ) -> dict:
+    """A replica's share of a step's metrics: `loss` as given, accuracy over the global batch.
+
+    Args:
+      loss: the replica's share of the global mean loss.
+      logits: the replica's logits [b, K].
+      y: its integer labels [b].
+      global_batch_size: the global batch size the shares are normalised by.
+    """
+    correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int64),
+                               tf.cast(y, tf.int64)), tf.float32)
+    return {"loss": loss, "accuracy": tf.reduce_sum(correct) / float(global_batch_size)}
+
+
 def build_baseline_model(kind: str, input_shape, num_classes: int) -> keras.Model:
     """The generic model used by the baselines ("cnn" or "mlp").
 

@@ -29,7 +29,7 @@ from tfdp.models import hgm as hgm_models
 from tfdp.train import privatize, replica
 from tfdp.train.base import Method
 from tfdp.train.dpsgd import DPSGD, SAMPLINGS
-from tfdp.train.nonprivate import per_example_cross_entropy
+from tfdp.train.nonprivate import per_example_cross_entropy, step_metrics
 
 TRAIN_NOISE = ("fresh", "fixed_once")
 CLIPPING = ("per_example", "batch_mean")
@@ -456,9 +456,7 @@ class SecureSGD(_RobustnessNoise, DPSGD):
         grads = privatize.add_gaussian_noise_once(
             grads, self.noise_multiplier * self.l2_clip / float(global_batch_size))
         optimizer.apply_gradients(zip(grads, variables))
-        correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int64),
-                                   tf.cast(y, tf.int64)), tf.float32)
-        return {"loss": loss, "accuracy": tf.reduce_sum(correct) / float(global_batch_size)}
+        return step_metrics(loss, logits, y, global_batch_size)
 
 
 class SecureSGDAGM(SecureSGD):
@@ -516,9 +514,7 @@ class HGMPixelDP(_RobustnessNoise, Method):
                                               global_batch_size=global_batch_size)
         grads = tape.gradient(loss, variables)
         optimizer.apply_gradients(zip(grads, variables))
-        correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int64),
-                                   tf.cast(y, tf.int64)), tf.float32)
-        return {"loss": loss, "accuracy": tf.reduce_sum(correct) / float(global_batch_size)}
+        return step_metrics(loss, logits, y, global_batch_size)
 
 
 class PixelDP(HGMPixelDP):
