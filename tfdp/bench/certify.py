@@ -68,6 +68,29 @@ def _timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
+def interleaved_throughputs(reference: Callable[[], Any], candidate: Callable[[], Any],
+                            repeats: int, inputs: int) -> dict:
+    """Times `reference` and `candidate` in alternating order, `repeats` times each.
+
+    Args:
+      reference, candidate: warmed-up callables doing the same amount of work.
+      repeats: timings of each.
+      inputs: inputs processed per call (throughput = inputs / median time).
+
+    Returns:
+      Dict with `times` (name -> seconds per repeat), the two throughputs and their ratio
+      (candidate / reference).
+    """
+    times: dict[str, list[float]] = {"reference": [], "candidate": []}
+    for rep in range(repeats):
+        order = ("reference", "candidate") if rep % 2 == 0 else ("candidate", "reference")
+        for name in order:
+            times[name].append(_timed(reference if name == "reference" else candidate))
+    ref_tp = inputs / statistics.median(times["reference"])
+    cand_tp = inputs / statistics.median(times["candidate"])
+    return {"times": times, "reference": ref_tp, "candidate": cand_tp, "ratio": cand_tp / ref_tp}
+
+
 def run(**overrides: Any) -> dict:
     """Throughput of certification vs. the plain batched noisy forward pass, in one run.
 
@@ -121,15 +144,9 @@ def run(**overrides: Any) -> dict:
 
     reference()  # trace and warm up
     candidate()
-    times: dict[str, list[float]] = {"reference": [], "candidate": []}
-    for rep in range(repeats):
-        order = ("reference", "candidate") if rep % 2 == 0 else ("candidate", "reference")
-        for name in order:
-            times[name].append(_timed(reference if name == "reference" else candidate))
-    inputs = batch * draws
-    ref_tp = inputs / statistics.median(times["reference"])
-    cand_tp = inputs / statistics.median(times["candidate"])
-    ratio = cand_tp / ref_tp
+    timing = interleaved_throughputs(reference, candidate, repeats, batch * draws)
+    times, ref_tp, cand_tp, ratio = (timing["times"], timing["reference"], timing["candidate"],
+                                     timing["ratio"])
     return {
         "benchmark": "certify",
         "ratio": ratio,

@@ -5,9 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-import statistics
 import tempfile
-import time
 from typing import Any, Callable
 
 import keras
@@ -32,12 +30,6 @@ _SEED = OPTIONS.integer("export_seed", 0, "Seed for data, weights and noise.")
 
 def _flag(name: str, overrides: dict) -> Any:
     return OPTIONS.setting(overrides, name)
-
-
-def _timed(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def _write_run(path: str, model: keras.Model) -> None:
@@ -112,17 +104,12 @@ def run(**overrides: Any) -> dict:
 
         ref_out = reference()  # trace and warm up
         cand_out = candidate()
-        times: dict[str, list[float]] = {"reference": [], "candidate": []}
-        for rep in range(repeats):
-            order = ("reference", "candidate") if rep % 2 == 0 else ("candidate", "reference")
-            for name in order:
-                times[name].append(_timed(reference if name == "reference" else candidate))
+        timing = certify_bench.interleaved_throughputs(reference, candidate, repeats,
+                                                       batch * draws)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    inputs = batch * draws
-    ref_tp = inputs / statistics.median(times["reference"])
-    cand_tp = inputs / statistics.median(times["candidate"])
-    ratio = cand_tp / ref_tp
+    times, ref_tp, cand_tp, ratio = (timing["times"], timing["reference"], timing["candidate"],
+                                     timing["ratio"])
     return {
         "benchmark": "export",
         "ratio": ratio,
