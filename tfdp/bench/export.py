@@ -6,7 +6,7 @@ import os
 import platform
 import shutil
 import tempfile
-from typing import Any, Callable
+from typing import Any
 
 import keras
 import numpy as np
