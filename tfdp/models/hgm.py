@@ -148,7 +148,8 @@ def build_model(arch: str, input_shape: Sequence[int], num_classes: int, *, sigm
                                  target=target, name=H1_LAYER)(inputs)
     h = tfdp_layers.HeterogeneousGaussianNoise(
         sigma, r, noise_mode=noise_mode, seed=seed, inference_fixed_noise=False,
-        name=NOISE_LAYER)(h)
+        # sigma = 0 only for the explicit noise-free pre-training model (r from HGM Eq. 7).
+        allow_zero=float(sigma) == 0.0, name=NOISE_LAYER)(h)
     # Fixed gain sqrt(K) / Delta_target after the noise (post-processing, so it changes
     # neither the certificate nor the privacy): conv1's units move by at most about
     # Delta_target / sqrt(K), and this brings them back to order one for the layers above.
