@@ -230,3 +230,14 @@ def test_secure_sgd_runs_under_mirrored_strategy(tmp_path, tiny_data):
     want = accounting.dpsgd_epsilon(num_examples=256, batch_size=64, noise_multiplier=2.0,
                                     steps=4, delta=1e-5)
     assert result.ledger["epsilon"] == pytest.approx(want, rel=1e-9)
+
+
+def test_noise_free_pretraining_model_builds_and_adds_no_noise():
+    """The sigma = 0 model of the r pre-training pass (HGM Eq. 7) is allowed only when asked
+    for explicitly, and is deterministic."""
+    with pytest.raises(ValueError, match="allow_zero"):
+        hgm_models.build_model("small", (28, 28, 1), 10, sigma=0.0, seed=0)
+    model = hgm_models.build_model("small", (28, 28, 1), 10, sigma=0.0, seed=0, noise_free=True)
+    x = np.random.default_rng(0).uniform(size=(4, 28, 28, 1)).astype("float32")
+    np.testing.assert_array_equal(np.asarray(model(x, training=True)),
+                                  np.asarray(model(x, training=True)))

@@ -46,7 +46,15 @@ flags.DEFINE_integer("batch_size", None, "Global batch size (default: the method
 flags.DEFINE_float("learning_rate", None, "Learning rate (default: the method's).")
 flags.DEFINE_string("optimizer", None, "sgd or adam (default: the method's).")
 flags.DEFINE_integer("seed", None, "Seed of every random stream of the run; unset = OS entropy.")
-flags.DEFINE_float("epsilon", None, "Total privacy budget (default: the method's).")
+class _OptionalFloatParser(flags.FloatParser):
+    """A float flag whose empty value (`--epsilon=`) unsets it (e.g. over a flagfile)."""
+
+    def parse(self, argument):  # pylint: disable=missing-function-docstring
+        return None if argument == "" else super().parse(argument)
+
+
+flags.DEFINE(_OptionalFloatParser(), "epsilon", None,
+             "Total privacy budget (default: the method's; an empty value unsets it).")
 flags.DEFINE_float("delta", None, "Delta of the run (default: the method's).")
 flags.DEFINE_list("value_range", None, "Pixel range low,high (default: the method's, or -1,1).")
 flags.DEFINE_string("strategy", "default",

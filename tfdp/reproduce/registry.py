@@ -15,8 +15,9 @@ Scales:
   full: the papers' settings (GPU; `--dry_run` prints the commands and compute estimates).
 
 Rows of the HGM / Secure-SGD and StoBatch papers name their trainer (`method`) and flagfile
-(`flags/hgm/...`, `flags/stobatch/...`); until both exist, running them reports "not available
-in this build".
+(`flags/hgm/<dataset>_<scale>.flags` with `--method=...` overrides, `flags/stobatch/...`,
+`flags/baselines/...`; see `train_command`). A job whose trainer or flagfile is absent (every
+`short` one: there is no short flagfile) reports "not available in this build".
 """
 
 from __future__ import annotations
@@ -344,29 +345,90 @@ _STOBATCH_COMPUTE = {"mnist": "MNIST: minutes on a GPU (StoBatch spec §8.2)",
                                       "hours of T_a <= 2000 attacks (StoBatch spec §8.2)"}
 
 
+# Scales at which the HGM / StoBatch trainers have flagfiles. There is no `short` flagfile:
+# the rows' short-scale jobs name one that does not exist, so they report "not available in
+# this build" (and the report "not run at this scale").
+TRAINER_SCALES = ("smoke", "reduced", "full")
+HGM_METHODS = ("secure_sgd", "secure_sgd_agm", "pixeldp", "hgm_pixeldp")
+# Evaluation images per scale (the flagfiles' comments: 100 at smoke, 1,000 reduced; all at
+# full).
+_EVAL_EXAMPLES = {"smoke": 100, "short": 200, "reduced": 1000, "full": None}
+# DP-SGD baseline of the HGM figures (flags/baselines/*), with the overrides that match the
+# HGM flagfile of the same scale (data subset, pixel range of the attack sizes). No CIFAR-10
+# DP-SGD flagfile exists at reduced/full scale: those rows say "not available in this build".
+_DPSGD = {("mnist", "smoke"): ("flags/baselines/dpsgd_smoke.flags",
+                               ("--dataset=mnist", "--num_train=5000", "--num_test=500",
+                                "--value_range=0,1", "--dpsgd_model=cnn")),
+          ("mnist", "reduced"): ("flags/baselines/dpsgd_mnist_reduced.flags",
+                                 ("--value_range=0,1", "--dpsgd_model=cnn")),
+          ("mnist", "full"): ("flags/baselines/dpsgd_mnist_abadi.flags",
+                              ("--value_range=0,1",)),
+          ("cifar10", "smoke"): ("flags/baselines/dpsgd_smoke.flags",
+                                 ("--dataset=cifar10", "--num_train=2000", "--num_test=200",
+                                  "--epochs=1", "--value_range=-1,1", "--dpsgd_model=cnn"))}
+
+
+def train_command(method: str, dataset: str, eps: float | None, scale: str,
+                  eps_r: float | None = None) -> tuple[str, tuple[str, ...]]:
+    """The flagfile and override arguments of one HGM / StoBatch-figure training run.
+
+    HGM methods share one flagfile per data set and scale (`flags/hgm/<dataset>_<scale>.flags`)
+    and are selected with `--method`; PixelDP and HGM_PixelDP are non-private (`--epsilon=`
+    unsets the flagfile's budget) and PixelDP's classical Gaussian needs eps_r <= 1. StoBatch
+    has `flags/stobatch/<dataset>_<scale>.flags`; DP-SGD and AdLM use their own flagfiles.
+
+    Args:
+      method: training method.
+      dataset: mnist | cifar10 | tiny_imagenet.
+      eps: privacy budget (None for the non-private robustness baselines).
+      scale: smoke | short | reduced | full (short has no flagfile: a name that does not
+        exist, so the job reports "not available in this build").
+      eps_r: robustness budget override (HGM methods), or None for the flagfile's.
+
+    Returns:
+      (repository-relative flagfile, override arguments).
+    """
+    e = () if eps is None else (f"--epsilon={eps:g}",)
+    if method in HGM_METHODS:
+        if method in ("pixeldp", "hgm_pixeldp"):
+            e = ("--epsilon=",)
+            eps_r = 1.0 if method == "pixeldp" else eps_r
+        # PixelDP (and AGM) use uniform r; the flagfile's r source is for Secure-SGD.
+        e += ("--hgm_r_source=uniform",) if method in ("pixeldp", "secure_sgd_agm") else ()
+        r = () if eps_r is None else (f"--hgm_eps_r={eps_r:g}",)
+        return f"flags/hgm/{dataset}_{scale}.flags", (f"--method={method}",) + e + r
+    if method == "stobatch":
+        return (f"flags/stobatch/{dataset}_{scale}.flags",
+                ("--method=stobatch", f"--dataset={dataset}") + e)
+    if method == "dpsgd":
+        flagfile, extra = _DPSGD.get((dataset, scale), (
+            f"flags/baselines/dpsgd_{dataset}_{scale}.flags", (f"--dataset={dataset}",)))
+        return flagfile, ("--method=dpsgd",) + extra + e
+    if method == "adlm":
+        return f"flags/adlm/{dataset}_{scale}.flags", ("--method=adlm",) + e
+    raise ValueError(f"method: no flagfile rule for {method!r}")
+
+
 def _trainer_jobs(paper: str, method: str, dataset: str, eps: float | None, scale: str,
-                  eval_args: tuple[str, ...], name: str | None = None,
-                  extra: tuple[str, ...] = ()) -> Job | None:
+                  eval_args: tuple[str, ...], eps_r: float | None = None) -> Job:
     """A train + evaluate pair for the HGM / StoBatch rows; returns the evaluate job.
 
     The train job is reachable through `depends`; the runner schedules it first.
     """
-    # StoBatch's own flagfiles are flags/stobatch/<dataset>_<scale>.flags; every other
-    # trainer's are flags/<paper>/<dataset>_<method>_<scale>.flags.
-    name = name or (dataset if method == "stobatch" else f"{dataset}_{method}")
-    flagfile = f"flags/{paper}/{name}_{scale}.flags"
-    e = (f"--method={method}", f"--dataset={dataset}") + (
-        () if eps is None else (f"--epsilon={eps:g}",))
-    tid = f"train.{paper}.{name}" + ("" if eps is None else f".eps{eps:g}")
+    flagfile, args = train_command(method, dataset, eps, scale, eps_r)
+    tid = (f"train.{paper}.{dataset}_{method}" + ("" if eps is None else f".eps{eps:g}")
+           + ("" if eps_r is None or method == "pixeldp" else f".epsr{eps_r:g}"))
     compute = (_HGM_COMPUTE if paper == "hgm" else _STOBATCH_COMPUTE).get(dataset, "")
-    est = {"smoke": 60, "short": 300, "reduced": 1800, "full": 4 * 3600}[scale]
-    train = Job(tid, "train", e + extra, flagfile, method, needs_data=dataset != "sample",
-                seeded=True, est_seconds=est, compute=compute)
+    est = {"smoke": 90, "short": 300, "reduced": 1800, "full": 4 * 3600}[scale]
+    train = Job(tid, "train", args, flagfile, method, needs_data=True, seeded=True,
+                est_seconds=est, compute=compute)
     _TRAIN_JOBS[(scale, tid)] = train
+    n = _EVAL_EXAMPLES.get(scale)
+    eval_args = eval_args + (() if n is None else (f"--num_examples={n}",))
     digest = hashlib.sha1(" ".join(eval_args).encode()).hexdigest()[:8]
     eid = f"eval.{tid[len('train.'):]}.{digest}"
-    return Job(eid, "evaluate", eval_args, None, method, needs_data=dataset != "sample",
-               seeded=True, depends=tid, est_seconds=est / 2, compute=compute)
+    return Job(eid, "evaluate", eval_args, None, method, needs_data=True,
+               seeded=True, depends=tid, est_seconds=est, compute=compute)
 
 
 _TRAIN_JOBS: dict[tuple[str, str], Job] = {}
@@ -396,21 +458,19 @@ _EOT_ARGS = ("--attacks=madry", "--attack_preset=strong", "--eot_draws=8", "--ce
 
 
 def _hgm(method: str, dataset: str, eps: float | None, sizes: str, certify: bool,
-         name: str | None = None, eval_args: tuple[str, ...] | None = None) -> dict[str, Job]:
+         eps_r: float | None = None, eval_args: tuple[str, ...] | None = None,
+         scales: tuple[str, ...] = SCALES) -> dict[str, Job]:
     return {scale: _trainer_jobs("hgm", method, dataset, eps, scale,
-                                 eval_args or _eval_args(sizes, certify), name=name)
-            for scale in SCALES}
+                                 eval_args or _eval_args(sizes, certify), eps_r=eps_r)
+            for scale in scales}
 
 
 def _stobatch(method: str, dataset: str, eps: float, sizes: str, certify: bool,
               nb_iter: int = 10, preset: str | None = None,
               eval_args: tuple[str, ...] | None = None) -> dict[str, Job]:
-    out = {}
-    for scale in SCALES:
-        paper = "stobatch"
-        out[scale] = _trainer_jobs(paper, method, dataset, eps, scale,
-                                   eval_args or _eval_args(sizes, certify, nb_iter, preset))
-    return out
+    return {scale: _trainer_jobs("stobatch", method, dataset, eps, scale,
+                                 eval_args or _eval_args(sizes, certify, nb_iter, preset))
+            for scale in SCALES}
 
 
 def _combine(**per_role: dict[str, Job]) -> dict[str, dict[str, Job]]:
@@ -544,7 +604,7 @@ def _hgm_rows() -> list[Row]:
         criterion=Criterion("positive", low=1.0, high=10.0),
         extractor="certified_gap", params=(("sizes", mnist_sizes),),
         jobs=_combine(a=_hgm("hgm_pixeldp", "mnist", None, mnist_sizes, True,
-                             name="mnist_hgm_pixeldp_epsr4"),
+                             eps_r=4),
                       b=_hgm("pixeldp", "mnist", None, mnist_sizes, True)),
         headline=True, figure="certified_vs_mu", unit=" pts",
         note="sensitive to the Delta_f mode (hgm.md §9.2 notes)"))
@@ -558,7 +618,7 @@ def _hgm_rows() -> list[Row]:
         criterion=Criterion("positive", low=3.0, high=15.0),
         extractor="certified_gap", params=(("sizes", cifar_sizes),),
         jobs=_combine(a=_hgm("hgm_pixeldp", "cifar10", None, cifar_sizes, True,
-                             name="cifar10_hgm_pixeldp_epsr8"),
+                             eps_r=8),
                       b=_hgm("pixeldp", "cifar10", None, cifar_sizes, True)),
         headline=True, figure="certified_vs_mu", unit=" pts"))
     rows.append(Row(
@@ -572,7 +632,7 @@ def _hgm_rows() -> list[Row]:
                             "accuracy - (alpha + 3 binomial SE) at every size"),
         extractor="eot_soundness",
         jobs={s: {"run": j} for s, j in _hgm(
-            "hgm_pixeldp", "mnist", None, "", True, name="mnist_hgm_pixeldp_epsr4",
+            "hgm_pixeldp", "mnist", None, "", True, eps_r=4,
             eval_args=_EOT_ARGS + ("--attack_sizes=0.05,0.1",)).items()}))
     # Conventional accuracy under attack vs eps (Figures 4, 5; R4-R6).
     for dataset, mu, fig, gains, eps_grid in (
@@ -581,10 +641,15 @@ def _hgm_rows() -> list[Row]:
             ("cifar10", "0.2", "Fig. 4", (("secure_sgd_agm", 2.7, None), ("dpsgd", 3.8, None),
                                           ("adlm", 17.75, (8, 30))), (2.0, 4.0, 6.0, 8.0, 10.0))):
         for other, gain, band in gains:
-            roles = {}
-            for e in eps_grid:
-                roles[f"a{e:g}"] = _hgm("secure_sgd", dataset, e, mu, False)
-                roles[f"b{e:g}"] = _hgm(other, dataset, e, mu, False)
+            # Smoke scale: the two ends of the eps grid only (the full grid at the others).
+            jobs = {}
+            for scales, grid in ((("smoke",), (eps_grid[0], eps_grid[-1])),
+                                 (("short", "reduced", "full"), eps_grid)):
+                roles = {}
+                for e in grid:
+                    roles[f"a{e:g}"] = _hgm("secure_sgd", dataset, e, mu, False, scales=scales)
+                    roles[f"b{e:g}"] = _hgm(other, dataset, e, mu, False, scales=scales)
+                jobs.update(_combine(**roles))
             rows.append(Row(
                 id=f"hgm.{dataset}.secure_sgd_minus_{other}", paper="hgm",
                 source=f"{fig} (hgm.md §7, §9.2 R4/R5)",
@@ -595,8 +660,9 @@ def _hgm_rows() -> list[Row]:
                 published_text=f"+{gain:g}",
                 criterion=Criterion("positive", low=None if band is None else band[0],
                                     high=None if band is None else band[1]),
-                extractor="attack_gap", params=(("size", mu),), jobs=_combine(**roles),
-                headline=other == "dpsgd", figure="acc_vs_eps_attack", unit=" pts"))
+                extractor="attack_gap", params=(("size", mu),), jobs=jobs,
+                headline=other == "dpsgd", figure="acc_vs_eps_attack", unit=" pts",
+                note=f"smoke scale: eps in {{{eps_grid[0]:g}, {eps_grid[-1]:g}}} only"))
     for dataset, lo, hi, value in (("mnist", 0.2, 2.0, 29.67), ("cifar10", 2.0, 10.0, 18.17)):
         mu = "0.1" if dataset == "mnist" else "0.2"
         rows.append(Row(
