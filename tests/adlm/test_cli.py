@@ -63,5 +63,6 @@ def test_sample_eps1_ref_code_modes_beat_chance(tmp_path, method):
                    "--epsilon=1", f"--model_dir={run}", "--verbose=0"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = json.loads((run / "metrics.json").read_text())
-    assert metrics["train_loss"] == metrics["train_loss"]  # not NaN
+    stats = metrics["nonprivate_training_stats"]
+    assert stats["train_loss"] == stats["train_loss"]  # not NaN
     assert metrics["test_accuracy"] > 0.20, metrics

@@ -226,7 +226,8 @@ def test_secure_sgd_runs_under_mirrored_strategy(tmp_path, tiny_data):
     strategy = loop.cpu_mirrored_strategy()
     assert strategy.num_replicas_in_sync == 2
     result = loop.train(SecureSGD(cfg), tiny_data, strategy=strategy, verbose=0)
-    assert result.steps == 4 and np.isfinite(result.metrics["train_loss"])
+    assert result.steps == 4 and np.isfinite(
+        result.metrics["nonprivate_training_stats"]["train_loss"])
     want = accounting.dpsgd_epsilon(num_examples=256, batch_size=64, noise_multiplier=2.0,
                                     steps=4, delta=1e-5)
     assert result.ledger["epsilon"] == pytest.approx(want, rel=1e-9)
