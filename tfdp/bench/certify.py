@@ -68,6 +68,14 @@ def _timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
+def run_settings(batch: int, draws: int, per_step: int, repeats: int, seed: int) -> dict:
+    """The settings and environment a certification benchmark records with its result."""
+    return {"batch_size": batch, "num_draws": draws, "draws_per_step": per_step,
+            "repeats": repeats, "seed": seed, "tensorflow": tf.__version__,
+            "keras": keras.__version__, "cpu_count": os.cpu_count(),
+            "machine": platform.machine()}
+
+
 def interleaved_throughputs(reference: Callable[[], Any], candidate: Callable[[], Any],
                             repeats: int, inputs: int) -> dict:
     """Times `reference` and `candidate` in alternating order, `repeats` times each.
@@ -159,13 +167,5 @@ def run(**overrides: Any) -> dict:
         "candidate_inputs_per_second": cand_tp,
         "reference_seconds_per_repeat": times["reference"],
         "candidate_seconds_per_repeat": times["candidate"],
-        "batch_size": batch,
-        "num_draws": draws,
-        "draws_per_step": per_step,
-        "repeats": repeats,
-        "seed": seed,
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "cpu_count": os.cpu_count(),
-        "machine": platform.machine(),
+        **run_settings(batch, draws, per_step, repeats, seed),
     }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import shutil
 import tempfile
 from typing import Any
@@ -126,13 +125,5 @@ def run(**overrides: Any) -> dict:
         # Different noise draws (the export is seeded per call): agreement is statistical.
         "reference_certified_fraction": float(np.mean(ref_out[2])),
         "candidate_certified_fraction": float(np.mean(cand_out["certified"])),
-        "batch_size": batch,
-        "num_draws": draws,
-        "draws_per_step": per_step,
-        "repeats": repeats,
-        "seed": seed,
-        "tensorflow": tf.__version__,
-        "keras": keras.__version__,
-        "cpu_count": os.cpu_count(),
-        "machine": platform.machine(),
+        **certify_bench.run_settings(batch, draws, per_step, repeats, seed),
     }

@@ -124,6 +124,16 @@ class _RobustnessNoise:
     nonprivate = False
     default_eps_r = 4.0
 
+    @staticmethod
+    def _noisy_mean_loss_gradients(model, x, y, gamma, global_batch_size: int):
+        """Loss (this replica's share of the global mean), logits and gradients of the
+        trainable variables, with the robustness noise `gamma` added at conv1."""
+        with tf.GradientTape() as tape:
+            logits = hgm_models.forward_with_noise(model, x, gamma, training=True)
+            loss = tf.nn.compute_average_loss(per_example_cross_entropy(y, logits),
+                                              global_batch_size=global_batch_size)
+        return loss, logits, tape.gradient(loss, model.trainable_variables)
+
     def _init_robust(self, config) -> None:
         opts = config.options
         self.eps_r = float(_opt(opts, "hgm_eps_r", self.default_eps_r))
@@ -446,11 +456,8 @@ class SecureSGD(_RobustnessNoise, DPSGD):
         # HGM code release (spec §8.3): clip the batch-mean gradient of each kernel to C,
         # biases unclipped, then N(0, (sigma C)^2) / m. Ledger: no finite epsilon.
         variables = model.trainable_variables
-        with tf.GradientTape() as tape:
-            logits = hgm_models.forward_with_noise(model, x, gamma, training=True)
-            losses = per_example_cross_entropy(y, logits)
-            loss = tf.reduce_sum(losses) / float(global_batch_size)
-        grads = tape.gradient(loss, variables)
+        loss, logits, grads = self._noisy_mean_loss_gradients(model, x, y, gamma,
+                                                              global_batch_size)
         grads = [tf.clip_by_norm(g, self.l2_clip) if len(v.shape) > 1 else g
                  for g, v in zip(grads, variables)]
         grads = privatize.add_gaussian_noise_once(
@@ -507,13 +514,9 @@ class HGMPixelDP(_RobustnessNoise, Method):
             ramp_steps = float(self.ramp_epochs * self._steps_per_epoch)
             done = tf.cast(optimizer.iterations, tf.float32) + 1.0
             gamma = gamma * tf.cast(tf.minimum(1.0, done / ramp_steps), gamma.dtype)
-        variables = model.trainable_variables
-        with tf.GradientTape() as tape:
-            logits = hgm_models.forward_with_noise(model, x, gamma, training=True)
-            loss = tf.nn.compute_average_loss(per_example_cross_entropy(y, logits),
-                                              global_batch_size=global_batch_size)
-        grads = tape.gradient(loss, variables)
-        optimizer.apply_gradients(zip(grads, variables))
+        loss, logits, grads = self._noisy_mean_loss_gradients(model, x, y, gamma,
+                                                              global_batch_size)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return step_metrics(loss, logits, y, global_batch_size)
 
 
