@@ -7,9 +7,9 @@ import pytest
 
 from tfdp import mechanisms
 from tfdp.audit import DISCLAIMER, samplers
-from tfdp.mechanisms import pancake
+from tfdp.gpm import pancake
 
-pytestmark = pytest.mark.filterwarnings("ignore::tfdp.mechanisms.pancake.GPMResearchWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::tfdp.gpm.pancake.GPMResearchWarning")
 
 
 def _gm(sigma, d):

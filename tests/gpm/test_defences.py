@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from scipy import special
 
-from tfdp.audit import defences
-from tfdp.mechanisms import pancake
+from tfdp.gpm import defences
+from tfdp.gpm import pancake
 
-pytestmark = pytest.mark.filterwarnings("ignore::tfdp.mechanisms.pancake.GPMResearchWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::tfdp.gpm.pancake.GPMResearchWarning")
 
 D, SIGMA, BETA, GAMMA, N = 64, 2.0, 1e-3, 16.0, 20000
 SE4 = 4 * math.sqrt(0.25 / N)  # 4 binomial standard errors at p = 1/2

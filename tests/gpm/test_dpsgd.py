@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from tfdp.audit import gpm_dpsgd
+from tfdp.gpm import dpsgd as gpm_dpsgd
 
-pytestmark = pytest.mark.filterwarnings("ignore::tfdp.mechanisms.pancake.GPMResearchWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::tfdp.gpm.pancake.GPMResearchWarning")
 
 
 def test_lenet5_has_paper_size():

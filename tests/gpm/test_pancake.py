@@ -1,6 +1,7 @@
 """GPM sampler, key, discrete Gaussian, attack, validation (GPM spec Sec. 8.1 #1-8, 13, 14)."""
 
 import math
+import pathlib
 import warnings
 
 import numpy as np
@@ -8,9 +9,9 @@ import pytest
 from scipy import special, stats
 
 from tfdp import mechanisms
-from tfdp.mechanisms import pancake
+from tfdp.gpm import pancake
 
-pytestmark = pytest.mark.filterwarnings("ignore::tfdp.mechanisms.pancake.GPMResearchWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::tfdp.gpm.pancake.GPMResearchWarning")
 
 _TABLE = {0.125: 50.969205977598364, 0.25: 25.52372208700381, 0.5: 12.800801910640576,
           1.0: 6.438992798538109}
@@ -41,11 +42,29 @@ def test_gm_round_trip(eps, delta):
     assert pancake.gm_eps(pancake.gm_sigma(eps, delta), delta) == pytest.approx(eps, rel=1e-11)
 
 
-def test_gm_calibration_agrees_with_mechanisms_module():
-    # Same formula written independently in tfdp.mechanisms (GPM Thm 2.3).
-    for eps in (0.125, 1.0):
-        assert pancake.gm_sigma(eps, 1e-10) == pytest.approx(
-            mechanisms.gaussian_tail_sigma(epsilon=eps, delta=1e-10, sensitivity=1.0), rel=1e-12)
+def test_gm_calibration_is_the_mechanisms_tail_calibration():
+    # GPM uses tfdp.mechanisms' GPM Thm 2.3 calibration, bit for bit.
+    for eps in (0.125, 1.0, 7.5):
+        for delta, sens in ((1e-10, 1.0), (1e-5, 0.0625), (0.3, 2.5)):
+            sigma = pancake.gm_sigma(eps, delta, sens)
+            assert sigma == mechanisms.gaussian_tail_sigma(epsilon=eps, delta=delta,
+                                                           sensitivity=sens)
+            assert pancake.gm_eps(sigma, delta, sens) == mechanisms.gaussian_tail_epsilon(
+                sigma=sigma, delta=delta, sensitivity=sens)
+
+
+def test_gm_calibration_values_unchanged():
+    # The closed forms of GPM Thm 2.3 as GPM computed them before it shared the calibration
+    # of tfdp.mechanisms: the shared code must give exactly the same float64 numbers.
+    for eps in (0.01, 0.125, 1.0, 10.0, 100.0):
+        for delta in (1e-15, 1e-10, 1e-5, 0.1):
+            for sens in (0.0625, 1.0, 2.5):
+                a = float(special.ndtri(delta))
+                sigma = sens / (a + math.sqrt(a * a + 2.0 * eps))
+                assert pancake.gm_sigma(eps, delta, sens) == sigma
+                r = sens / sigma
+                assert pancake.gm_eps(sigma, delta, sens) == 0.5 * r * r - r * float(
+                    special.ndtri(delta))
 
 
 # ---------------------------------------------------------------- validation
@@ -89,6 +108,9 @@ def test_use_warns_research_code():
 
 def test_not_exported_from_mechanisms():
     assert not hasattr(mechanisms, "gpm") and "pancake" not in mechanisms.__all__
+    # GPM lives in tfdp.gpm; tfdp.mechanisms holds no copy of it.
+    assert not (pathlib.Path(mechanisms.__file__).parent / "pancake.py").exists()
+    assert pathlib.Path(pancake.__file__).parent.name == "gpm"
 
 
 def test_key_is_unit_and_uniform():
@@ -307,7 +329,7 @@ def test_mechanism_class_round_trip():
 # ---------------------------------------------------------------- 13. precision regression
 
 def test_precision_float64_vs_float32():
-    from tfdp.audit import gpm as gpm_audit
+    from tfdp.gpm import experiments as gpm_audit
 
     res = gpm_audit.precision_check(trials=20, seed=0)
     assert res["success_float64"] == 1.0

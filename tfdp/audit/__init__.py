@@ -1,11 +1,11 @@
-"""Noise audits: sampler conformance, empirical DP audits, GPM experiments and defences.
+"""Noise audits: sampler conformance and empirical DP audits.
 
 Submodules:
   samplers   black-box conformance suite for Gaussian and Laplace noise samplers
   empirical  empirical DP audit (plug-in attacker + Clopper-Pearson -> epsilon lower bound)
-  gpm        GPM experiments (DP-hist, precision, privacy-bound curves)
-  gpm_dpsgd  GPM on DP-SGD gradients (MNIST LeNet-5, CIFAR-10 smoke), needs TensorFlow
-  defences   random rotation (Haar) and trusted top-up against a backdoored sampler
+  dp_suite   empirical audits of every shipped mechanism (and GPM, from `tfdp.gpm`)
+
+The GPM experiments and defences live in `tfdp.gpm`.
 """
 
 DISCLAIMER = ("PASS does not certify the absence of a cryptographic backdoor: a Gaussian "

@@ -10,7 +10,8 @@ import numpy as np
 
 from tfdp import mechanisms
 from tfdp.audit import empirical
-from tfdp.mechanisms import pancake
+from tfdp.gpm import experiments as gpm_experiments
+from tfdp.gpm import pancake
 
 _D = 16  # dimension of the audited query outputs
 
@@ -184,25 +185,7 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
         case.setdefault("x0", x0)
         case.setdefault("x1", x1)
     # GPM: claims to be the Gaussian mechanism at (gpm_eps, 1e-10) (GPM Sec. 5.1).
-    g0, g1 = np.zeros(gpm_d), np.zeros(gpm_d)
-    g1[0] = 1.0
-    gdelta = 1e-10
-    gsigma = pancake.gm_sigma(gpm_eps, gdelta, 1.0)
-    gamma = pancake.covert_gamma(gpm_d)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", pancake.GPMResearchWarning)
-        key = pancake.generate_key(gpm_d, rng=rng)
-        mech = pancake.GaussianPancakeMechanism(key, gsigma, gpm_beta, gamma)
-
-    def gpm_run(x, num, r_):
-        return x + mech.noise(num, rng=r_)
-
-    cases.append(dict(name="gpm_without_key", mechanism=gpm_run, x0=g0, x1=g1,
-                      attacker=empirical.gaussian_attacker(g0, g1, gsigma),
-                      claimed_eps=gpm_eps, delta=gdelta, research=True))
-    cases.append(dict(name="gpm_with_key", mechanism=gpm_run, x0=g0, x1=g1,
-                      attacker=empirical.gpm_key_attacker(g0, g1, key, gsigma, gpm_beta, gamma),
-                      claimed_eps=gpm_eps, delta=gdelta, research=True))
+    cases.extend(gpm_experiments.audit_cases(rng, epsilon=gpm_eps, beta=gpm_beta, d=gpm_d))
     return cases
 
 

@@ -254,11 +254,3 @@ def laplace_attacker(x0: Any, x1: Any, scales: Any = 1.0) -> Attacker:
 
     return attack
 
-
-def gpm_key_attacker(x0: Any, x1: Any, key: np.ndarray, sigma: float, beta: float,
-                     gamma: float) -> Attacker:
-    """The GPM key holder's attacker (GPM Sec. 5), for auditing GPM with its key."""
-    from tfdp.mechanisms import pancake  # pylint: disable=import-outside-toplevel
-
-    a, b = np.asarray(x0, np.float64).ravel(), np.asarray(x1, np.float64).ravel()
-    return lambda y: pancake.distinguish(_flat(y), a, b, key, sigma, beta, gamma)

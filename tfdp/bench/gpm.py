@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 from tfdp import options
 
-from tfdp.mechanisms import pancake
+from tfdp.gpm import pancake
 
 OPTIONS = options.OptionSet("gpm_bench_")  # every gpm_bench_* setting: name, default, help
 

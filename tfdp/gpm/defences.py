@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tfdp.mechanisms import pancake
+from tfdp.gpm import pancake
 
 _HAAR_MAX_DIM = 4096  # GPM spec A15: a dense Haar matrix is d^2 memory
 

@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfdp.mechanisms import pancake
+from tfdp.gpm import pancake
 from tfdp.train.dpsgd import clipped_sum
 
 MODELS = ("lenet5", "vgg19_bn", "resnet50", "mobilenetv2")
@@ -219,7 +219,7 @@ def dpsgd_experiment(model: keras.Model, x: np.ndarray, y: np.ndarray, *, phase:
                         cell = cells[(c, e, b)]
                         cell["succ"] += int(guess == bit)
                         cell["oracle"] += pancake.success_averaged(dq, sigma, b, gamma, d)
-    from tfdp.audit.gpm import clopper_pearson  # pylint: disable=import-outside-toplevel
+    from tfdp.gpm.experiments import clopper_pearson  # pylint: disable=import-outside-toplevel
     rows = []
     for (c, e, b), cell in cells.items():
         lo, hi = clopper_pearson(cell["succ"], trials)

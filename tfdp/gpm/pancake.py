@@ -6,7 +6,7 @@ mechanism (GM) by scaled homogeneous-CLWE noise. Without the key its outputs are
 computationally indistinguishable from GM outputs; with the key, a distinguishing attack succeeds
 with probability close to 1 and the statistical epsilon is of order 1/beta^2. It is never a
 default anywhere in tfdp and it is not exported from `tfdp.mechanisms`; import it explicitly
-(`from tfdp.mechanisms import pancake`). Every use emits a `GPMResearchWarning`.
+(`from tfdp.gpm import pancake`). Every use emits a `GPMResearchWarning`.
 
 Contents: the paper's Gaussian-mechanism calibration (its Theorem 2.3 form, which is not the
 analytic calibration of `tfdp.mechanisms`), key generation, discrete Gaussian samplers (exact
@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 from scipy import special, stats
+
+from tfdp.mechanisms import gaussian
 
 __all__ = [
     "GPMResearchWarning", "GaussianPancakeMechanism", "gm_sigma", "gm_eps", "covert_gamma",
@@ -168,9 +170,9 @@ def check_parameters(d: int, beta: float, gamma: float, *,
 def gm_eps(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
     """Epsilon of the Gaussian mechanism in the GPM paper's Theorem 2.3 form.
 
-    eps = Delta^2 / (2 sigma^2) - (Delta / sigma) Phi^{-1}(delta). This is the tail bound of
-    the Gaussian privacy-loss variable, NOT the analytic Gaussian mechanism calibration that
-    `tfdp.mechanisms` uses; it is kept here only to reproduce the GPM paper.
+    eps = Delta^2 / (2 sigma^2) - (Delta / sigma) Phi^{-1}(delta), the tail bound of the
+    Gaussian privacy-loss variable (`tfdp.mechanisms.gaussian_tail_epsilon`), NOT the
+    analytic Gaussian mechanism calibration; GPM uses it only to reproduce the paper.
 
     Args:
       sigma: noise standard deviation, > 0.
@@ -179,18 +181,20 @@ def gm_eps(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
 
     Returns:
       epsilon (float64).
+
+    Raises:
+      ValueError: on an argument out of range.
     """
-    sigma = _positive("sigma", sigma)
-    delta = _unit_interval("delta", delta)
     sensitivity = _positive("sensitivity", sensitivity)
-    r = sensitivity / sigma
-    return 0.5 * r * r - r * float(special.ndtri(delta))  # GPM Thm 2.3
+    return gaussian.gaussian_tail_epsilon(sigma=sigma, delta=delta,
+                                          sensitivity=sensitivity)  # GPM Thm 2.3
 
 
 def gm_sigma(eps: float, delta: float, sensitivity: float = 1.0) -> float:
     """Noise std for which the GPM paper's Theorem 2.3 gives (eps, delta).
 
-    Inverse of `gm_eps`: with a = Phi^{-1}(delta), sigma = Delta / (a + sqrt(a^2 + 2 eps)).
+    Inverse of `gm_eps`: with a = Phi^{-1}(delta), sigma = Delta / (a + sqrt(a^2 + 2 eps))
+    (`tfdp.mechanisms.gaussian_tail_sigma`).
 
     Args:
       eps: target epsilon, > 0.
@@ -199,13 +203,14 @@ def gm_sigma(eps: float, delta: float, sensitivity: float = 1.0) -> float:
 
     Returns:
       sigma (float64).
+
+    Raises:
+      ValueError: on an argument out of range.
     """
     eps = _positive("eps", eps)
-    delta = _unit_interval("delta", delta)
     sensitivity = _positive("sensitivity", sensitivity)
-    a = float(special.ndtri(delta))
-    # GPM Thm 2.3 solved for r = Delta/sigma: r^2/2 - a r - eps = 0 (spec Sec. 2 inverse).
-    return sensitivity / (a + math.sqrt(a * a + 2.0 * eps))
+    return gaussian.gaussian_tail_sigma(epsilon=eps, delta=delta,
+                                        sensitivity=sensitivity)  # GPM Thm 2.3, inverted
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,15 +1,16 @@
-"""GPM experiments on histograms: the key holder's attack, L2 error, bounds and precision."""
+"""GPM experiments: DP-hist game, L2 error, bounds, precision, and the GPM audit cases."""
 
 from __future__ import annotations
 
 import math
 import warnings
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 from scipy import stats
 
-from tfdp.mechanisms import pancake
+from tfdp.audit import empirical
+from tfdp.gpm import pancake
 
 _CHUNK_ELEMENTS = 1 << 22  # rows per chunk * d: about 32 MB per float64 matrix
 
@@ -217,3 +218,65 @@ def bounds_curves(deltas: np.ndarray | None = None,
                                                            sensitivity),
                     })
     return rows
+
+
+# --------------------------------------------------------------------------------------------
+# GPM cases of the empirical DP audit (`tfdp.audit.dp_suite`).
+
+
+def key_attacker(x0: Any, x1: Any, key: np.ndarray, sigma: float, beta: float,
+                 gamma: float) -> Callable[[np.ndarray], np.ndarray]:
+    """The GPM key holder's attacker (GPM Sec. 5) in the form `tfdp.audit.empirical` takes.
+
+    Args:
+      x0, x1: the neighbours' query answers (flattened to [d]).
+      key: the mechanism's key, float64 [d].
+      sigma, beta, gamma: GPM parameters.
+
+    Returns:
+      attacker(outputs [num, ...]) -> [num] guesses in {0, 1}.
+    """
+    a, b = np.asarray(x0, np.float64).ravel(), np.asarray(x1, np.float64).ravel()
+
+    def attack(y: np.ndarray) -> np.ndarray:
+        flat = np.asarray(y, dtype=np.float64)
+        return pancake.distinguish(flat.reshape(flat.shape[0], -1), a, b, key, sigma, beta,
+                                   gamma)
+
+    return attack
+
+
+def audit_cases(rng: np.random.Generator, *, epsilon: float = 0.125, beta: float = 1e-4,
+                d: int = 256) -> list[dict]:
+    """GPM claiming to be the Gaussian mechanism at (epsilon, 1e-10) (GPM Sec. 5.1), audited
+    without the key (the Gaussian likelihood-ratio attacker) and with it.
+
+    Args:
+      rng: draws the key.
+      epsilon: the claimed epsilon (calibrated with GPM Thm 2.3, Delta = 1).
+      beta: GPM width parameter.
+      d: dimension of the query outputs; gamma = 2 sqrt(d).
+
+    Returns:
+      two case dicts (names gpm_without_key, gpm_with_key) in the form of
+      `tfdp.audit.dp_suite.audit_cases`, marked research=True.
+    """
+    g0, g1 = np.zeros(d), np.zeros(d)
+    g1[0] = 1.0
+    gdelta = 1e-10
+    gsigma = pancake.gm_sigma(epsilon, gdelta, 1.0)
+    gamma = pancake.covert_gamma(d)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pancake.GPMResearchWarning)
+        key = pancake.generate_key(d, rng=rng)
+        mech = pancake.GaussianPancakeMechanism(key, gsigma, beta, gamma)
+
+    def gpm_run(x, num, r_):
+        return x + mech.noise(num, rng=r_)
+
+    return [dict(name="gpm_without_key", mechanism=gpm_run, x0=g0, x1=g1,
+                 attacker=empirical.gaussian_attacker(g0, g1, gsigma),
+                 claimed_eps=epsilon, delta=gdelta, research=True),
+            dict(name="gpm_with_key", mechanism=gpm_run, x0=g0, x1=g1,
+                 attacker=key_attacker(g0, g1, key, gsigma, beta, gamma),
+                 claimed_eps=epsilon, delta=gdelta, research=True)]
