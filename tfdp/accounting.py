@@ -8,7 +8,6 @@ from typing import Any, Iterable, Optional
 
 import dp_accounting
 import numpy as np
-from scipy import optimize
 
 from tfdp.mechanisms import _validate
 
@@ -648,8 +647,9 @@ def dpsgd_noise_multiplier(*, target_epsilon: float, num_examples: int, batch_si
                            rtol: float = 1e-6) -> float:
     """Smallest noise multiplier whose DP-SGD epsilon is <= target_epsilon.
 
-    Bisection on log sigma of `dpsgd_epsilon` (which decreases in sigma); the returned
-    sigma is on the valid side and within relative `rtol` of the optimum.
+    `dp_accounting.calibrate_dp_mechanism` on log sigma (Brent's method, with a bisection
+    fall-back that guarantees epsilon <= target) on a bracket found by doubling / halving
+    from 1; the returned sigma is on the valid side and within relative `rtol` of the optimum.
 
     Args:
         target_epsilon: target epsilon > 0.
@@ -668,9 +668,11 @@ def dpsgd_noise_multiplier(*, target_epsilon: float, num_examples: int, batch_si
     n_steps, q, _, dlt = _check_dpsgd(num_examples, batch_size, 1.0, epochs, steps, delta,
                                       accountant, sampling)
 
+    def event_of(sigma: float) -> dp_accounting.DpEvent:
+        return _dpsgd_event(q, sigma, n_steps, num_examples, batch_size, sampling)
+
     def eps_of(sigma: float) -> float:
-        event = _dpsgd_event(q, sigma, n_steps, num_examples, batch_size, sampling)
-        return float(_make_accountant(accountant).compose(event).get_epsilon(dlt))
+        return float(_make_accountant(accountant).compose(event_of(sigma)).get_epsilon(dlt))
 
     # Bracket [lo, hi] with eps(lo) > target >= eps(hi), by doubling / halving from 1.
     hi = 1.0
@@ -683,10 +685,14 @@ def dpsgd_noise_multiplier(*, target_epsilon: float, num_examples: int, batch_si
         hi, lo = lo, lo / 2.0
         if lo < 1e-4:
             return hi
-    # Brent's method on log sigma, then step to the valid side of the root.
-    root = optimize.brentq(lambda t: eps_of(math.exp(t)) - target, math.log(lo), math.log(hi),
-                           xtol=rtol / 4.0, rtol=4 * np.finfo(float).eps)
-    sigma = min(math.exp(root), hi)
+    # Brent's method on log sigma (absolute tolerance rtol/4 there is a relative one on
+    # sigma); calibrate_dp_mechanism returns a log sigma with eps <= target. Then step to the
+    # valid side if exp() rounded the other way.
+    log_sigma = dp_accounting.calibrate_dp_mechanism(
+        lambda: _make_accountant(accountant), lambda t: event_of(math.exp(t)), target, dlt,
+        bracket_interval=dp_accounting.ExplicitBracketInterval(math.log(lo), math.log(hi)),
+        tol=rtol / 4.0)
+    sigma = min(math.exp(log_sigma), hi)
     while eps_of(sigma) > target:
         sigma = min(sigma * (1.0 + rtol / 4.0), hi)
     return sigma

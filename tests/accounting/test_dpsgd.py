@@ -151,3 +151,21 @@ def test_shuffle_counts_the_passes_that_ran():
                          delta=1e-5, sampling="shuffle")
     assert e["epsilon"] == pytest.approx(three, rel=1e-12)
     assert e["relation"] == "replace_one"
+
+
+@pytest.mark.parametrize("kw, before", [
+    (dict(target_epsilon=2.0, num_examples=5000, batch_size=128, epochs=2), 1.019420034223157),
+    (dict(target_epsilon=2.0, num_examples=60000, batch_size=128, steps=14062),
+     0.8679353901056657),
+    (dict(target_epsilon=1.0, num_examples=5000, batch_size=500, epochs=3,
+          sampling="shuffle_no_amplification"), 14.013626220128252),
+])
+def test_noise_from_target_unchanged_by_the_shared_calibration(kw, before):
+    # `before`: the values of the hand-written Brent search on log sigma that
+    # dp_accounting.calibrate_dp_mechanism replaced (same bracket, same tolerances). Where
+    # Brent's root is on the valid side the two agree bit for bit (the smoke run's sigma);
+    # elsewhere they differ by the last valid-side step, about rtol^2 = 1e-12 relative.
+    sigma = dpsgd_noise_multiplier(delta=1e-5, **kw)
+    assert sigma == pytest.approx(before, rel=1e-12)
+    eps_kw = {k: v for k, v in kw.items() if k != "target_epsilon"}
+    assert dpsgd_epsilon(noise_multiplier=sigma, delta=1e-5, **eps_kw) <= kw["target_epsilon"]
