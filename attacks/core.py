@@ -35,6 +35,8 @@ import tensorflow as tf
 from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method
 from cleverhans.tf2.utils import clip_eta, compute_gradient, optimize_linear
 
+from tfdp import checks
+
 ATTACKS = ("fgsm", "ifgsm", "mim", "madry")
 ModelFn = Callable[[tf.Tensor], tf.Tensor]
 
@@ -61,9 +63,9 @@ def rescale_size(eps: float, from_range: Sequence[float] = (0.0, 1.0),
     Raises:
         ValueError: if eps < 0 or a range is empty.
     """
-    eps = _check_eps(eps)
-    lo_a, hi_a = _check_range(from_range, "from_range")
-    lo_b, hi_b = _check_range(to_range, "to_range")
+    eps = checks.check_nonnegative(eps, "eps (attack size)")
+    lo_a, hi_a = checks.check_interval(from_range, "from_range")
+    lo_b, hi_b = checks.check_interval(to_range, "to_range")
     return eps * (hi_b - lo_b) / (hi_a - lo_a)
 
 
@@ -196,8 +198,8 @@ def run_attack(name: str, model_fn: ModelFn, x: Any, eps: float, clip_min: float
         raise ValueError(f"attack name must be one of {ATTACKS}, got {name!r}")
     if not callable(model_fn):
         raise ValueError("model_fn must be callable")
-    eps = _check_eps(eps)
-    clip_min, clip_max = _check_range((clip_min, clip_max), "clip_min/clip_max")
+    eps = checks.check_nonnegative(eps, "eps (attack size)")
+    clip_min, clip_max = checks.check_interval((clip_min, clip_max), "clip_min/clip_max")
     if norm not in (np.inf, 1, 2):
         raise ValueError(f"norm must be np.inf, 1 or 2, got {norm!r}")
     if name != "fgsm" and norm == 1:
@@ -273,7 +275,7 @@ def ensemble(model_fn: ModelFn, x: Any, *, rng: Any, max_eps: float = 1.0,
     if not attacks or any(a not in ATTACKS for a in attacks):
         raise ValueError(f"attacks must be a non-empty list of names from {ATTACKS}, got "
                          f"{attacks!r}")
-    max_eps = _check_eps(max_eps)
+    max_eps = checks.check_nonnegative(max_eps, "max_eps (attack size)")
     if max_eps == 0:
         raise ValueError("max_eps must be > 0")
     if not isinstance(rng, np.random.Generator):
@@ -446,23 +448,3 @@ def _seed_tensor(seed: Any) -> tf.Tensor:
     if arr.size != 2:
         raise ValueError(f"seed must be an int or a pair of ints, got {seed!r}")
     return tf.constant(arr, tf.int64)
-
-
-def _check_eps(eps: Any) -> float:
-    try:
-        v = float(eps)
-    except (TypeError, ValueError):
-        raise ValueError(f"eps (attack size) must be a number >= 0, got {eps!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise ValueError(f"eps (attack size) must be a finite number >= 0, got {eps!r}")
-    return v
-
-
-def _check_range(value_range: Sequence[float], name: str) -> tuple[float, float]:
-    try:
-        lo, hi = (float(v) for v in value_range)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a (low, high) pair, got {value_range!r}") from None
-    if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
-        raise ValueError(f"{name} must satisfy low < high, got {value_range!r}")
-    return lo, hi

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Optional
 import dp_accounting
 import numpy as np
 
+from tfdp import checks
 from tfdp.mechanisms import _validate
 
 COMPOSITIONS = ("sequential", "parallel", "separate")
@@ -446,8 +447,8 @@ def _check_segment(seg: Any, index: int) -> dict:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
             raise ValueError(f"segments[{index}].{key}: expected an integer >= 0, got {value!r}")
         out[key] = int(value)
-    out["num_examples"] = _check_int(seg["num_examples"], f"segments[{index}].num_examples")
-    out["batch_size"] = _check_int(seg["batch_size"], f"segments[{index}].batch_size")
+    out["num_examples"] = checks.check_positive_int(seg["num_examples"], f"segments[{index}].num_examples")
+    out["batch_size"] = checks.check_positive_int(seg["batch_size"], f"segments[{index}].batch_size")
     if out["batch_size"] > out["num_examples"]:
         raise ValueError(f"segments[{index}].batch_size: exceeds num_examples")
     out["noise_multiplier"] = _validate.check_positive(seg["noise_multiplier"],
@@ -720,8 +721,8 @@ def _resolve_steps(num_examples: int, batch_size: int, epochs: Optional[float],
 
 def _check_dpsgd(num_examples, batch_size, noise_multiplier, epochs, steps, delta, accountant,
                  sampling):
-    n = _check_int(num_examples, "num_examples")
-    b = _check_int(batch_size, "batch_size")
+    n = checks.check_positive_int(num_examples, "num_examples")
+    b = checks.check_positive_int(batch_size, "batch_size")
     if b > n:
         raise ValueError(f"batch_size ({b}) must not exceed num_examples ({n})")
     sigma = _validate.check_positive(noise_multiplier, "noise_multiplier")
@@ -733,20 +734,10 @@ def _check_dpsgd(num_examples, batch_size, noise_multiplier, epochs, steps, delt
     if (epochs is None) == (steps is None):
         raise ValueError("exactly one of epochs or steps must be given")
     if steps is not None:
-        steps = _check_int(steps, "steps")
+        steps = checks.check_positive_int(steps, "steps")
     else:
         epochs = _validate.check_positive(epochs, "epochs")
     return _resolve_steps(n, b, epochs, steps), b / n, sigma, dlt
-
-
-def _check_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int,)) and not (
-            hasattr(value, "__index__")):
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    out = int(value)
-    if out <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return out
 
 
 def _dpsgd_event(q: float, sigma: float, steps: int, num_examples: int, batch_size: int,

@@ -146,7 +146,7 @@ class MonteCarloPredictor:
         Raises:
             ValueError: if num_draws < 1 or x is empty.
         """
-        n = _check_num_draws(num_draws)
+        n = checks.check_positive_int(num_draws, "num_draws", allow_integral_float=True)
         x = tf.convert_to_tensor(x, tf.float32)
         if x.shape.rank is None or x.shape.rank < 1 or int(tf.shape(x)[0]) == 0:
             raise ValueError("x must be a non-empty batch")
@@ -180,7 +180,7 @@ def monte_carlo_predict(score_fn: ScoreFn, x: Any, num_draws: int, *,
     Raises:
         ValueError: if num_draws < 1.
     """
-    _check_num_draws(num_draws)
+    checks.check_positive_int(num_draws, "num_draws", allow_integral_float=True)
     return MonteCarloPredictor(score_fn, from_logits, draws_per_step)(x, num_draws,
                                                                       num_classes)
 
@@ -234,7 +234,7 @@ def clopper_pearson_bounds(counts: Any, alpha: float) -> tuple[np.ndarray, np.nd
     Raises:
         ValueError: on alpha outside (0, 1) or negative counts.
     """
-    alpha = _check_alpha(alpha)
+    alpha = checks.check_unit_interval(alpha, "alpha")
     c = np.asarray(counts, dtype=np.float64)
     if c.ndim < 1 or c.shape[-1] < 2:
         raise ValueError("counts must have a class axis of length >= 2")
@@ -270,8 +270,8 @@ def hoeffding_bounds(mean_scores: Any, num_draws: int, alpha: float
     Raises:
         ValueError: on bad n or alpha.
     """
-    n = _check_num_draws(num_draws)
-    alpha = _check_alpha(alpha)
+    n = checks.check_positive_int(num_draws, "num_draws", allow_integral_float=True)
+    alpha = checks.check_unit_interval(alpha, "alpha")
     mean = np.asarray(mean_scores, dtype=np.float64)
     k = mean.shape[-1]
     half = math.sqrt(math.log(k / alpha) / (2.0 * n))
@@ -298,10 +298,10 @@ def empirical_bernstein_bounds(mean_scores: Any, var_scores: Any, num_draws: int
     Raises:
         ValueError: on n < 2, bad alpha or negative variances.
     """
-    n = _check_num_draws(num_draws)
+    n = checks.check_positive_int(num_draws, "num_draws", allow_integral_float=True)
     if n < 2:
         raise ValueError(f"num_draws must be >= 2 for the empirical Bernstein bound, got {n}")
-    alpha = _check_alpha(alpha)
+    alpha = checks.check_unit_interval(alpha, "alpha")
     mean = np.asarray(mean_scores, dtype=np.float64)
     var = np.asarray(var_scores, dtype=np.float64)
     if mean.shape != var.shape:
@@ -332,8 +332,8 @@ def top_two_bounds(result: MonteCarloResult, bound: str = "clopper_pearson",
     Raises:
         ValueError: on an unknown bound or bad alpha.
     """
-    bound = _check_bound(bound)
-    alpha = _check_alpha(alpha)
+    bound = checks.check_choice(bound, "bound", BOUNDS)
+    alpha = checks.check_unit_interval(alpha, "alpha")
     if bound == "clopper_pearson":
         lower, upper = clopper_pearson_bounds(result.counts, alpha)
         pred = np.argmax(result.counts, axis=-1)
@@ -640,11 +640,11 @@ def validate_certification(certification: Any) -> dict:
     if cert.get("eps_cap") is not None:
         checks.check_positive(cert["eps_cap"], "certification['eps_cap']")
     if "bound" in cert:
-        _check_bound(cert["bound"])
+        checks.check_choice(cert["bound"], "bound", BOUNDS)
     if "alpha" in cert:
-        _check_alpha(cert["alpha"])
+        checks.check_unit_interval(cert["alpha"], "alpha")
     if "num_draws" in cert:
-        _check_num_draws(cert["num_draws"])
+        checks.check_positive_int(cert["num_draws"], "num_draws", allow_integral_float=True)
     return cert
 
 
@@ -686,20 +686,3 @@ def is_robust(radius: Any, attack_size: float) -> np.ndarray:
     mu = checks.check_nonnegative(attack_size, "attack_size")
     r = np.asarray(radius, np.float64)
     return (r >= mu) & (r > 0)
-
-
-# ------------------------------------------------------------------------- validation
-
-
-def _check_num_draws(num_draws: Any) -> int:
-    return checks.check_int(num_draws, "num_draws", minimum=1, allow_integral_float=True)
-
-
-def _check_alpha(alpha: Any) -> float:
-    return checks.check_unit_interval(alpha, "alpha")
-
-
-def _check_bound(bound: Any) -> str:
-    if bound not in BOUNDS:
-        raise ValueError(f"bound must be one of {BOUNDS}, got {bound!r}")
-    return bound

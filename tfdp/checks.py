@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -18,6 +18,9 @@ __all__ = [
     "check_seed",
     "check_interval",
     "check_nonnegative_array",
+    "check_choice",
+    "check_rng",
+    "check_shape",
 ]
 
 
@@ -149,18 +152,22 @@ def check_int(value: Any, name: str, *, minimum: Optional[int] = None,
     return out
 
 
-def check_positive_int(value: Any, name: str, *, allow_none: bool = False) -> Optional[int]:
+def check_positive_int(value: Any, name: str, *, allow_none: bool = False,
+                       allow_integral_float: bool = False) -> Optional[int]:
     """Returns `value` as a Python int after checking it is an integer >= 1.
 
     Args:
         value: the integer to check.
         name: argument name used in the error message.
         allow_none: if True, None is accepted and returned.
+        allow_integral_float: if True, floats with an integral value (e.g. 10.0) count
+            as integers.
 
     Raises:
         ValueError: naming `name`, if value is a bool, not an integer, or < 1.
     """
-    return check_int(value, name, minimum=1, allow_none=allow_none)
+    return check_int(value, name, minimum=1, allow_none=allow_none,
+                     allow_integral_float=allow_integral_float)
 
 
 def check_seed(value: Any, name: str = "seed", *,
@@ -227,3 +234,71 @@ def check_nonnegative_array(value: Any, name: str, *, allow_empty: bool = True) 
     if not np.all(np.isfinite(arr)) or np.any(arr < 0.0):
         raise ValueError(f"{name} must be finite and >= 0 everywhere")
     return arr
+
+
+def check_choice(value: Any, name: str, choices: Sequence[Any]) -> Any:
+    """Returns `value` after checking it is one of `choices`.
+
+    Args:
+        value: the option given.
+        name: argument name used in the error message.
+        choices: the allowed values.
+
+    Returns:
+        value, unchanged.
+
+    Raises:
+        ValueError: naming `name`, if value is not one of choices.
+    """
+    try:
+        ok = value in choices
+    except TypeError:  # unhashable value tested against a set
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def check_rng(value: Any, name: str = "rng") -> np.random.Generator:
+    """Returns `value` after checking it is a numpy Generator.
+
+    Args:
+        value: the random generator given.
+        name: argument name used in the error message.
+
+    Returns:
+        value, unchanged.
+
+    Raises:
+        ValueError: naming `name`, if value is not a np.random.Generator.
+    """
+    if not isinstance(value, np.random.Generator):
+        raise ValueError(
+            f"{name} must be a numpy.random.Generator (e.g. np.random.default_rng(seed)), "
+            f"got {type(value).__name__}")
+    return value
+
+
+def check_shape(value: Any, name: str, *, rank: Optional[int] = None) -> tuple[int, ...]:
+    """Returns a shape as a tuple of ints after checking every dimension is >= 1.
+
+    Args:
+        value: a sequence of dimensions (e.g. an input shape without the batch axis).
+        name: argument name used in the error message.
+        rank: if given, the required number of dimensions.
+
+    Returns:
+        the shape as a tuple of Python ints.
+
+    Raises:
+        ValueError: naming `name`, if value is not a non-empty sequence of integers >= 1
+            (of length `rank`, when given).
+    """
+    wanted = "positive integer dimensions" + ("" if rank is None else f" ({rank} of them)")
+    try:
+        dims = [check_int(d, name, minimum=1, allow_integral_float=True) for d in value]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must have {wanted}, got {value!r}") from None
+    if not dims or (rank is not None and len(dims) != rank):
+        raise ValueError(f"{name} must have {wanted}, got {value!r}")
+    return tuple(dims)

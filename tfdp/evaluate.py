@@ -30,7 +30,7 @@ from absl import logging
 
 import attacks
 from tfdp import certify as certify_lib
-from tfdp import rundir
+from tfdp import checks, rundir
 
 PLOT_FILE = "accuracy_vs_attack_size.png"
 TSV_COLUMNS = ("attack", "attack_size", "index", "label", "prediction", "radius", "correct",
@@ -171,11 +171,11 @@ def validate_options(options: EvalOptions) -> EvalOptions:
     if int(options.eot_draws) < 1:
         raise ValueError(f"eot_draws must be >= 1, got {options.eot_draws!r}")
     if options.num_draws is not None:
-        certify_lib._check_num_draws(options.num_draws)  # pylint: disable=protected-access
+        checks.check_positive_int(options.num_draws, "num_draws", allow_integral_float=True)
     if options.alpha is not None:
-        certify_lib._check_alpha(options.alpha)  # pylint: disable=protected-access
+        checks.check_unit_interval(options.alpha, "alpha")
     if options.bound is not None:
-        certify_lib._check_bound(options.bound)  # pylint: disable=protected-access
+        checks.check_choice(options.bound, "bound", certify_lib.BOUNDS)
     if options.num_examples is not None and int(options.num_examples) < 1:
         raise ValueError(f"num_examples must be >= 1, got {options.num_examples!r}")
     if int(options.batch_size) < 1:

@@ -944,8 +944,8 @@ def certify_in_process(model: Any, certification: Mapping[str, Any], x: Any, num
     Raises:
         ValueError: on bad arguments.
     """
-    n = certify_lib._check_num_draws(num_draws)  # pylint: disable=protected-access
-    alpha = certify_lib._check_alpha(alpha)  # pylint: disable=protected-access
+    n = checks.check_positive_int(num_draws, "num_draws", allow_integral_float=True)
+    alpha = checks.check_unit_interval(alpha, "alpha")
     attack_size = checks.check_nonnegative(attack_size, "attack_size")
     step = checks.check_int(draws_per_step, "draws_per_step", minimum=1)
     cert = certify_lib.validate_certification(certification)
@@ -1047,8 +1047,8 @@ class ExportedModel:
         if not hasattr(self.loaded, "certify"):
             raise ValueError("saved_model: the export has no certify signature (the run has "
                              "no certification entry)")
-        n = certify_lib._check_num_draws(num_draws)  # pylint: disable=protected-access
-        alpha = certify_lib._check_alpha(alpha)  # pylint: disable=protected-access
+        n = checks.check_positive_int(num_draws, "num_draws", allow_integral_float=True)
+        alpha = checks.check_unit_interval(alpha, "alpha")
         size = checks.check_nonnegative(attack_size, "attack_size")
         out = self.loaded.certify(tf.constant(np.asarray(x, np.float32)),
                                   tf.constant(n, tf.int32), tf.constant(alpha, tf.float64),

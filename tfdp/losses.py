@@ -22,12 +22,6 @@ _REDUCTIONS = ("mean", "sum", "none")
 # ----------------------------------------------------------------------------- validation
 
 
-def _check_reduction(reduction: Any) -> str:
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-    return reduction
-
-
 def _check_onehot_np(labels: Any, name: str = "labels") -> np.ndarray:
     try:
         y = np.asarray(labels, dtype=np.float64)
@@ -216,7 +210,7 @@ def adlm_taylor_loss(logits: Any, labels: Any = None, *, phi0: Any = None, phi1:
     Raises:
         ValueError: if neither labels nor phi1 is given, shapes differ, or reduction is bad.
     """
-    reduction = _check_reduction(reduction)
+    reduction = checks.check_choice(reduction, "reduction", _REDUCTIONS)
     z = tf.convert_to_tensor(logits)
     if phi1 is None:
         if labels is None:
@@ -328,7 +322,7 @@ def stobatch_reconstruction_loss(logits: Any, x_bar: Any, *, absolute: bool = Tr
     Raises:
         ValueError: on mismatched shapes or a bad reduction.
     """
-    reduction = _check_reduction(reduction)
+    reduction = checks.check_choice(reduction, "reduction", _REDUCTIONS)
     z = tf.convert_to_tensor(logits)
     x = tf.cast(tf.convert_to_tensor(x_bar), z.dtype)
     _check_same_shape(z, x, "logits", "x_bar")
@@ -357,7 +351,7 @@ def stobatch_taylor_loss(logits: Any, labels: Any, *, reduction: str = "none") -
     Raises:
         ValueError: on mismatched shapes or a bad reduction.
     """
-    reduction = _check_reduction(reduction)
+    reduction = checks.check_choice(reduction, "reduction", _REDUCTIONS)
     z = tf.convert_to_tensor(logits)
     y = tf.cast(tf.convert_to_tensor(labels), z.dtype)
     _check_same_shape(z, y, "logits", "labels")

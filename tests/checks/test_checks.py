@@ -107,6 +107,10 @@ def test_check_positive_int():
     for bad in (0, -1, 1.0, 2.5, True, "3", None, NAN, INF):
         with pytest.raises(ValueError, match="batch_size"):
             checks.check_positive_int(bad, "batch_size")
+    assert checks.check_positive_int(10.0, "num_draws", allow_integral_float=True) == 10
+    for bad in (0.0, 2.5, INF, NAN, True):
+        with pytest.raises(ValueError, match="num_draws must be an integer >= 1"):
+            checks.check_positive_int(bad, "num_draws", allow_integral_float=True)
 
 
 def test_check_seed():
@@ -147,6 +151,41 @@ def test_check_nonnegative_array():
         checks.check_nonnegative_array([], "scale", allow_empty=False)
 
 
+def test_check_shape():
+    assert checks.check_shape((28, 28, 1), "input_shape") == (28, 28, 1)
+    assert checks.check_shape([np.int64(4), 2.0], "input_shape") == (4, 2)
+    assert checks.check_shape((32, 32, 3), "input_shape", rank=3) == (32, 32, 3)
+    for bad in ((), (28, 0, 1), (28, -1), (2.5,), ("a",), None, 3, (True, 2)):
+        with pytest.raises(ValueError, match="input_shape must have positive integer dim"):
+            checks.check_shape(bad, "input_shape")
+    with pytest.raises(ValueError, match=r"input_shape must have .* \(3 of them\)"):
+        checks.check_shape((28, 28), "input_shape", rank=3)
+
+
+# ----------------------------------------------------------------------------------------
+# Choices and generators.
+
+
+def test_check_choice():
+    assert checks.check_choice("mean", "reduction", ("mean", "sum")) == "mean"
+    assert checks.check_choice(2, "order", {1, 2}) == 2
+    for bad in ("Mean", None, ["mean"], 1.5):
+        with pytest.raises(ValueError, match=r"reduction must be one of \('mean', 'sum'\), got"):
+            checks.check_choice(bad, "reduction", ("mean", "sum"))
+    with pytest.raises(ValueError, match="order must be one of"):
+        checks.check_choice([1], "order", {1, 2})  # unhashable against a set
+
+
+def test_check_rng():
+    rng = np.random.default_rng(0)
+    assert checks.check_rng(rng) is rng
+    for bad in (None, 0, np.random.RandomState(0), np.random):
+        with pytest.raises(ValueError, match="rng must be a numpy.random.Generator"):
+            checks.check_rng(bad)
+    with pytest.raises(ValueError, match="key_rng must be"):
+        checks.check_rng(1, "key_rng")
+
+
 # ----------------------------------------------------------------------------------------
 # Module properties.
 
@@ -155,6 +194,25 @@ def test_validate_reexports_the_shared_checks():
     from tfdp.mechanisms import _validate
     assert _validate.as_float is checks.as_float
     assert _validate.check_positive is checks.check_positive
+    assert _validate.check_rng is checks.check_rng
+
+
+def test_no_private_generic_validators_left():
+    # The generic validators live in tfdp.checks only; these modules keep no private copies.
+    import ast
+    import pathlib
+    root = pathlib.Path(checks.__file__).resolve().parents[1]
+    generic = {"_check_int", "_check_count", "_check_rng", "_check_eps", "_check_range",
+               "_check_reduction", "_check_bound", "_check_alpha", "_check_num_draws",
+               "_check_shape", "_check", "_positive", "_positive_int", "_unit_interval"}
+    files = ["attacks/core.py", "tfdp/accounting.py", "tfdp/certify.py", "tfdp/data/api.py",
+             "tfdp/losses.py", "tfdp/models/common.py", "tfdp/models/adlm.py"]
+    files += [str(p.relative_to(root)) for d in ("tfdp/audit", "tfdp/mechanisms", "tfdp/gpm")
+              for p in sorted((root / d).glob("*.py"))]
+    for name in files:
+        tree = ast.parse((root / name).read_text())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert not defined & generic, (name, defined & generic)
 
 
 def test_import_does_not_load_tensorflow():

@@ -9,6 +9,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy import stats
 
+from tfdp import checks
 from tfdp.audit import DISCLAIMER
 
 # mechanism(x, num, rng) -> [num, ...] outputs of the mechanism run num times on input x.
@@ -52,8 +53,7 @@ class AuditResult:
 
 def clopper_pearson_lower(successes: int, trials: int, confidence: float = 0.95) -> float:
     """One-sided Clopper-Pearson lower bound: (1 - confidence) quantile of Beta(k, n - k + 1)."""
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials <= 0:
-        raise ValueError(f"trials must be a positive integer, got {trials!r}")
+    trials = checks.check_int(trials, "trials", minimum=1)
     if not 0 <= successes <= trials:
         raise ValueError(f"successes must be in [0, trials], got {successes!r}")
     if not 0 < confidence < 1:
@@ -105,14 +105,12 @@ def audit(mechanism: Mechanism, x0: Any, x1: Any, attacker: Attacker, *, trials:
     Returns:
       AuditResult.
     """
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
-        raise ValueError(f"trials must be a positive integer, got {trials!r}")
+    trials = checks.check_int(trials, "trials", minimum=1)
     if not (isinstance(claimed_eps, (int, float)) and claimed_eps >= 0):
         raise ValueError(f"claimed_eps must be a number >= 0, got {claimed_eps!r}")
     if not (isinstance(delta, (int, float)) and 0 <= delta < 1):
         raise ValueError(f"delta must be in [0, 1), got {delta!r}")
-    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
-        raise ValueError(f"batch must be a positive integer, got {batch!r}")
+    batch = checks.check_int(batch, "batch", minimum=1)
     rng = np.random.default_rng(seed)
     x0, x1 = np.asarray(x0), np.asarray(x1)
     successes = 0
@@ -172,8 +170,7 @@ def audit_threshold(mechanism: Mechanism, x0: Any, x1: Any,
       AuditResult (successes / success_rate refer to true positives of the evaluation half;
       p_lower is the TPR lower bound).
     """
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 200:
-        raise ValueError(f"trials must be an integer >= 200, got {trials!r}")
+    trials = checks.check_int(trials, "trials", minimum=200)
     if not (isinstance(claimed_eps, (int, float)) and claimed_eps >= 0):
         raise ValueError(f"claimed_eps must be a number >= 0, got {claimed_eps!r}")
     if not (isinstance(delta, (int, float)) and 0 <= delta < 1):

@@ -9,6 +9,7 @@ from typing import Callable
 import numpy as np
 from scipy import special, stats
 
+from tfdp import checks
 from tfdp.audit import DISCLAIMER
 
 # sampler(num, seed) -> float array [num, d] of noise claimed iid Gaussian(0, scale^2) or
@@ -179,8 +180,7 @@ def conformance_suite(sampler: Sampler, *, family: str, scale: float, n: int = 2
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 100:
-        raise ValueError(f"n must be an integer >= 100, got {n!r}")
+    n = checks.check_int(n, "n", minimum=100)
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     if not callable(sampler):

@@ -7,17 +7,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tfdp import checks
 from tfdp.gpm import pancake
 
 _HAAR_MAX_DIM = 4096  # GPM spec A15: a dense Haar matrix is d^2 memory
 
 StandardSampler = Callable[[int, np.random.Generator], np.ndarray]
-
-
-def _check_rng(rng: Any) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError("rng must be a numpy.random.Generator")
-    return rng
 
 
 def haar_rotation(d: int, *, rng: np.random.Generator) -> np.ndarray:
@@ -33,12 +28,11 @@ def haar_rotation(d: int, *, rng: np.random.Generator) -> np.ndarray:
     Returns:
       float64 [d, d] orthogonal matrix with determinant +1.
     """
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
-        raise ValueError(f"d must be a positive integer, got {d!r}")
+    d = checks.check_int(d, "d", minimum=1)
     if d > _HAAR_MAX_DIM:
         raise ValueError(f"d={d} > {_HAAR_MAX_DIM}: a dense Haar rotation needs d^2 memory; use "
                          "trusted_top_up for large d")
-    _check_rng(rng)
+    checks.check_rng(rng)
     q, r = np.linalg.qr(rng.standard_normal((d, d)))
     q *= np.sign(np.diag(r))[None, :]
     if np.linalg.det(q) < 0:
@@ -81,7 +75,7 @@ def hadamard_rotation(d: int, *, rng: np.random.Generator,
         raise ValueError(f"d must be a power of two >= 2, got {d!r}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
-    _check_rng(rng)
+    checks.check_rng(rng)
     signs = rng.choice(np.array([-1.0, 1.0]), size=(rounds, d))
 
     def rotate(r: np.ndarray) -> np.ndarray:
@@ -122,7 +116,7 @@ def rotated_release(q: Any, sigma: float, rotation: Any, standard_sampler: Stand
         if rotation.shape != (q.shape[0], q.shape[0]):
             raise ValueError(f"rotation must have shape {(q.shape[0], q.shape[0])}, "
                              f"got {rotation.shape}")
-    _check_rng(rng)
+    checks.check_rng(rng)
     r = np.asarray(standard_sampler(1 if num is None else num, rng), dtype=np.float64)
     rotated = rotation(r) if callable(rotation) else r @ rotation.T
     out = q + sigma * rotated  # y = q + sigma Q r, row-wise (GPM Algorithm 1)
@@ -148,7 +142,7 @@ def trusted_top_up(y1: Any, sigma: float, *, rng: np.random.Generator) -> np.nda
         raise ValueError(f"y1 must be float64, got {y1.dtype}")
     if not (math.isfinite(sigma) and sigma > 0):
         raise ValueError(f"sigma must be finite and > 0, got {sigma}")
-    _check_rng(rng)
+    checks.check_rng(rng)
     return y1 + sigma * rng.standard_normal(y1.shape)
 
 
@@ -167,8 +161,7 @@ def top_up_costs(sigma: float, d: int, delta: float, sensitivity: float = 1.0,
     """
     if split not in ("full", "half"):
         raise ValueError(f"split must be 'full' or 'half', got {split!r}")
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
-        raise ValueError(f"d must be a positive integer, got {d!r}")
+    d = checks.check_int(d, "d", minimum=1)
     claimed = pancake.gm_eps(sigma, delta, sensitivity)
     if split == "full":
         return {"split": split, "rms_error": sigma * math.sqrt(2.0 * d),
@@ -195,8 +188,7 @@ def distributed_effective_sigma(n_servers: int, n_backdoored: int, n_colluding: 
     """
     for name, v in (("n_servers", n_servers), ("n_backdoored", n_backdoored),
                     ("n_colluding", n_colluding), ("threshold", threshold)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
+        checks.check_int(v, name, minimum=0)
     if n_backdoored + n_colluding > n_servers:
         raise ValueError("n_backdoored + n_colluding must be <= n_servers")
     if n_colluding >= threshold:

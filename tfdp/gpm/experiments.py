@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 from scipy import stats
 
+from tfdp import checks
 from tfdp.audit import empirical
 from tfdp.gpm import pancake
 
@@ -28,18 +29,13 @@ def clopper_pearson(successes: int, trials: int, confidence: float = 0.95
 
 def _check_common(d: int, epsilon: float, beta: float, trials: int, seed: int, delta: float
                   ) -> None:
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
-        raise ValueError(f"d must be an integer >= 2, got {d!r}")
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
-    if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
-        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
-    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
-        raise ValueError(f"trials must be a positive integer, got {trials!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    if not (isinstance(delta, float) and 0.0 < delta < 1.0):
-        raise ValueError(f"delta must be a float in (0, 1), got {delta!r}")
+    """The arguments every histogram experiment shares (ValueError naming the argument)."""
+    checks.check_int(d, "d", minimum=2)
+    checks.check_positive(epsilon, "epsilon")
+    checks.check_positive(beta, "beta")
+    checks.check_positive_int(trials, "trials")
+    checks.check_int(seed, "seed")
+    checks.check_unit_interval(delta, "delta")
 
 
 def hist_experiment(d: int, epsilon: float, beta: float, trials: int, seed: int,
@@ -79,8 +75,7 @@ def hist_experiment(d: int, epsilon: float, beta: float, trials: int, seed: int,
     _check_common(d, epsilon, beta, trials, seed, delta)
     if gamma is None:
         gamma = pancake.covert_gamma(d)
-    if isinstance(n_records, bool) or not isinstance(n_records, (int, np.integer)) or n_records < 2:
-        raise ValueError(f"n_records must be an integer >= 2, got {n_records!r}")
+    n_records = checks.check_int(n_records, "n_records", minimum=2)
     beta, gamma = pancake.check_parameters(d, beta, gamma, require_covertness=False)
     sigma = pancake.gm_sigma(epsilon, delta, 1.0)  # GPM Thm 2.3, Delta = 1 (add/remove one)
     rng = np.random.default_rng(seed)

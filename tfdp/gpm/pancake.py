@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from scipy import special, stats
 
+from tfdp import checks
 from tfdp.mechanisms import gaussian
 
 __all__ = [
@@ -57,33 +58,6 @@ def _warn_research(what: str) -> None:
 
 # --------------------------------------------------------------------------------------------
 # Validation helpers.
-
-
-def _positive(name: str, value: Any) -> float:
-    if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a positive number, got {value!r}") from None
-    if not math.isfinite(v) or v <= 0.0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return v
-
-
-def _unit_interval(name: str, value: Any, upper: float = 1.0) -> float:
-    v = _positive(name, value)
-    if v >= upper:
-        raise ValueError(f"{name} must be in (0, {upper}), got {value!r}")
-    return v
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 def _float64_array(name: str, value: Any) -> np.ndarray:
@@ -127,7 +101,7 @@ def covert_gamma(d: int) -> float:
     GPM Thm 2.7 / Thm 3.4 need 2 sqrt(d) <= gamma <= poly(d); the experiments use exactly
     2 sqrt(d) (GPM Sec. 5.1).
     """
-    return 2.0 * math.sqrt(_positive_int("d", d))
+    return 2.0 * math.sqrt(checks.check_positive_int(d, "d"))
 
 
 def check_parameters(d: int, beta: float, gamma: float, *,
@@ -147,9 +121,9 @@ def check_parameters(d: int, beta: float, gamma: float, *,
     Raises:
       ValueError: beta or gamma not > 0, or gamma < 2 sqrt(d) when covertness is required.
     """
-    _positive_int("d", d)
-    beta = _positive("beta", beta)
-    gamma = _positive("gamma", gamma)
+    checks.check_positive_int(d, "d")
+    beta = checks.check_positive(beta, "beta")
+    gamma = checks.check_positive(gamma, "gamma")
     lowest = covert_gamma(d)
     if gamma < lowest * (1.0 - 1e-12):
         msg = (f"gamma={gamma:g} < 2*sqrt(d)={lowest:g}: outside the covertness theorem's "
@@ -185,7 +159,7 @@ def gm_eps(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
     Raises:
       ValueError: on an argument out of range.
     """
-    sensitivity = _positive("sensitivity", sensitivity)
+    sensitivity = checks.check_positive(sensitivity, "sensitivity")
     return gaussian.gaussian_tail_epsilon(sigma=sigma, delta=delta,
                                           sensitivity=sensitivity)  # GPM Thm 2.3
 
@@ -207,8 +181,8 @@ def gm_sigma(eps: float, delta: float, sensitivity: float = 1.0) -> float:
     Raises:
       ValueError: on an argument out of range.
     """
-    eps = _positive("eps", eps)
-    sensitivity = _positive("sensitivity", sensitivity)
+    eps = checks.check_positive(eps, "eps")
+    sensitivity = checks.check_positive(sensitivity, "sensitivity")
     return gaussian.gaussian_tail_sigma(epsilon=eps, delta=delta,
                                         sensitivity=sensitivity)  # GPM Thm 2.3, inverted
 
@@ -222,21 +196,21 @@ def spacing(sigma: float, beta: float, gamma: float) -> float:
 
     S = sqrt(2 pi) sigma gamma / (beta^2 + gamma^2)  (GPM Def 3.1 with Lemma 2.6).
     """
-    sigma, beta, gamma = (_positive("sigma", sigma), _positive("beta", beta),
-                          _positive("gamma", gamma))
+    sigma = checks.check_positive(sigma, "sigma")
+    beta, gamma = checks.check_positive(beta, "beta"), checks.check_positive(gamma, "gamma")
     return _SQRT_2PI * sigma * gamma / (beta * beta + gamma * gamma)
 
 
 def pancake_std(sigma: float, beta: float, gamma: float) -> float:
     """Standard deviation of one pancake along the key, sigma beta / sqrt(beta^2 + gamma^2)."""
-    sigma, beta, gamma = (_positive("sigma", sigma), _positive("beta", beta),
-                          _positive("gamma", gamma))
+    sigma = checks.check_positive(sigma, "sigma")
+    beta, gamma = checks.check_positive(beta, "beta"), checks.check_positive(gamma, "gamma")
     return sigma * beta / math.hypot(beta, gamma)  # GPM Lemma 2.6, scaled by sqrt(2 pi) sigma
 
 
 def tau(beta: float, gamma: float) -> float:
     """Pancake std divided by spacing: beta sqrt(beta^2 + gamma^2) / (sqrt(2 pi) gamma)."""
-    beta, gamma = _positive("beta", beta), _positive("gamma", gamma)
+    beta, gamma = checks.check_positive(beta, "beta"), checks.check_positive(gamma, "gamma")
     return beta * math.hypot(beta, gamma) / (_SQRT_2PI * gamma)  # GPM spec Sec. 3.2
 
 
@@ -255,11 +229,10 @@ def generate_key(d: int, *, rng: np.random.Generator, num: int | None = None) ->
     Returns:
       float64 array of shape [d] (or [num, d]) with unit rows.
     """
-    d = _positive_int("d", d)
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError("rng must be a numpy.random.Generator")
+    d = checks.check_positive_int(d, "d")
+    checks.check_rng(rng)
     if num is not None:
-        num = _positive_int("num", num)
+        num = checks.check_positive_int(num, "num")
     _warn_research("generate_key")
     shape = (d,) if num is None else (num, d)
     g = rng.standard_normal(shape)  # GPM Sec. 3.1 threat model: w = g/||g||
@@ -312,10 +285,9 @@ def sample_discrete_gaussian(variance: float, size: int, *, rng: np.random.Gener
     Returns:
       int64 array of shape [size].
     """
-    variance = _positive("variance", variance)
-    size = _positive_int("size", size)
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError("rng must be a numpy.random.Generator")
+    variance = checks.check_positive(variance, "variance")
+    size = checks.check_positive_int(size, "size")
+    checks.check_rng(rng)
     std = math.sqrt(variance)
     if method == "cks":
         if std > _CKS_MAX_STD:
@@ -387,14 +359,13 @@ def pancake_noise(w: Any, sigma: float, beta: float, gamma: float, num: int, *,
       float64 array [num, d] (`out` if given).
     """
     w = _check_key(w)
-    sigma = _positive("sigma", sigma)
-    num = _positive_int("num", num)
+    sigma = checks.check_positive(sigma, "sigma")
+    num = checks.check_positive_int(num, "num")
     beta, gamma = check_parameters(w.shape[-1], beta, gamma,
                                    require_covertness=require_covertness)
     if w.ndim == 2 and w.shape[0] != num:
         raise ValueError(f"w has {w.shape[0]} keys but num={num}")
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError("rng must be a numpy.random.Generator")
+    checks.check_rng(rng)
     if dg_method not in ("cks", "table"):
         raise ValueError(f"dg_method must be 'cks' or 'table', got {dg_method!r}")
     if out is not None and (not isinstance(out, np.ndarray) or out.dtype != np.float64
@@ -433,9 +404,8 @@ def gpm(q: Any, w: Any, sigma: float, beta: float, gamma: float, *, rng: np.rand
 def gm(q: Any, sigma: float, *, rng: np.random.Generator) -> np.ndarray:
     """Releases q + N(0, sigma^2 I), float64: the genuine mechanism GPM imitates (GPM Sec. 2)."""
     q = _float64_array("q", q)
-    sigma = _positive("sigma", sigma)
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError("rng must be a numpy.random.Generator")
+    sigma = checks.check_positive(sigma, "sigma")
+    checks.check_rng(rng)
     return q + sigma * rng.standard_normal(q.shape)
 
 
@@ -460,8 +430,8 @@ def tf_pancake_noise(w: Any, sigma: float, beta: float, gamma: float, num: int, 
     w_np = _check_key(w)
     if w_np.ndim != 1:
         raise ValueError("w must have shape [d] for tf_pancake_noise")
-    sigma = _positive("sigma", sigma)
-    num = _positive_int("num", num)
+    sigma = checks.check_positive(sigma, "sigma")
+    num = checks.check_positive_int(num, "num")
     beta, gamma = check_parameters(w_np.shape[0], beta, gamma,
                                    require_covertness=require_covertness)
     b2g2 = beta * beta + gamma * gamma
@@ -504,9 +474,9 @@ def sample_hclwe_rejection(w: Any, beta: float, gamma: float, num: int, *,
     w = _check_key(w)
     if w.ndim != 1:
         raise ValueError("w must have shape [d]")
-    beta = _positive("beta", beta)
-    gamma = _positive("gamma", gamma)
-    num = _positive_int("num", num)
+    beta = checks.check_positive(beta, "beta")
+    gamma = checks.check_positive(gamma, "gamma")
+    num = checks.check_positive_int(num, "num")
     if beta < 0.05:
         raise ValueError(f"beta={beta:g} is too small for the rejection sampler (rate ~ beta)")
     _warn_research("sample_hclwe_rejection")
@@ -552,7 +522,7 @@ class GaussianPancakeMechanism:
         self.key = _check_key(key)
         if self.key.ndim != 1:
             raise ValueError("key must have shape [d]")
-        self.sigma = _positive("sigma", sigma)
+        self.sigma = checks.check_positive(sigma, "sigma")
         self.beta, self.gamma = check_parameters(self.key.shape[0], beta, gamma,
                                                  require_covertness=require_covertness)
         if dg_method not in ("cks", "table"):
@@ -568,7 +538,7 @@ class GaussianPancakeMechanism:
     def noise(self, num: int, *, rng: np.random.Generator) -> np.ndarray:
         """Returns [num, d] float64 GPM noise."""
         return _pancake_noise(self.key, self.sigma, self.beta, self.gamma,
-                              _positive_int("num", num), rng, self.dg_method)
+                              checks.check_positive_int(num, "num"), rng, self.dg_method)
 
     def __call__(self, q: Any, *, rng: np.random.Generator) -> np.ndarray:
         """Releases q + noise for q of shape [d] or [m, d]."""
@@ -677,7 +647,7 @@ def success_exact(t: float, beta: float, gamma: float) -> float:
 
 def success_paper_bound(t: float, beta: float, gamma: float) -> float:
     """The paper's lower bound 1 - 2 Phi(-x) on the attack's success (GPM Thm 5.1)."""
-    beta, gamma = _positive("beta", beta), _positive("gamma", gamma)
+    beta, gamma = checks.check_positive(beta, "beta"), checks.check_positive(gamma, "gamma")
     x = (gamma * abs(float(t)) / beta) * math.sqrt(math.pi / (2.0 * (beta * beta + gamma * gamma)))
     return 1.0 - 2.0 * float(special.ndtr(-x))  # GPM Thm 5.1
 
@@ -704,9 +674,9 @@ def success_averaged(dq_norm: float, sigma: float, beta: float, gamma: float, d:
     dq_norm = float(dq_norm)
     if not math.isfinite(dq_norm) or dq_norm < 0:
         raise ValueError(f"dq_norm must be finite and >= 0, got {dq_norm}")
-    sigma = _positive("sigma", sigma)
-    beta, gamma = _positive("beta", beta), _positive("gamma", gamma)
-    d = _positive_int("d", d)
+    sigma = checks.check_positive(sigma, "sigma")
+    beta, gamma = checks.check_positive(beta, "beta"), checks.check_positive(gamma, "gamma")
+    d = checks.check_positive_int(d, "d")
     if not exact:
         c = dq_norm * math.hypot(beta, gamma) / (2.0 * math.sqrt(d) * sigma * beta)
         return 0.5 + math.atan(c) / math.pi  # E|Phi(c|Z|)| = 1/2 + arctan(c)/pi
@@ -729,7 +699,7 @@ def success_averaged(dq_norm: float, sigma: float, beta: float, gamma: float, d:
 
 def best_gm_success(dq_norm: float, sigma: float) -> float:
     """Best possible success against the genuine GM: Phi(||dq|| / (2 sigma)) (spec Sec. 3.7)."""
-    return float(special.ndtr(float(dq_norm) / (2.0 * _positive("sigma", sigma))))
+    return float(special.ndtr(float(dq_norm) / (2.0 * checks.check_positive(sigma, "sigma"))))
 
 
 # --------------------------------------------------------------------------------------------
@@ -754,11 +724,13 @@ def eps_lower(t: float, beta: float, gamma: float, delta: float) -> float:
     t = float(t)
     if not -0.5 <= t <= 0.5:
         raise ValueError(f"t must be in [-0.5, 0.5], got {t}")
-    beta = _unit_interval("beta", beta)
-    gamma = _positive("gamma", gamma)
+    beta = checks.check_unit_interval(beta, "beta")
+    gamma = checks.check_positive(gamma, "gamma")
     if gamma <= 1.0:
         raise ValueError(f"gamma must be > 1 for GPM Thm 4.2, got {gamma}")
-    delta = _unit_interval("delta", delta, upper=0.5)
+    delta = checks.check_unit_interval(delta, "delta")
+    if delta >= 0.5:
+        raise ValueError(f"delta must be in (0, 0.5) for GPM Thm 4.2, got {delta!r}")
     x = (gamma * abs(t) / beta) * math.sqrt(math.pi / (2.0 * (beta * beta + gamma * gamma)))
     log_two_phi = math.log(2.0) + float(special.log_ndtr(-x))  # log(2 Phi(-x))
     inner = -delta - math.exp(log_two_phi)
@@ -773,20 +745,20 @@ def eps_upper(delta: float, sigma: float, beta: float, gamma: float,
 
     eps_up = Thm 2.3 epsilon with the sensitivity inflated to Delta sqrt(beta^2+gamma^2)/beta.
     """
-    beta, gamma = _positive("beta", beta), _positive("gamma", gamma)
-    sensitivity = _positive("sensitivity", sensitivity)
+    beta, gamma = checks.check_positive(beta, "beta"), checks.check_positive(gamma, "gamma")
+    sensitivity = checks.check_positive(sensitivity, "sensitivity")
     return gm_eps(sigma, delta, sensitivity * math.hypot(beta, gamma) / beta)  # GPM Thm 4.4
 
 
 def rdp_upper(alpha: float, sigma: float, beta: float, gamma: float,
               sensitivity: float = 1.0) -> float:
     """Renyi-DP upper bound alpha (beta^2+gamma^2) Delta^2 / (2 beta^2 sigma^2) (spec Sec. 4.5)."""
-    alpha = _positive("alpha", alpha)
+    alpha = checks.check_positive(alpha, "alpha")
     if alpha <= 1.0:
         raise ValueError(f"alpha must be > 1, got {alpha}")
-    sigma = _positive("sigma", sigma)
-    beta, gamma = _positive("beta", beta), _positive("gamma", gamma)
-    sensitivity = _positive("sensitivity", sensitivity)
+    sigma = checks.check_positive(sigma, "sigma")
+    beta, gamma = checks.check_positive(beta, "beta"), checks.check_positive(gamma, "gamma")
+    sensitivity = checks.check_positive(sensitivity, "sensitivity")
     return alpha * (beta * beta + gamma * gamma) * sensitivity ** 2 / (
         2.0 * beta * beta * sigma * sigma)
 
@@ -796,13 +768,13 @@ def pair_rdp(alpha: float, dq: Any, w: Any, sigma: float, beta: float, gamma: fl
 
     M^2 = (||dq||^2 + (gamma^2/beta^2) (w.dq)^2) / sigma^2.
     """
-    alpha = _positive("alpha", alpha)
+    alpha = checks.check_positive(alpha, "alpha")
     if alpha <= 1.0:
         raise ValueError(f"alpha must be > 1, got {alpha}")
     dq = _float64_array("dq", dq)
     w = _check_key(w)
-    sigma = _positive("sigma", sigma)
-    beta, gamma = _positive("beta", beta), _positive("gamma", gamma)
+    sigma = checks.check_positive(sigma, "sigma")
+    beta, gamma = checks.check_positive(beta, "beta"), checks.check_positive(gamma, "gamma")
     m2 = (float(dq @ dq) + (gamma / beta) ** 2 * float(dq @ w) ** 2) / sigma ** 2
     return 0.5 * alpha * m2
 
@@ -815,8 +787,8 @@ def key_holder_noise_multiplier(noise_multiplier: float, beta: float, gamma: flo
     Gaussian analysis with z_eff = z beta / sqrt(beta^2 + gamma^2) (e.g. z = 50.97,
     beta = 1e-5, gamma = 12483 gives about 4e-8: no meaningful guarantee).
     """
-    z = _positive("noise_multiplier", noise_multiplier)
-    beta, gamma = _positive("beta", beta), _positive("gamma", gamma)
+    z = checks.check_positive(noise_multiplier, "noise_multiplier")
+    beta, gamma = checks.check_positive(beta, "beta"), checks.check_positive(gamma, "gamma")
     return z * beta / math.hypot(beta, gamma)
 
 
@@ -858,8 +830,8 @@ def hockey_stick_delta(eps: Any, sigma: float, beta: float, gamma: float,
     Returns:
       float64 array of deltas, one per eps.
     """
-    sigma = _positive("sigma", sigma)
-    beta, gamma = _positive("beta", beta), _positive("gamma", gamma)
+    sigma = checks.check_positive(sigma, "sigma")
+    beta, gamma = checks.check_positive(beta, "beta"), checks.check_positive(gamma, "gamma")
     eps_arr = np.atleast_1d(np.asarray(eps, dtype=np.float64))
     s = spacing(sigma, beta, gamma)
     sw = pancake_std(sigma, beta, gamma)

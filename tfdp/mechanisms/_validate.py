@@ -11,6 +11,7 @@ from tfdp.checks import (
     check_nonnegative,
     check_nonnegative_array,
     check_positive,
+    check_rng,
     check_unit_interval,
 )
 
@@ -68,19 +69,6 @@ def check_scale_array(scale: Any, name: str) -> np.ndarray:
         ValueError: if any entry is negative, NaN or infinite, or not numeric.
     """
     return check_nonnegative_array(scale, name)
-
-
-def check_rng(rng: Any, name: str = "rng") -> np.random.Generator:
-    """Checks that `rng` is a numpy Generator.
-
-    Raises:
-        ValueError: if rng is not a np.random.Generator.
-    """
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(
-            f"{name} must be a numpy.random.Generator (e.g. np.random.default_rng(seed)), "
-            f"got {type(rng).__name__}")
-    return rng
 
 
 def check_calibration_sensitivity(sensitivity: Any, allow_zero: Any,

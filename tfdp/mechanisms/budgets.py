@@ -6,16 +6,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from tfdp import checks
 from tfdp.mechanisms import _validate
-
-
-def _check_count(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    out = int(value)
-    if out <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return out
 
 
 # ------------------------------------------------------------------------------ AdLM
@@ -34,8 +26,8 @@ def adlm_relevance_sensitivity(*, num_features: int, num_examples: int) -> float
     Raises:
         ValueError: if either count is not a positive integer.
     """
-    d = _check_count(num_features, "num_features")
-    n = _check_count(num_examples, "num_examples")
+    d = checks.check_positive_int(num_features, "num_features")
+    n = checks.check_positive_int(num_examples, "num_examples")
     return 2.0 * d / n  # AdLM Lemma 1
 
 
@@ -94,7 +86,7 @@ def adlm_feature_noise_scales(*, sensitivity: float, epsilon: float, beta: Any,
         raise ValueError("beta must be non-empty and > 0 everywhere")
     scales = sens / (b * eps)  # AdLM Alg. 1 line 12, Lap(Delta_h0 / eps_j)
     if batch_size is not None:
-        scales = scales / _check_count(batch_size, "batch_size")
+        scales = scales / checks.check_positive_int(batch_size, "batch_size")
     return _validate.check_noise_scale(scales, allow_zero, "scales")
 
 
@@ -114,8 +106,8 @@ def stobatch_autoencoder_sensitivity(*, fan_in: int, num_neurons: int) -> float:
     Raises:
         ValueError: if either count is not a positive integer.
     """
-    d = _check_count(fan_in, "fan_in")
-    beta = _check_count(num_neurons, "num_neurons")
+    d = checks.check_positive_int(fan_in, "fan_in")
+    beta = checks.check_positive_int(num_neurons, "num_neurons")
     return float(d * (beta + 2))  # StoBatch Lemma 2
 
 
@@ -140,7 +132,7 @@ def stobatch_gammas(*, sensitivity: float, batch_size: int, first_layer_norm: fl
         ValueError: on invalid arguments.
     """
     sens = _validate.check_positive(sensitivity, "sensitivity")
-    m = _check_count(batch_size, "batch_size")
+    m = checks.check_positive_int(batch_size, "batch_size")
     dh1 = _validate.check_positive(first_layer_norm, "first_layer_norm")
     dx = _validate.check_positive(input_sensitivity, "input_sensitivity")
     return sens / (m * dx), 2.0 * sens / (m * dh1)  # StoBatch Lemma 3, §2.3-2.4
@@ -159,7 +151,7 @@ def stobatch_noise_scales(*, sensitivity: float, epsilon1: float,
     """
     sens = _validate.check_calibration_sensitivity(sensitivity, allow_zero)
     eps1 = _validate.check_epsilon(epsilon1, "epsilon1")
-    m = _check_count(batch_size, "batch_size")
+    m = checks.check_positive_int(batch_size, "batch_size")
     b_x = sens / (m * eps1)  # StoBatch §2.3: chi1 ~ Lap(Delta_R / eps1), added as chi1 / m
     _validate.check_noise_scale([b_x, 2.0 * b_x], allow_zero, "scales")
     return b_x, 2.0 * b_x  # StoBatch §2.4: 2 chi2 / m

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 import keras
 
 import layers as tfdp_layers
+from tfdp import checks
 # The AdLM layers live in layers.adlm; saved models name this module in their configs.
 from layers.adlm import BatchStatNorm, BiasNoise, CropStandardize  # pylint: disable=unused-import
 
@@ -31,15 +32,6 @@ def _batch_norm(bn_eval: str, momentum: float) -> keras.layers.Layer:
     if bn_eval != "moving":
         raise ValueError(f"bn_eval must be one of {BN_EVAL_MODES}, got {bn_eval!r}")
     return keras.layers.BatchNormalization(epsilon=1e-3, momentum=momentum)
-
-
-def _check(input_shape: Sequence[int], num_classes: int) -> tuple[int, ...]:
-    shape = tuple(int(d) for d in input_shape)
-    if len(shape) != 3 or any(d < 1 for d in shape):
-        raise ValueError(f"input_shape must be (height, width, channels), got {input_shape!r}")
-    if int(num_classes) < 2:
-        raise ValueError(f"num_classes must be >= 2, got {num_classes!r}")
-    return shape
 
 
 def _dense_init(stddev: float) -> dict:
@@ -78,7 +70,8 @@ def mnist_model(input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
     Raises:
         ValueError: on a bad argument.
     """
-    shape = _check(input_shape, num_classes)
+    shape = checks.check_shape(input_shape, "input_shape (height, width, channels)", rank=3)
+    checks.check_int(num_classes, "num_classes", minimum=2, allow_integral_float=True)
     if bound_mode not in BOUND_MODES:
         raise ValueError(f"bound_mode must be one of {BOUND_MODES}, got {bound_mode!r}")
     paper = bound_mode == "paper_lrn_minmax"
@@ -143,7 +136,8 @@ def cifar10_model(input_shape: Sequence[int] = (32, 32, 3), num_classes: int = 1
     Raises:
         ValueError: on a bad argument.
     """
-    shape = _check(input_shape, num_classes)
+    shape = checks.check_shape(input_shape, "input_shape (height, width, channels)", rank=3)
+    checks.check_int(num_classes, "num_classes", minimum=2, allow_integral_float=True)
     if bound_mode not in BOUND_MODES:
         raise ValueError(f"bound_mode must be one of {BOUND_MODES}, got {bound_mode!r}")
     if not 1 <= int(crop) <= min(shape[0], shape[1]):
@@ -221,7 +215,8 @@ def auxiliary_model(input_shape: Sequence[int], num_classes: int, *, kind: str =
     Raises:
         ValueError: on an unknown kind.
     """
-    shape = _check(input_shape, num_classes)
+    shape = checks.check_shape(input_shape, "input_shape (height, width, channels)", rank=3)
+    checks.check_int(num_classes, "num_classes", minimum=2, allow_integral_float=True)
     if kind not in AUX_KINDS:
         raise ValueError(f"kind must be one of {AUX_KINDS}, got {kind!r}")
     inputs = keras.Input(shape=shape)

@@ -6,12 +6,7 @@ from typing import Sequence
 
 import keras
 
-
-def _check_shape(input_shape: Sequence[int], num_classes: int) -> None:
-    if not input_shape or any(int(d) < 1 for d in input_shape):
-        raise ValueError(f"input_shape: expected positive dimensions, got {input_shape!r}")
-    if int(num_classes) < 2:
-        raise ValueError(f"num_classes: expected at least 2, got {num_classes!r}")
+from tfdp import checks
 
 
 def small_cnn(input_shape: Sequence[int], num_classes: int, *,
@@ -36,7 +31,8 @@ def small_cnn(input_shape: Sequence[int], num_classes: int, *,
     Raises:
       ValueError: if `input_shape` or `num_classes` is unusable.
     """
-    _check_shape(input_shape, num_classes)
+    checks.check_shape(input_shape, "input_shape")
+    checks.check_int(num_classes, "num_classes", minimum=2, allow_integral_float=True)
     inputs = keras.Input(shape=tuple(int(d) for d in input_shape))
     h = inputs
     if len(input_shape) == 2:
@@ -69,7 +65,8 @@ def mlp(input_shape: Sequence[int], num_classes: int, *, hidden: Sequence[int] =
     Raises:
       ValueError: if `input_shape` or `num_classes` is unusable.
     """
-    _check_shape(input_shape, num_classes)
+    checks.check_shape(input_shape, "input_shape")
+    checks.check_int(num_classes, "num_classes", minimum=2, allow_integral_float=True)
     inputs = keras.Input(shape=tuple(int(d) for d in input_shape))
     h = keras.layers.Flatten()(inputs)
     for units in hidden:
