@@ -447,8 +447,8 @@ def _check_segment(seg: Any, index: int) -> dict:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
             raise ValueError(f"segments[{index}].{key}: expected an integer >= 0, got {value!r}")
         out[key] = int(value)
-    out["num_examples"] = checks.check_positive_int(seg["num_examples"], f"segments[{index}].num_examples")
-    out["batch_size"] = checks.check_positive_int(seg["batch_size"], f"segments[{index}].batch_size")
+    for key in ("num_examples", "batch_size"):
+        out[key] = checks.check_positive_int(seg[key], f"segments[{index}].{key}")
     if out["batch_size"] > out["num_examples"]:
         raise ValueError(f"segments[{index}].batch_size: exceeds num_examples")
     out["noise_multiplier"] = _validate.check_positive(seg["noise_multiplier"],

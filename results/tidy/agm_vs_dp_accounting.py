@@ -15,10 +15,13 @@ for e in [0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 20, 50]:
                          tfdp_exact_delta=m.gaussian_delta(sigma=ours, epsilon=e, sensitivity=1.0),
                          dp_accounting_exact_delta=m.gaussian_delta(sigma=theirs, epsilon=e,
                                                                     sensitivity=1.0)))
-out = dict(pairs=len(rows),
-           dp_accounting_above_target_delta=sum(r["dp_accounting_exact_delta"] > r["delta"] for r in rows),
-           tfdp_above_target_delta=sum(r["tfdp_exact_delta"] > r["delta"] for r in rows),
-           max_relative_difference=max(abs(r["dp_accounting_sigma"] / r["tfdp_sigma"] - 1) for r in rows),
-           rows=rows)
+out = dict(
+    pairs=len(rows),
+    dp_accounting_above_target_delta=sum(r["dp_accounting_exact_delta"] > r["delta"]
+                                         for r in rows),
+    tfdp_above_target_delta=sum(r["tfdp_exact_delta"] > r["delta"] for r in rows),
+    max_relative_difference=max(abs(r["dp_accounting_sigma"] / r["tfdp_sigma"] - 1)
+                                for r in rows),
+    rows=rows)
 json.dump(out, open("results/tidy/agm_vs_dp_accounting.json", "w"), indent=1)
 print({k: v for k, v in out.items() if k != "rows"})
