@@ -50,9 +50,7 @@ class BiasNoise(keras.layers.Layer):
         return input_shape
 
     def get_config(self) -> dict:
-        config = super().get_config()
-        config["channels"] = self.channels
-        return config
+        return {**super().get_config(), "channels": self.channels}
 
 
 @keras.saving.register_keras_serializable(package="tfdp_adlm")
@@ -135,6 +133,4 @@ class BatchStatNorm(keras.layers.Layer):
         return input_shape
 
     def get_config(self) -> dict:
-        config = super().get_config()
-        config["epsilon"] = self.epsilon
-        return config
+        return {**super().get_config(), "epsilon": self.epsilon}
