@@ -125,7 +125,7 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float,
     # (gaussian_mechanism.get_sigma_gaussian) stops Brent's method at an absolute tolerance of
     # 1e-12 on either side of the root (45 of 70 (eps, delta) pairs with eps in [0.01, 50],
     # delta in [1e-12, 0.1] came out with delta(sigma) > delta, i.e. slightly too little
-    # noise; results/tidy/agm_vs_dp_accounting.json), and calibrate_dp_mechanism's
+    # noise; results/calibration/agm_vs_dp_accounting.json), and calibrate_dp_mechanism's
     # accountants are not exact for one Gaussian. This bisection keeps delta(sigma) <= delta
     # at relative precision ~1e-15.
     # HGM's sigma is always valid (§2.5), so it brackets from above.

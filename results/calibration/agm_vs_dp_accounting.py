@@ -1,7 +1,7 @@
 """Analytic Gaussian sigma: tfdp's bisection next to dp_accounting's get_sigma_gaussian.
 
-Run from the repository root: python results/tidy/agm_vs_dp_accounting.py
-Writes results/tidy/agm_vs_dp_accounting.json.
+Run from the repository root: python results/calibration/agm_vs_dp_accounting.py
+Writes results/calibration/agm_vs_dp_accounting.json.
 """
 import json
 from dp_accounting import gaussian_mechanism as gm
@@ -23,5 +23,5 @@ out = dict(
     max_relative_difference=max(abs(r["dp_accounting_sigma"] / r["tfdp_sigma"] - 1)
                                 for r in rows),
     rows=rows)
-json.dump(out, open("results/tidy/agm_vs_dp_accounting.json", "w"), indent=1)
+json.dump(out, open("results/calibration/agm_vs_dp_accounting.json", "w"), indent=1)
 print({k: v for k, v in out.items() if k != "rows"})
