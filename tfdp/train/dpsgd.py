@@ -130,10 +130,10 @@ class DPSGD(Method):
         # The Poisson analysis of dp_accounting; for shuffled batches it is the claimed value.
         return "poisson" if self.sampling == "poisson" else "shuffle"
 
-    def setup(self, x_train, y_train, ledger, rng) -> None:
-        del y_train, rng
+    def setup(self, data_spec, ledger, rng, strategy=None) -> None:
+        del rng, strategy
         cfg = self.config
-        n, batch = len(x_train), cfg.batch_size
+        n, batch = int(data_spec.num_train), cfg.batch_size
         planned = cfg.epochs * (n // batch)
 
         def eps_of(steps: int) -> float:
@@ -179,7 +179,8 @@ class DPSGD(Method):
     def build_model(self, input_shape, num_classes):
         return build_baseline_model(self.model_kind, input_shape, num_classes)
 
-    def train_step(self, model, optimizer, x, y, global_batch_size):
+    def train_step(self, ctx, x, y):
+        model = self.model
         variables = model.trainable_variables
 
         def example_loss(xi, yi):
@@ -187,10 +188,10 @@ class DPSGD(Method):
             return per_example_cross_entropy(yi, logits)[0], logits
 
         grads, metrics = privatize.dpsgd_gradients(
-            model, variables, x, y, example_loss, l2_clip=self.l2_clip,
-            noise_multiplier=self.noise_multiplier, global_batch_size=global_batch_size,
+            ctx, model, variables, x, y, example_loss, l2_clip=self.l2_clip,
+            noise_multiplier=self.noise_multiplier,
             clipping=OPTIONS.get(self.config.options, "dpsgd_clipping"))
-        optimizer.apply_gradients(zip(grads, variables))
+        self.optimizer.apply_gradients(zip(grads, variables))
         return metrics
 
     def setup_state(self) -> dict:
