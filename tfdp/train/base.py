@@ -159,14 +159,14 @@ class StepContext:
 def step_seed(seed: Any, salt: int = 0) -> Any:
     """`seed` (int64 [2]) with the integer `salt` folded in; `seed` itself for salt 0."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    seed = tf.convert_to_tensor(seed, tf.int64)
+    seed = tf.convert_to_tensor(seed)
     return tf.random.experimental.stateless_fold_in(seed, int(salt)) if salt else seed
 
 
 def replica_seed(seed: Any, replica_id: Any) -> Any:
     """`seed` with a replica id folded in: independent noise per replica (one helper)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    return tf.random.experimental.stateless_fold_in(tf.convert_to_tensor(seed, tf.int64),
+    return tf.random.experimental.stateless_fold_in(tf.convert_to_tensor(seed),
                                                     tf.cast(replica_id, tf.int64))
 
 
