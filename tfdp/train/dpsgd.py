@@ -12,22 +12,11 @@ from tfdp.train import privatize
 from tfdp.train.base import Method
 from tfdp.train.nonprivate import build_baseline_model, per_example_cross_entropy
 
-SAMPLINGS = ("poisson", "shuffle")
+SAMPLINGS = privatize.SAMPLINGS
 
 OPTIONS = options.OptionSet("dpsgd_")  # every dpsgd_* setting: name, default, help
 
-OPTIONS.float("dpsgd_l2_clip", 1.0, "DP-SGD: L2 norm bound C of each per-example gradient.")
-OPTIONS.float("dpsgd_noise_multiplier", None,
-              "DP-SGD: noise multiplier sigma (noise stddev = sigma * C). Unset: the "
-              "smallest sigma whose accounted epsilon over --epochs is <= --epsilon. Set "
-              "together with --epsilon: train until the next step would exceed --epsilon.")
-OPTIONS.enum("dpsgd_accountant", "rdp", list(accounting.ACCOUNTANTS),
-             "DP-SGD accountant (dp_accounting): rdp or pld.")
-OPTIONS.enum("dpsgd_sampling", "poisson", list(SAMPLINGS),
-             "DP-SGD batch sampling: poisson (each example joins each lot with probability "
-             "q = batch_size/n; what the accountant analyses) or shuffle (fixed-size "
-             "shuffled batches; the ledger then records the Poisson number as claimed and "
-             "the no-amplification bound as sound).")
+privatize.declare_dpsgd_options(OPTIONS, "dpsgd_", "DP-SGD")
 OPTIONS.enum("dpsgd_model", "cnn", ["cnn", "mlp"], "DP-SGD: baseline architecture.")
 OPTIONS.enum("dpsgd_clipping", "vectorized", list(privatize.CLIPPING_METHODS),
              "DP-SGD: how per-example gradient norms are computed; all give the same "

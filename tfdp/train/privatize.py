@@ -24,6 +24,10 @@ from tfdp.train.base import StepContext
 #   per-example kernel gradients from image patches.
 CLIPPING_METHODS = ("vectorized", "ghost", "auto")
 
+# Lot sampling of DP-SGD-style methods: Poisson lots (what the accountant analyses) or
+# fixed-size shuffled batches (the Poisson number is then only claimed).
+SAMPLINGS = ("poisson", "shuffle")
+
 # A loss of one example: (model, x[None], y[None], training) -> (loss scalar, logits [1, K]).
 ExampleLoss = Callable[[tf.Tensor, tf.Tensor], tuple]
 
@@ -165,3 +169,30 @@ def dpsgd_gradients(ctx: StepContext, model, variables: Sequence[tf.Variable], x
     grads = [g / float(global_batch_size) for g in noisy]
     return grads, {"loss": tf.reduce_sum(losses) / float(global_batch_size),
                    "accuracy": tf.reduce_sum(correct) / float(global_batch_size)}
+
+
+def declare_dpsgd_options(option_set, prefix: str, label: str) -> None:
+    """Declares the DP-SGD settings of a method: clip norm, noise, accountant, sampling.
+
+    DP-SGD (`dpsgd_*`) and Secure-SGD (`hgm_*`) share them; `DPSGD` reads them by prefix.
+
+    Args:
+      option_set: the method's `tfdp.options.OptionSet`.
+      prefix: the options' prefix, e.g. "dpsgd_".
+      label: the method named in the help texts, e.g. "DP-SGD".
+    """
+    from tfdp import accounting  # pylint: disable=import-outside-toplevel
+    option_set.float(f"{prefix}l2_clip", 1.0,
+                     f"{label}: L2 norm bound C of each per-example gradient.")
+    option_set.float(f"{prefix}noise_multiplier", None,
+                     f"{label}: noise multiplier sigma (noise stddev = sigma * C). Unset: the "
+                     "smallest sigma whose accounted epsilon over --epochs is <= --epsilon. "
+                     "Set together with --epsilon: train until the next step would exceed "
+                     "--epsilon.")
+    option_set.enum(f"{prefix}accountant", "rdp", list(accounting.ACCOUNTANTS),
+                    f"{label} accountant (dp_accounting): rdp or pld.")
+    option_set.enum(f"{prefix}sampling", "poisson", list(SAMPLINGS),
+                    f"{label} lot sampling: poisson (each example joins each lot with "
+                    "probability q = batch_size/n; what the accountant analyses) or shuffle "
+                    "(fixed-size shuffled batches; the ledger then records the Poisson number "
+                    "as claimed and the no-amplification bound as sound).")

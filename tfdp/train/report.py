@@ -1,11 +1,12 @@
-"""What a run shows: TensorBoard scalars, the progress bar and the printed summary."""
+"""What a run shows: TensorBoard scalars, the progress bar and the printed summary.
+
+The ledger texts (`ledger_lines`, `privacy_summary`) import no TensorFlow, so light apps
+(e.g. `tfdp.apps.pipeline`) print ledgers the same way.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
-
-import keras
-import tensorflow as tf
 
 
 def _scalar_metadata() -> bytes:
@@ -20,6 +21,7 @@ def _scalar_metadata() -> bytes:
 
 def summary_scalar(writer, tag: str, value: float, step: int) -> None:
     """Writes one TensorBoard scalar event with `writer` (a tf.summary file writer)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     with writer.as_default():
         tf.summary.write(tag, tf.constant(float(value), tf.float32), step=int(step),
                          metadata=_scalar_metadata())
@@ -69,6 +71,7 @@ class Reporter:
     """
 
     def __init__(self, logdir: str | None, verbose: int, print_fn: Callable[[str], None]):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
         self.writer = tf.summary.create_file_writer(logdir) if logdir else None
         self.verbose = bool(verbose) and logdir is not None
         self.print_fn = print_fn
@@ -78,6 +81,7 @@ class Reporter:
         """Prints the epoch header and opens its progress bar."""
         self._bar = None
         if self.verbose:
+            import keras  # pylint: disable=import-outside-toplevel
             self._bar = keras.utils.Progbar(steps, unit_name="step",
                                             stateful_metrics=["loss", "accuracy"])
             self.print_fn(f"epoch {epoch + 1}/{epochs}")

@@ -28,7 +28,7 @@ from tfdp import accounting, mechanisms, options, redistribution
 from tfdp.models import hgm as hgm_models
 from tfdp.train import privatize
 from tfdp.train.base import Method
-from tfdp.train.dpsgd import DPSGD, SAMPLINGS
+from tfdp.train.dpsgd import DPSGD
 from tfdp.train.nonprivate import per_example_cross_entropy, step_metrics
 
 TRAIN_NOISE = ("fresh", "fixed_once")
@@ -73,14 +73,7 @@ OPTIONS.enum("hgm_clipping", "per_example", list(CLIPPING),
              "Secure-SGD privacy: per_example DP-SGD, or batch_mean (the code release: "
              "per-layer clipping of the batch-mean gradient; NOT DP, the ledger's sound "
              "epsilon is then infinite).")
-OPTIONS.float("hgm_l2_clip", 1.0, "Secure-SGD: per-example clip norm C.")
-OPTIONS.float("hgm_noise_multiplier", None,
-              "Secure-SGD: DP-SGD noise multiplier (unset: solved from --epsilon over "
-              "--epochs).")
-OPTIONS.enum("hgm_accountant", "rdp", list(accounting.ACCOUNTANTS),
-             "Secure-SGD accountant: rdp or pld.")
-OPTIONS.enum("hgm_sampling", "poisson", list(SAMPLINGS),
-             "Secure-SGD lot sampling: poisson or shuffle (see --dpsgd_sampling).")
+privatize.declare_dpsgd_options(OPTIONS, "hgm_", "Secure-SGD")
 OPTIONS.integer("hgm_noise_ramp_epochs", 0,
                 "pixeldp / hgm_pixeldp: ramp the training noise linearly from 0 to its "
                 "full scale over this many epochs (PixelDP's optional ramp).")
