@@ -24,7 +24,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfdp import accounting, mechanisms, options, redistribution
+from tfdp import mechanisms, options, redistribution
 from tfdp.models import hgm as hgm_models
 from tfdp.train import privatize
 from tfdp.train.base import Method
