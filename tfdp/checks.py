@@ -276,4 +276,3 @@ def check_nonnegative_array(value: Any, name: str, *, allow_empty: bool = True) 
     if not np.all(np.isfinite(arr)) or np.any(arr < 0.0):
         raise ValueError(f"{name} must be finite and >= 0 everywhere")
     return arr
-
