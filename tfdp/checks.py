@@ -10,6 +10,8 @@ import numpy as np
 __all__ = [
     "as_float",
     "check_finite",
+    "check_trackables",
+    "check_train_test_arrays",
     "check_positive",
     "check_nonnegative",
     "check_unit_interval",
@@ -109,6 +111,53 @@ def check_unit_interval(value: Any, name: str) -> float:
     if not 0.0 < out < 1.0:
         raise ValueError(f"{name} must lie in the open interval (0, 1), got {value!r}")
     return out
+
+
+def check_trackables(objects: Any, source: str) -> dict:
+    """Checks that every value of `objects` can be tracked by `tf.train.Checkpoint`.
+
+    Args:
+        objects: mapping of checkpoint name -> object.
+        source: what returned them, named in the error (e.g. "build: MyMethod").
+
+    Returns:
+        `objects` as a dict.
+
+    Raises:
+        ValueError: naming `source` and the key, for a value a checkpoint cannot track (it
+            would silently not be restored on resume), or if `objects` is not a mapping.
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    if not hasattr(objects, "items"):
+        raise ValueError(f"{source} returned {type(objects).__name__}; expected a dict of "
+                         "name -> trackable object")
+    trackable = tf.__internal__.tracking.Trackable
+    out = {}
+    for key, value in objects.items():
+        if not isinstance(value, trackable):
+            raise ValueError(f"{source} returned {key!r} of type {type(value).__name__}, "
+                             "which tf.train.Checkpoint cannot track (use tf.Variable, "
+                             "tf.Module, tf.random.Generator or a Keras model, layer or "
+                             "optimizer); it would not be restored on resume")
+        out[str(key)] = value
+    return out
+
+
+def check_train_test_arrays(x_train: Any, y_train: Any, x_test: Any, y_test: Any,
+                            input_shape: Any, name: str = "data") -> None:
+    """Checks that train and test images have `input_shape` and as many labels as images.
+
+    Raises:
+        ValueError: naming `name`, on a shape or length mismatch.
+    """
+    shape = tuple(int(v) for v in input_shape)
+    for part, arr in (("x_train", x_train), ("x_test", x_test)):
+        if tuple(arr.shape[1:]) != shape:
+            raise ValueError(f"{name}: {part} images have shape {tuple(arr.shape[1:])}, but the "
+                             f"run's input shape is {shape}; train and test images must have "
+                             "the same shape")
+    if len(x_train) != len(y_train) or len(x_test) != len(y_test):
+        raise ValueError(f"{name}: images and labels differ in number")
 
 
 def check_int(value: Any, name: str, *, minimum: Optional[int] = None,

@@ -234,3 +234,121 @@ def _json_default(o: Any) -> Any:
     if hasattr(o, "tolist"):
         return o.tolist()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+# ------------------------------------------------------------------ run-directory rules
+
+SETUP_STATE_FILE = "setup_state.npz"
+SEGMENTS_FILE = "segments.json"
+
+
+def checkpoint_dir(path: str) -> str:
+    """The checkpoint folder of run directory `path`."""
+    return os.path.join(os.path.abspath(path), CHECKPOINT_DIR)
+
+
+def has_checkpoint(path: str) -> bool:
+    """True when run directory `path` holds a checkpoint to resume from."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf.train.latest_checkpoint(checkpoint_dir(path)) is not None
+
+
+def clear_run_dir(path: str) -> None:
+    """Deletes every result file of run directory `path` (its lock file stays)."""
+    import shutil  # pylint: disable=import-outside-toplevel
+    for name in result_files(path):
+        full = os.path.join(path, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full)
+        else:
+            os.remove(full)
+
+
+def check_run_dir(model_dir: str, *, resume: bool, overwrite: bool = False,
+                  epochs: int | None = None, flag_prefix: str = "") -> None:
+    """Checks that `model_dir` can be used for a fresh run, a resume or an overwrite.
+
+    Raises:
+      ValueError: naming the flag, with the way out (e.g. --overwrite for a run that stopped
+        before its first checkpoint).
+    """
+    p = flag_prefix
+    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+        raise ValueError(f"{p}model_dir: {model_dir} exists and is not a directory")
+    probe = os.path.abspath(model_dir)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{p}model_dir: {probe} is not writable")
+    files = result_files(model_dir)
+    ckpt = has_checkpoint(model_dir) if files else False
+    finished = os.path.exists(os.path.join(model_dir, MODEL_FILE))
+    if resume:
+        if not os.path.isdir(model_dir):
+            raise ValueError(f"{p}resume: run directory {model_dir} does not exist")
+        if not ckpt:
+            raise ValueError(f"{p}resume: run directory {model_dir} holds no checkpoint (the run "
+                             "stopped before its first checkpoint); start it again with "
+                             f"{p}overwrite")
+        if overwrite:
+            raise ValueError(f"{p}overwrite: cannot be combined with {p}resume")
+        metrics_path = os.path.join(model_dir, METRICS_FILE)
+        if finished and os.path.exists(metrics_path):
+            done = read_json(metrics_path).get("epochs_completed")
+            if epochs is not None and done is not None and int(done) >= int(epochs):
+                raise ValueError(f"{p}resume: the run in {model_dir} is finished ({done} epochs; "
+                                 f"model.keras and metrics.json written); pass a larger {p}epochs "
+                                 "to train further")
+        return
+    if not files:
+        return
+    if overwrite:
+        if ckpt or finished:
+            raise ValueError(f"{p}overwrite: {model_dir} holds a checkpoint or a finished "
+                             f"model; continue it with {p}resume or choose another "
+                             f"{p}model_dir (it is never deleted)")
+        return
+    if ckpt or finished:
+        raise ValueError(f"{p}model_dir: {model_dir} already exists and is not empty; pass "
+                         f"{p}resume to continue that run or choose another directory")
+    raise ValueError(f"{p}model_dir: {model_dir} already exists and is not empty, and holds no "
+                     "checkpoint (a run stopped before its first checkpoint cannot be resumed); "
+                     f"pass {p}overwrite to start it again there, or choose another directory")
+
+
+def save_arrays(path: str, arrays: Any) -> None:
+    """Writes a mapping name -> array as an .npz file, atomically."""
+    import io  # pylint: disable=import-outside-toplevel
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_arrays(path: str) -> dict:
+    """Reads an .npz file written by `save_arrays`.
+
+    Raises:
+      ValueError: naming the file when it is corrupt.
+    """
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    try:
+        with np.load(path) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: corrupt setup state ({e})") from None
+
+
+def save_model(model: Any, path: str) -> None:
+    """Saves a Keras model to `path` atomically (temp file, fsync, rename)."""
+    directory = os.path.dirname(path)
+    tmp = os.path.join(directory, f".tmp-{os.getpid()}-" + os.path.basename(path))
+    try:
+        model.save(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

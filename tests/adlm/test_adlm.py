@@ -10,8 +10,8 @@ import tensorflow as tf
 
 from tfdp import accounting, losses
 from tfdp.models import adlm as models
-from tfdp.train import adlm, replica
-from tfdp.train.base import TrainConfig
+from tfdp.train import adlm
+from tfdp.train.base import DataSpec, StepContext, TrainConfig
 
 
 def _method(cls=adlm.AdLM, *, epsilon=1.0, batch_size=50, value_range=(0.0, 1.0), **options):
@@ -33,7 +33,7 @@ def _data(n=120, shape=(8, 8, 1), seed=0):
 def _ready(method, x, y, seed=0):
     ledger = accounting.PrivacyLedger()
     method.validate()
-    method.setup(x, y, ledger, np.random.default_rng(seed))
+    method.setup(DataSpec.of(x, y, 10), ledger, np.random.default_rng(seed))
     model = method.build_model(x.shape[1:], 10)
     return model, ledger
 
@@ -156,7 +156,7 @@ def test_bad_epsilon_delta_and_range():
     m = _method()
     x, y = _data(20)
     with pytest.raises(ValueError, match="x_train"):
-        m.setup(x * 3, y, accounting.PrivacyLedger(), np.random.default_rng(0))
+        m.setup(DataSpec.of(x * 3, y, 10), accounting.PrivacyLedger(), np.random.default_rng(0))
 
 
 # ----------------------------------------------------------------------------- accounting
@@ -191,13 +191,12 @@ def test_ledger_independent_of_steps():
     m = _method(adlm.ILM, batch_size=50, adlm_input_noise="batch_shared_per_step")
     model, ledger = _ready(m, x, y)
     before = ledger.to_dict()
-    opt = keras.optimizers.Adam(1e-3)
+    m.model, m.optimizer = model, keras.optimizers.Adam(1e-3)
 
     @tf.function
     def step(seed):
-        with replica.step_context(seed):
-            return m.train_step(model, opt, tf.constant(x[:50]), tf.constant(y[:50]), 50,
-                                indices=tf.range(50, dtype=tf.int64))
+        ctx = StepContext.current(seed, 50, tf.range(50, dtype=tf.int64))
+        return m.train_step(ctx, tf.constant(x[:50]), tf.constant(y[:50]))
     for i in range(3):
         step(tf.constant([i, 7], tf.int64))
     assert ledger.to_dict() == before
@@ -235,10 +234,8 @@ def test_batch_shared_per_step_noise():
     m = _method(adlm.ILM, batch_size=40, adlm_input_noise="batch_shared_per_step")
     _ready(m, x, y)
     xt = tf.constant(x)
-    with replica.step_context(tf.constant([1, 2], tf.int64)):
-        a = (m.noisy_inputs(xt) - xt).numpy()
-    with replica.step_context(tf.constant([1, 3], tf.int64)):
-        b = (m.noisy_inputs(xt) - xt).numpy()
+    a = (m.noisy_inputs(xt, None, StepContext.current([1, 2], 40)) - xt).numpy()
+    b = (m.noisy_inputs(xt, None, StepContext.current([1, 3], 40)) - xt).numpy()
     np.testing.assert_allclose(a, np.broadcast_to(a[:1], a.shape), atol=1e-5)
     assert not np.allclose(a[0], b[0])
 
@@ -326,13 +323,13 @@ def test_training_step_same_seed_same_result():
         keras.utils.set_random_seed(3)
         m = _method(adlm.AdLM, batch_size=20, adlm_input_noise="batch_shared_per_step")
         model, _ = _ready(m, x, y, seed=5)
-        opt = keras.optimizers.Adam(1e-2)
+        m.model, m.optimizer = model, keras.optimizers.Adam(1e-2)
 
         @tf.function
         def step():
-            with replica.step_context(tf.constant([4, 4], tf.int64)):
-                return m.train_step(model, opt, tf.constant(x[:20]), tf.constant(y[:20]), 20,
-                                    indices=tf.range(20, dtype=tf.int64))
+            ctx = StepContext.current(tf.constant([4, 4], tf.int64), 20,
+                                      tf.range(20, dtype=tf.int64))
+            return m.train_step(ctx, tf.constant(x[:20]), tf.constant(y[:20]))
         step()
         outs.append(model.get_layer(models.OUTPUT_LAYER).kernel.numpy())
     np.testing.assert_array_equal(outs[0], outs[1])
@@ -347,14 +344,13 @@ def test_batch_shared_noise_is_shared_across_replicas():
     m = _method(adlm.ILM, batch_size=40, adlm_input_noise="batch_shared_per_step")
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     ledger = accounting.PrivacyLedger()
-    m.setup(x, y, ledger, np.random.default_rng(0))
+    m.setup(DataSpec.of(x, y, 10), ledger, np.random.default_rng(0))
     with strategy.scope():
         m.build_model(x.shape[1:], 10)
     seed = tf.constant([5, 6], tf.int64)
 
     def replica_fn(xb):
-        with replica.step_context(seed):
-            return m.noisy_inputs(xb) - xb
+        return m.noisy_inputs(xb, None, StepContext.current(seed, 40)) - xb
 
     dist = strategy.experimental_distribute_dataset(
         tf.data.Dataset.from_tensor_slices(x).batch(40))
@@ -383,4 +379,4 @@ def test_duplicate_images_get_independent_noise():
     again = (m.noisy_inputs(xt, m.record_seeds(tf.constant([0, 1], tf.int64))) - xt).numpy()
     np.testing.assert_array_equal(noise, again)
     with pytest.raises(ValueError, match="indices"):
-        m.train_step(None, None, xt, yt, 2)
+        m.train_step(StepContext.current([0, 0], 2), xt, yt)

@@ -26,7 +26,7 @@ class TinyPixelDP(Method):
 
     name = "tiny_pixeldp_test"
 
-    def setup(self, x_train, y_train, ledger, rng):
+    def setup(self, data_spec, ledger, rng, strategy=None):
         ledger.add("test_entry", mechanism="gaussian", epsilon=1.0, delta=1e-5,
                    protects="training records", note="test ledger entry")
 
@@ -39,13 +39,14 @@ class TinyPixelDP(Method):
         out = keras.layers.Dense(num_classes)(keras.layers.ReLU()(h))
         return keras.Model(inp, out)
 
-    def train_step(self, model, optimizer, x, y, global_batch_size):
+    def train_step(self, ctx, x, y):
+        model = self.model
         with tf.GradientTape() as tape:
             loss = tf.nn.compute_average_loss(
                 nonprivate.per_example_cross_entropy(y, model(x, training=True)),
-                global_batch_size=global_batch_size)
+                global_batch_size=ctx.global_batch_size)
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        self.optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return {"loss": loss}
 
     def certification_config(self):

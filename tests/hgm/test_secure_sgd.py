@@ -10,8 +10,8 @@ import tensorflow as tf
 from tfdp import accounting, certify, data, evaluate, mechanisms
 from tfdp.apps import train as train_app
 from tfdp.models import hgm as hgm_models
-from tfdp.train import loop, replica
-from tfdp.train.base import TrainConfig
+from tfdp.train import loop
+from tfdp.train.base import DataSpec, StepContext, TrainConfig
 from tfdp.train.secure_sgd import PixelDP, SecureSGD, SecureSGDAGM, HGMPixelDP
 
 
@@ -114,8 +114,8 @@ def test_robustness_sigma_and_certification_entries(tmp_path):
 def test_fresh_gamma_differs_between_steps_and_has_hgm_stddev(tmp_path, tiny_data):
     method = HGMPixelDP(_config(tmp_path, "hgm_pixeldp", hgm_eps_r=1.0))
     method.validate()
-    method.setup(tiny_data.x_train, tiny_data.y_train, accounting.PrivacyLedger(),
-                 np.random.default_rng(0))
+    method.setup(DataSpec.of(tiny_data.x_train, tiny_data.y_train, 10),
+                 accounting.PrivacyLedger(), np.random.default_rng(0))
     model = method.build_model((28, 28, 1), 10)
     layer = model.get_layer(hgm_models.NOISE_LAYER)
     k = method.r.size
@@ -123,12 +123,12 @@ def test_fresh_gamma_differs_between_steps_and_has_hgm_stddev(tmp_path, tiny_dat
     np.testing.assert_allclose(layer.noise_scale, expected, rtol=1e-12)
     draws = []
     for seed in ([1, 2], [1, 3]):
-        with replica.step_context(tf.constant(seed, tf.int64)):
-            draws.append(method.draw_gamma(model, tf.constant(1500)).numpy())
+        draws.append(method.draw_gamma(StepContext.current(seed, 1500), model,
+                                       tf.constant(1500)).numpy())
     assert not np.allclose(draws[0][0], draws[1][0])  # fresh between steps
     assert not np.allclose(draws[0][0], draws[0][1])  # and between examples
-    with replica.step_context(tf.constant([1, 2], tf.int64)):
-        again = method.draw_gamma(model, tf.constant(1500)).numpy()
+    again = method.draw_gamma(StepContext.current([1, 2], 1500), model,
+                              tf.constant(1500)).numpy()
     np.testing.assert_array_equal(again, draws[0])  # same seed, same noise
     # HGM spec §9.1 item 18: per-unit std sigma_r sqrt(K r_k) within 3%. Pooling the 2 x 1500
     # draws per unit: the relative sd of one unit's sample std is 1/sqrt(2 * 3000) = 1.3%, so
@@ -150,8 +150,8 @@ def test_fixed_once_is_identical_across_steps_and_survives_resume(tmp_path, tiny
     assert np.std(fixed) > 0
     draws = []
     for seed in ([1, 2], [5, 6]):
-        with replica.step_context(tf.constant(seed, tf.int64)):
-            draws.append(method.draw_gamma(part.model, tf.constant(3)).numpy())
+        draws.append(method.draw_gamma(StepContext.current(seed, 3), part.model,
+                                       tf.constant(3)).numpy())
     np.testing.assert_array_equal(draws[0], draws[1])
     np.testing.assert_array_equal(draws[0][1], fixed[0])
     resumed = loop.train(HGMPixelDP(cfg), tiny_data, resume=True, verbose=0)

@@ -164,12 +164,13 @@ def test_bad_flags_name_the_flag(changes, flag):
 
 def test_bad_batch_and_replica_counts_before_training(tmp_path):
     from tfdp.train import loop
+    from tfdp.train.base import DataSpec
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (30, 8, 8, 1)).astype(np.float32)
     y = rng.integers(0, 3, 30)
     method = stobatch.StoBatch(_config())  # m = 9: 2 m = 18 <= 30
     with pytest.raises(ValueError, match="--batch_size"):
-        method.setup(x[:10].copy(), y[:10], accounting.PrivacyLedger(),
+        method.setup(DataSpec.of(x[:10].copy(), y[:10], 3), accounting.PrivacyLedger(),
                      np.random.default_rng(0))
     cfg = _config(stobatch_bn_stats="per_microbatch")
     cfg.model_dir = str(tmp_path / "run")

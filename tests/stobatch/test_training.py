@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tfdp import accounting, evaluate
 from tfdp.train import loop, stobatch
+from tfdp.train.base import DataSpec
 from tfdp.train.base import TrainConfig
 
 SHAPE, K = (8, 8, 1), 3
@@ -74,7 +75,7 @@ def test_chi3_gradient_is_minus_chi3_over_m(tmp_path, mirrored):
     strategy = loop.cpu_mirrored_strategy() if mirrored else tf.distribute.get_strategy()
     method = _method(tmp_path, epsilon=2.0)
     x, y = _data(40)
-    method.setup(x, y, accounting.PrivacyLedger(), np.random.default_rng(0))
+    method.setup(DataSpec.of(x, y, K), accounting.PrivacyLedger(), np.random.default_rng(0))
     with strategy.scope():
         model = method.build_model(SHAPE, K)
     per_replica = strategy.run(tf.function(lambda: method.chi3_term_gradient(model)))
@@ -141,10 +142,15 @@ def test_fixed_pairs_partition(tmp_path):
     # §8.1 items 11 and 13 (alg4_fixed_pairs): disjoint blocks of exactly 2m, the first
     # floor(N / 2m) * 2m permuted indices, identical across epochs and restarts.
     n, m = 100, 9
-    method = _method(tmp_path, m=m)
-    e0 = loop._epoch_batches(method, n, method.config.batch_size, 11, 0)
-    e1 = loop._epoch_batches(method, n, method.config.batch_size, 11, 1)
-    again = loop._epoch_batches(_method(tmp_path, m=m), n, 2 * m, 11, 0)
+    def epoch(method, index):
+        # The method yields (benign, adversarial-source) pairs of m indices (Alg. 4).
+        method.attach(DataSpec((8, 8, 1), K, num_train=n), None, loop.derive_seed(11, 3))
+        pairs = loop.epoch_batches(method, 11, index)
+        assert all(len(p) == 2 and len(p[0]) == len(p[1]) == m for p in pairs)
+        return [np.concatenate(p) for p in pairs]
+
+    e0, e1 = epoch(_method(tmp_path, m=m), 0), epoch(_method(tmp_path, m=m), 1)
+    again = epoch(_method(tmp_path, m=m), 0)
     assert all(len(b) == 2 * m for b in e0)
     flat = np.concatenate(e0)
     assert len(set(flat.tolist())) == len(flat) == (n // (2 * m)) * 2 * m
@@ -176,7 +182,7 @@ def test_model_isolation_bounds_and_attack_gradient(tmp_path):
     from tfdp import losses
     method = _method(tmp_path, epsilon=100.0)
     x, y = _data(40)
-    method.setup(x, y, accounting.PrivacyLedger(), np.random.default_rng(0))
+    method.setup(DataSpec.of(x, y, K), accounting.PrivacyLedger(), np.random.default_rng(0))
     model = method.build_model(SHAPE, K)
     xb = tf.constant(x[:9])
     with tf.GradientTape(persistent=True) as tape:
@@ -202,7 +208,7 @@ def test_monte_carlo_product_without_fresh_noise_is_squared_softmax(tmp_path):
     # pass, so q = p_x * p_h is the square of its softmax.
     method = _method(tmp_path, epsilon=2.0)
     x, y = _data(40)
-    method.setup(x, y, accounting.PrivacyLedger(), np.random.default_rng(0))
+    method.setup(DataSpec.of(x, y, K), accounting.PrivacyLedger(), np.random.default_rng(0))
     model = method.build_model(SHAPE, K)
     model(tf.zeros((1,) + SHAPE))
     model.input_noise.inference_fresh_scale = 0.0

@@ -6,7 +6,12 @@ import tensorflow as tf
 
 from tfdp import accounting
 from tfdp.train import dpsgd
-from tfdp.train.base import TrainConfig
+from tfdp.train.base import DataSpec, StepContext, TrainConfig
+
+
+def _spec(n):
+    """The spec of n all-zero two-feature records of two classes."""
+    return DataSpec.of(np.zeros((n, 2), np.float32), np.zeros(n, np.int64), 2)
 
 
 def _method(tmp_path, epsilon=None, epochs=2, batch_size=100, **opts):
@@ -43,7 +48,7 @@ def test_clipped_sum_closed_form():
 def test_sigma_solved_from_target_epsilon(tmp_path):
     m = _method(tmp_path, epsilon=1.0)
     ledger = accounting.PrivacyLedger()
-    m.setup(np.zeros((1000, 2), np.float32), np.zeros(1000, np.int64), ledger,
+    m.setup(_spec(1000), ledger,
             np.random.default_rng(0))
     assert m.max_steps() == 2 * (1000 // 100)
     assert len(ledger) == 0  # the loop charges the steps that execute
@@ -60,7 +65,7 @@ def test_sigma_solved_from_target_epsilon(tmp_path):
 def test_fixed_sigma_stops_when_budget_is_spent(tmp_path):
     m = _method(tmp_path, epsilon=1.0, epochs=50, dpsgd_noise_multiplier=2.0)
     ledger = accounting.PrivacyLedger()
-    m.setup(np.zeros((1000, 2), np.float32), np.zeros(1000, np.int64), ledger,
+    m.setup(_spec(1000), ledger,
             np.random.default_rng(0))
     steps = m.max_steps()
     assert 0 < steps < 50 * 10
@@ -78,14 +83,13 @@ def test_fixed_sigma_stops_when_budget_is_spent(tmp_path):
 def test_fixed_sigma_too_small_for_one_step(tmp_path):
     m = _method(tmp_path, epsilon=0.01, dpsgd_noise_multiplier=0.3)
     with pytest.raises(ValueError, match="--dpsgd_noise_multiplier"):
-        m.setup(np.zeros((1000, 2), np.float32), np.zeros(1000, np.int64),
-                accounting.PrivacyLedger(), np.random.default_rng(0))
+        m.setup(_spec(1000), accounting.PrivacyLedger(), np.random.default_rng(0))
 
 
 def test_shuffle_sampling_records_claimed_and_sound(tmp_path):
     m = _method(tmp_path, epsilon=2.0, dpsgd_sampling="shuffle")
     ledger = accounting.PrivacyLedger()
-    m.setup(np.zeros((1000, 2), np.float32), np.zeros(1000, np.int64), ledger,
+    m.setup(_spec(1000), ledger,
             np.random.default_rng(0))
     _charge_planned(m, ledger, 1000)
     d = ledger.to_dict()
@@ -97,7 +101,6 @@ def test_shuffle_sampling_records_claimed_and_sound(tmp_path):
 def test_noise_is_added_once_per_lot_with_stddev_sigma_c(tmp_path):
     """One train step on a zero-gradient model: the update is exactly the noise / lot size."""
     import keras  # pylint: disable=import-outside-toplevel
-    from tfdp.train import replica  # pylint: disable=import-outside-toplevel
 
     m = _method(tmp_path, epsilon=None, dpsgd_noise_multiplier=2.0, dpsgd_l2_clip=0.5)
     m.noise_multiplier = 2.0
@@ -108,8 +111,8 @@ def test_noise_is_added_once_per_lot_with_stddev_sigma_c(tmp_path):
     batch = 50
     x = tf.zeros((batch, 1))  # zero input: zero data gradient, the update is pure noise
     y = tf.zeros((batch,), tf.int64)
-    with replica.step_context(tf.constant([1, 2], tf.int64)):
-        m.train_step(model, optimizer, x, y, batch)
+    m.model, m.optimizer = model, optimizer
+    m.train_step(StepContext.current(tf.constant([1, 2], tf.int64), batch), x, y)
     update = -model.get_weights()[0].ravel()
     # Expected stddev sigma*C/batch = 2*0.5/50 = 0.02. With 2000 draws the sample stddev has
     # relative standard error ~ 1/sqrt(2*2000) = 1.6%; 6% is ~4 standard errors.

@@ -164,32 +164,34 @@ def test_adlm_public_split_has_a_finite_sound_epsilon(tmp_path, adlm_data):
 
 
 class _TwoModels(Method):
-    """Test method with a second Keras model and a second optimizer outside the loop's."""
+    """Test method with two Keras models and two optimizers, built by its own `build`."""
 
     name = "two_models_test"
 
-    def build_model(self, input_shape, num_classes):
-        inputs = keras.Input(input_shape)
-        model = keras.Model(inputs, keras.layers.Dense(num_classes)(keras.layers.Flatten()(
+    def build(self):
+        shape, classes = self.data_spec.input_shape, self.data_spec.num_classes
+        inputs = keras.Input(shape)
+        self.model = keras.Model(inputs, keras.layers.Dense(classes)(keras.layers.Flatten()(
             inputs)))
-        inp2 = keras.Input(input_shape)
+        self.optimizer = self.make_optimizer()
+        self.optimizer.build(self.model.trainable_variables)
+        inp2 = keras.Input(shape)
         self.second = keras.Model(inp2, keras.layers.Dense(4)(keras.layers.Flatten()(inp2)))
         self.second_opt = keras.optimizers.Adam(0.01)
         self.second_opt.build(self.second.trainable_variables)
-        return model
+        return {"model": self.model, "optimizer": self.optimizer, "second": self.second,
+                "second_opt": self.second_opt}
 
-    def checkpoint_objects(self):
-        return {"second": self.second, "second_opt": self.second_opt}
-
-    def train_step(self, model, optimizer, x, y, global_batch_size):
+    def train_step(self, ctx, x, y):
+        model, global_batch_size = self.model, ctx.global_batch_size
         with tf.GradientTape(persistent=True) as tape:
             loss = tf.nn.compute_average_loss(
                 nonprivate.per_example_cross_entropy(y, model(x, training=True)),
                 global_batch_size=global_batch_size)
             loss2 = tf.reduce_sum(tf.square(self.second(x, training=True) - 1.0)) / float(
                 global_batch_size)
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
-                                      model.trainable_variables))
+        self.optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                           model.trainable_variables))
         self.second_opt.apply_gradients(zip(tape.gradient(loss2, self.second.trainable_variables),
                                             self.second.trainable_variables))
         return {"loss": loss}
@@ -220,14 +222,37 @@ def test_second_model_and_optimizer_are_checkpointed_and_restored(tmp_path, tiny
 class _Untrackable(_TwoModels):
     name = "untrackable_test"
 
+    def build(self):
+        return {**super().build(), "state": np.zeros(3)}
+
+
+def test_untrackable_build_object_is_an_error_at_start(tmp_path, tiny_data):
+    with pytest.raises(ValueError, match="build: _Untrackable.*'state'.*ndarray"):
+        loop.train(_Untrackable(_cfg(tmp_path, "u", method="u", options={})), tiny_data,
+                   verbose=0)
+    assert not os.path.exists(tmp_path / "u" / rundir.CHECKPOINT_DIR)
+
+
+class _UntrackableExtra(nonprivate.NonPrivate):
+    name = "untrackable_extra_test"
+
     def checkpoint_objects(self):
         return {"state": np.zeros(3)}
 
 
 def test_untrackable_checkpoint_object_is_an_error_at_start(tmp_path, tiny_data):
     with pytest.raises(ValueError, match="checkpoint_objects.*'state'.*ndarray"):
-        loop.train(_Untrackable(_cfg(tmp_path, "u", method="u", options={})), tiny_data,
+        loop.train(_UntrackableExtra(_cfg(tmp_path, "v", method="v", options={})), tiny_data,
                    verbose=0)
+
+
+def test_build_may_not_take_the_run_state_names(tmp_path, tiny_data):
+    class Clash(_TwoModels):
+        def build(self):
+            return {**super().build(), "step": tf.Variable(0)}
+
+    with pytest.raises(ValueError, match="build: Clash.*'step'"):
+        loop.train(Clash(_cfg(tmp_path, "w", method="w", options={})), tiny_data, verbose=0)
 
 
 # ------------------------------------------------------------------ run directory rules

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import layers
 from tfdp import data, mechanisms, rundir
-from tfdp.train import dpsgd, loop, nonprivate, replica
+from tfdp.train import dpsgd, loop, nonprivate
 from tfdp.train.base import Method, TrainConfig
 
 _SHAPE = (6, 6, 1)
@@ -56,7 +56,7 @@ class _OnceNoiseMethod(Method):
     # noise_seed may change on resume: the test shows the restored noise wins over it.
     resume_mutable_flags = ("epochs", "noise_seed")
 
-    def setup(self, x_train, y_train, ledger, rng):
+    def setup(self, data_spec, ledger, rng, strategy=None):
         ledger.add("test_noise", mechanism="laplace", epsilon=0.5, protects="training records")
 
     def build_model(self, input_shape, num_classes):
@@ -66,16 +66,17 @@ class _OnceNoiseMethod(Method):
         h = keras.layers.Flatten()(h)
         return keras.Model(inputs, keras.layers.Dense(num_classes)(h))
 
-    def train_step(self, model, optimizer, x, y, global_batch_size):
+    def train_step(self, ctx, x, y):
+        model, global_batch_size = self.model, ctx.global_batch_size
         with tf.GradientTape() as tape:
             loss = tf.nn.compute_average_loss(
                 nonprivate.per_example_cross_entropy(y, model(x, training=True)),
                 global_batch_size=global_batch_size)
         grads = tape.gradient(loss, model.trainable_variables)
-        first = tf.cast(replica.is_first_replica(), tf.float32)
-        grads = [g + first * mechanisms.tf_gaussian(tf.shape(g), 0.01, seed=self.step_seed(i))
+        first = ctx.first_replica_mask()
+        grads = [g + first * mechanisms.tf_gaussian(tf.shape(g), 0.01, seed=ctx.step_seed(i))
                  / global_batch_size for i, g in enumerate(grads)]
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        self.optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return {"loss": loss}
 
 

@@ -7,8 +7,8 @@ import tensorflow as tf
 import keras
 import layers as tfdp_layers
 from tfdp.models import adlm, common
-from tfdp.train import dpsgd, ghost, privatize, replica
-from tfdp.train.base import TrainConfig
+from tfdp.train import dpsgd, ghost, privatize
+from tfdp.train.base import StepContext, TrainConfig
 from tfdp.train.nonprivate import build_baseline_model, per_example_cross_entropy
 
 RTOL = 1e-5  # the bound: same clipped sum up to float32 rounding
@@ -279,10 +279,9 @@ def test_inside_tf_function_and_dpsgd_gradients_agree():
 
     @tf.function
     def grads(method):
-        with replica.step_context(tf.constant([3, 4], tf.int64)):
-            return privatize.dpsgd_gradients(model, variables, x, y, _loss_fn(model),
-                                             l2_clip=0.1, noise_multiplier=0.5,
-                                             global_batch_size=8, clipping=method)
+        ctx = StepContext.current(tf.constant([3, 4], tf.int64), 8)
+        return privatize.dpsgd_gradients(ctx, model, variables, x, y, _loss_fn(model),
+                                         l2_clip=0.1, noise_multiplier=0.5, clipping=method)
 
     ref, ref_metrics = grads("vectorized")
     got, metrics = grads("auto")
@@ -320,10 +319,10 @@ def test_mirrored_strategy_ghost_equals_vectorized():
         @tf.function
         def step(xr, yr):
             def fn(xi, yi):
-                with replica.step_context(tf.constant([5, 6], tf.int64)):
-                    grads, _ = privatize.dpsgd_gradients(
-                        model, model.trainable_variables, xi, yi, _loss_fn(model), l2_clip=0.05,
-                        noise_multiplier=1.0, global_batch_size=8, clipping=method)
+                ctx = StepContext.current(tf.constant([5, 6], tf.int64), 8)
+                grads, _ = privatize.dpsgd_gradients(
+                    ctx, model, model.trainable_variables, xi, yi, _loss_fn(model),
+                    l2_clip=0.05, noise_multiplier=1.0, clipping=method)
                 return grads
             per_replica = strategy.run(fn, args=(xr, yr))
             return [strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None)
@@ -346,8 +345,8 @@ def test_dpsgd_flag_selects_the_path():
         keras.utils.set_random_seed(9)
         model = method.build_model((10, 10, 1), 10)
         x, y = _data((10, 10, 1), batch=8)
-        with replica.step_context(tf.constant([7, 8], tf.int64)):
-            method.train_step(model, keras.optimizers.SGD(1.0), x, y, 8)
+        method.model, method.optimizer = model, keras.optimizers.SGD(1.0)
+        method.train_step(StepContext.current(tf.constant([7, 8], tf.int64), 8), x, y)
         return model.get_weights()
 
     for r, g in zip(one_step("vectorized"), one_step("auto")):

@@ -22,6 +22,8 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from tfdp.train import report
+
 
 def _read(model_dir: str, name: str) -> dict:
     path = os.path.join(model_dir, name)
@@ -56,8 +58,7 @@ def summary_lines(model_dir: str) -> list[str]:
                      f"sensitivity mode {cert.get('sensitivity_mode')} "
                      f"({'sound' if sound else 'as published, NOT formally certified'}), "
                      f"{evaluation.get('num_draws')} draws, {evaluation.get('bound')}")
-    lines.append(f"  privacy: claimed epsilon={ledger.get('claimed_epsilon')}, sound epsilon="
-                 f"{ledger.get('epsilon')} at delta={ledger.get('delta')}")
+    lines.append("  " + report.privacy_summary(ledger))
     lines.append(f"  run directory: {os.path.abspath(model_dir)}")
     return lines
 

@@ -224,7 +224,9 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
       ImportError: the chosen method's module is missing.
     """
     from tfdp import data  # pylint: disable=import-outside-toplevel
-    from tfdp.train import base, loop  # pylint: disable=import-outside-toplevel
+    from tfdp import rundir  # pylint: disable=import-outside-toplevel
+    from tfdp.train import base  # pylint: disable=import-outside-toplevel
+    from tfdp.train import strategy as strategies  # pylint: disable=import-outside-toplevel
 
     v = dict(values)
     options = dict(options or {})
@@ -233,7 +235,7 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
     if v.get("resume"):
         if not v.get("model_dir"):
             raise ValueError("--resume: needs --model_dir of the run to continue")
-        loop.check_run_dir(v["model_dir"], resume=True, flag_prefix="--")
+        rundir.check_run_dir(v["model_dir"], resume=True, flag_prefix="--")
         if "method" not in present:
             v["method"] = stored_run_flags(v["model_dir"]).get("method")
         if v.get("method") not in registry.METHODS:
@@ -263,18 +265,18 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
             raise ValueError(f"--{name}: expected an integer >= 1, got {value!r}")
     if not _is_number(learning_rate) or learning_rate <= 0:
         raise ValueError(f"--learning_rate: expected a positive number, got {learning_rate!r}")
-    if optimizer not in loop.OPTIMIZERS:
+    if optimizer not in base.OPTIMIZERS:
         raise ValueError(f"--optimizer: unknown optimizer {optimizer!r}; choose one of "
-                         f"{list(loop.OPTIMIZERS)}")
+                         f"{list(base.OPTIMIZERS)}")
     if epsilon is not None and (not _is_number(epsilon) or epsilon <= 0):
         raise ValueError(f"--epsilon: expected a finite number > 0, got {epsilon!r}")
     if not _is_number(delta) or not 0.0 <= delta < 1.0:
         raise ValueError(f"--delta: expected a number in [0, 1), got {delta!r}")
     value_range = _parse_value_range(pick("value_range"))
     strategy = v.get("strategy") or "default"
-    if strategy not in loop.STRATEGIES:
+    if strategy not in strategies.STRATEGIES:
         raise ValueError(f"--strategy: unknown strategy {strategy!r}; choose one of "
-                         f"{list(loop.STRATEGIES)}")
+                         f"{list(strategies.STRATEGIES)}")
     seed = v.get("seed")
     if seed is not None and (not isinstance(seed, int) or seed < 0):
         raise ValueError(f"--seed: expected a non-negative integer, got {seed!r}")
@@ -303,16 +305,16 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
     if resume and not model_dir:
         raise ValueError("--resume: needs --model_dir of the run to continue")
     model_dir = model_dir or default_model_dir(method, dataset)
-    chief = strategy != "multi_worker" or loop.tf_config_is_chief()
+    chief = strategy != "multi_worker" or strategies.tf_config_is_chief()
     if chief or resume:
-        loop.check_run_dir(model_dir, resume=resume, overwrite=overwrite, epochs=epochs,
+        rundir.check_run_dir(model_dir, resume=resume, overwrite=overwrite, epochs=epochs,
                            flag_prefix="--")
 
     config = base.TrainConfig(
         method=method, dataset=dataset, model_dir=model_dir, epochs=epochs,
         batch_size=batch_size, learning_rate=float(learning_rate), seed=seed,
         epsilon=None if epsilon is None else float(epsilon), delta=float(delta),
-        value_range=value_range, options=dict(options or {}))
+        value_range=value_range, options=dict(options or {}), optimizer=optimizer)
     method_cls(config).validate()
     return RunSpec(config=config, method_cls=method_cls, optimizer=optimizer, strategy=strategy,
                    resume=resume, num_train=num_train, num_test=v.get("num_test"),
@@ -383,9 +385,10 @@ def load_data(spec: RunSpec):
 def execute(spec: RunSpec):
     """Runs a validated spec: loads data, builds the strategy, trains; returns a RunResult."""
     from tfdp.train import loop  # pylint: disable=import-outside-toplevel
+    from tfdp.train import strategy as strategies  # pylint: disable=import-outside-toplevel
 
     method = spec.method_cls(spec.config)
-    strategy = loop.make_strategy(spec.strategy)
+    strategy = strategies.make_strategy(spec.strategy)
     run_data = load_data(spec)
     return loop.train(method, run_data, strategy=strategy, optimizer=spec.optimizer,
                       resume=spec.resume, checkpoint_every=spec.checkpoint_every,
@@ -447,6 +450,7 @@ def main(argv) -> None:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     tf.get_logger().setLevel("ERROR")
     from tfdp import data  # pylint: disable=import-outside-toplevel
+    from tfdp import rundir  # pylint: disable=import-outside-toplevel
     from tfdp.train import loop  # pylint: disable=import-outside-toplevel
     try:
         replicas = FLAGS.cpu_replicas
@@ -464,7 +468,7 @@ def main(argv) -> None:
         execute(spec)
     except KeyboardInterrupt:
         model_dir = spec.config.model_dir
-        if loop.has_checkpoint(model_dir):
+        if rundir.has_checkpoint(model_dir):
             hint = f"resume with --resume --model_dir={model_dir}"
         else:
             hint = (f"no checkpoint was written yet; start again with --overwrite "

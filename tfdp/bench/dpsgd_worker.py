@@ -44,7 +44,8 @@ def _tfdp_step(system: str, x: np.ndarray, y: np.ndarray, args: Any) -> tuple[Ca
     import keras
     import tensorflow as tf
 
-    from tfdp.train import ghost, privatize, replica
+    from tfdp.train import ghost, privatize
+    from tfdp.train.base import StepContext
     from tfdp.train.nonprivate import build_baseline_model, per_example_cross_entropy
 
     keras.utils.set_random_seed(args.seed)
@@ -79,11 +80,9 @@ def _tfdp_step(system: str, x: np.ndarray, y: np.ndarray, args: Any) -> tuple[Ca
     @tf.function
     def step():
         seed = tf.stack([tf.constant(args.seed, tf.int64), counter.assign_add(1)])
-        with replica.step_context(seed):
-            grads, metrics = privatize.dpsgd_gradients(
-                model, variables, xt, yt, example_loss, l2_clip=args.l2_clip,
-                noise_multiplier=args.noise_multiplier, global_batch_size=batch,
-                clipping=clipping)
+        grads, metrics = privatize.dpsgd_gradients(
+            StepContext.current(seed, batch), model, variables, xt, yt, example_loss,
+            l2_clip=args.l2_clip, noise_multiplier=args.noise_multiplier, clipping=clipping)
         optimizer.apply_gradients(zip(grads, variables))
         return metrics["loss"]
     return step, info

@@ -46,7 +46,8 @@ def _method(m: int, iters: int, seed: int):
     from tfdp import accounting  # pylint: disable=import-outside-toplevel
     from tfdp.train import base, stobatch  # pylint: disable=import-outside-toplevel
     cfg = base.TrainConfig(method="stobatch", dataset="synthetic", model_dir="/nonexistent",
-                           batch_size=m, learning_rate=1e-3, seed=seed, epsilon=1.0,
+                           batch_size=m, learning_rate=1e-3, optimizer="adam", seed=seed,
+                           epsilon=1.0,
                            options={"stobatch_architecture": "mnist",
                                     "stobatch_attack_iters": iters})
     method = stobatch.StoBatch(cfg)
@@ -54,27 +55,25 @@ def _method(m: int, iters: int, seed: int):
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1, 1, (2 * m, 28, 28, 1)).astype(np.float32)
     y = rng.integers(0, 10, 2 * m)
-    method.setup(x, y, accounting.PrivacyLedger(), rng)
+    spec = base.DataSpec.of(x, y, 10)
+    method.attach(spec)
+    method.setup(spec, accounting.PrivacyLedger(), rng)
     return method, x, y
 
 
 def _stobatch_step(strategy, m: int, iters: int, seed: int) -> Callable[[], None]:
-    import keras  # pylint: disable=import-outside-toplevel
-    from tfdp.train import loop, replica  # pylint: disable=import-outside-toplevel
+    from tfdp.train import base  # pylint: disable=import-outside-toplevel
     method, x, y = _method(m, iters, seed)
     with strategy.scope():
-        model = method.build_model((28, 28, 1), 10)
-        opt = keras.optimizers.Adam(1e-3)
-        opt.build(model.trainable_variables)
+        method.build()  # the model and the classifier's Adam(1e-3)
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(2 * m).repeat()
     batch = next(iter(strategy.experimental_distribute_dataset(ds)))
-    del loop
 
     @tf.function
     def step():
         def fn(xb, yb):
-            with replica.step_context(tf.constant([seed, 1], tf.int64)):
-                return method.train_step(model, opt, xb, yb, 2 * m)["loss"]
+            ctx = base.StepContext.current(tf.constant([seed, 1], tf.int64), 2 * m)
+            return method.train_step(ctx, xb, yb)["loss"]
         return strategy.run(fn, args=batch)
 
     return lambda: step()

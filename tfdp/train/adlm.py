@@ -12,7 +12,7 @@ from absl import logging
 
 from tfdp import losses, mechanisms, options, relevance
 from tfdp.models import adlm as adlm_models
-from tfdp.train.base import Method
+from tfdp.train.base import Method, StepContext
 
 INPUT_NOISE_MODES = ("per_example_fixed", "batch_shared_per_step", "shared_fixed")
 FM_MODES = ("per_example_label_only", "per_example_all_orders", "ref_code", "batch_sum_fixed")
@@ -184,8 +184,6 @@ class AdLM(Method):
 
     name = "adlm"
     adaptive = True
-    # Per-record noise is keyed by the record's position in the training set (never content).
-    uses_record_indices = True
     # Generic-flag defaults (not from the paper): small enough for the embedded sample. The
     # noise-mode defaults are paper-literal; flags/adlm/*.flags hold the tested settings.
     default_flags = {"epochs": 3, "batch_size": 250, "learning_rate": 1e-2, "optimizer": "adam",
@@ -352,10 +350,11 @@ class AdLM(Method):
         self._state["rbar"] = rbar
         return relevance.adaptive_budgets(rbar, floor=float(floor))  # AdLM Eq. 16
 
-    def setup(self, x_train, y_train, ledger, rng) -> None:
+    def setup(self, data_spec, ledger, rng, strategy=None) -> None:
+        del strategy
         cfg = self.config
-        x = np.asarray(x_train, dtype=np.float32)
-        y = np.asarray(y_train).astype(np.int64).reshape(-1)
+        x = np.asarray(data_spec.x_train, dtype=np.float32)
+        y = np.asarray(data_spec.y_train).astype(np.int64).reshape(-1)
         if x.ndim != 4:
             raise ValueError(f"x_train: expected NHWC images, got shape {x.shape}")
         low, high = cfg.value_range
@@ -365,12 +364,10 @@ class AdLM(Method):
         n = x.shape[0]
         shape = tuple(int(v) for v in x.shape[1:])
         arch = self._architecture(shape)
-        num_classes = max(int(y.max()) + 1, 2) if y.size else 2
-        try:
-            from tfdp import data as tfdp_data  # pylint: disable=import-outside-toplevel
-            num_classes = max(num_classes, int(tfdp_data.info(cfg.dataset).num_classes))
-        except Exception:  # pylint: disable=broad-except
-            pass
+        num_classes = int(data_spec.num_classes)
+        if y.size and not 0 <= int(y.min()) <= int(y.max()) < num_classes:
+            raise ValueError(f"y_train: labels outside [0, {num_classes}) for "
+                             f"{num_classes} classes")
         eps1, eps2, eps3 = self.budgets()
         batch = int(cfg.batch_size)
         beta = self._beta(x, y, num_classes, arch, eps1, rng)
@@ -543,15 +540,24 @@ class AdLM(Method):
                                          seed=tf.random.experimental.stateless_fold_in(s, salt))
         return tf.map_fn(draw, seeds, fn_output_signature=tf.float32)
 
-    def noisy_inputs(self, x: tf.Tensor, seeds: tf.Tensor | None = None) -> tf.Tensor:
-        """xbar: the inputs of the first affine layer with this run's noise (AdLM §3.4)."""
+    def noisy_inputs(self, x: tf.Tensor, seeds: tf.Tensor | None = None,
+                     ctx: StepContext | None = None) -> tf.Tensor:
+        """xbar: the inputs of the first affine layer with this run's noise (AdLM §3.4).
+
+        Args:
+          x: the inputs.
+          seeds: per-record seeds (`record_seeds`), for --adlm_input_noise=per_example_fixed.
+          ctx: the step's context, for --adlm_input_noise=batch_shared_per_step.
+        """
         mode = self._o("adlm_input_noise")
         scale = tf.convert_to_tensor(self.input_scale)
         if mode == "per_example_fixed":
             noise = self._per_record(seeds, 1, scale.shape, scale)
         elif mode == "batch_shared_per_step":
             # One draw per step shared by the whole global batch (code release, MNIST).
-            noise = mechanisms.tf_laplace(scale.shape, scale, seed=self.step_seed(1))[None]
+            if ctx is None:
+                raise ValueError("ctx: batch_shared_per_step noise needs the step's context")
+            noise = mechanisms.tf_laplace(scale.shape, scale, seed=ctx.step_seed(1))[None]
         else:
             noise = tf.convert_to_tensor(self.shared_noise)[None]
         xbar = x + noise
@@ -576,18 +582,21 @@ class AdLM(Method):
         phi2 = tf.maximum(0.125 + self._per_record(seeds, 4, [num_classes], fm_scale), 0.0)
         return phi0, phi1, phi2
 
-    def train_step(self, model, optimizer, x, y, global_batch_size, indices=None):
+    def train_step(self, ctx, x, y):
+        indices = ctx.indices
         needs_seeds = (self._o("adlm_input_noise") == "per_example_fixed"
                        or self._o("adlm_fm_mode") not in _LINEAR_FM)
         if needs_seeds and indices is None:
             raise ValueError("indices: per-record noise needs each record's position in the "
                              "training set (the loop passes it)")
+        model = self.model
         x = tf.convert_to_tensor(x, tf.float32)
         num_classes = int(model.output_shape[-1])
         seeds = self.record_seeds(indices) if needs_seeds else None
-        xbar = self.noisy_inputs(x, seeds)
+        xbar = self.noisy_inputs(x, seeds, ctx)
         phi0, phi1, phi2 = self.coefficients(x, y, num_classes, seeds)
-        return self.step_on_noisy(model, optimizer, xbar, phi0, phi1, phi2, y, global_batch_size)
+        return self.step_on_noisy(model, self.optimizer, xbar, phi0, phi1, phi2, y,
+                                  ctx.global_batch_size)
 
     def step_on_noisy(self, model, optimizer, xbar, phi0, phi1, phi2, y, global_batch_size):
         """The update from the noisy inputs and coefficients only (AdLM §3.7 phase B).

@@ -1,17 +1,32 @@
-"""The interface between a training method and the shared training loop."""
+"""The interface between a training method and the shared training run (`tfdp.train.loop`).
+
+A method is a `Method` subclass with explicit hooks (docs/trainer.md):
+
+- `validate()`: configuration checks, before any work;
+- `setup(data_spec, ledger, rng, strategy)`: one-time host-side work (private statistics,
+  noise drawn once), adding ledger entries;
+- `build()`: builds every model, optimizer and state variable inside `strategy.scope()` and
+  returns them by name; the run checkpoints exactly these objects;
+- `batches(epoch, rng)`: the record indices of every step of an epoch (an index array, or a
+  tuple of index arrays such as StoBatch's (benign, adversarial) pairs);
+- `train_step(ctx, x, y)`: one replica's step inside `strategy.run`, with a `StepContext`.
+"""
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 import numpy as np
+
+OPTIMIZERS = ("sgd", "adam")
+BATCH_SCHEDULES = ("shuffle", "fixed", "poisson")
 
 
 @dataclasses.dataclass
 class TrainConfig:
-    """What the shared loop knows about a run (built from the tfdp-train flags).
+    """What the shared run knows about a run (built from the tfdp-train flags).
 
     Attributes:
       method: method name, e.g. "adlm".
@@ -27,6 +42,7 @@ class TrainConfig:
       options: every other flag value, by flag name (method-specific settings); a method's
         config dataclass (e.g. `tfdp.train.dpsgd.DPSGDConfig`) is accepted and stored as its
         `as_options()` mapping.
+      optimizer: the main optimizer, "sgd" or "adam" (`loop.train(optimizer=...)` sets it).
     """
 
     method: str
@@ -40,76 +56,319 @@ class TrainConfig:
     delta: float = 0.0
     value_range: tuple[float, float] = (-1.0, 1.0)
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    optimizer: str = "sgd"
 
     def __post_init__(self) -> None:
         if hasattr(self.options, "as_options"):
             self.options = self.options.as_options()
 
 
-class Method(abc.ABC):
-    """A training method (AdLM, DP-SGD, ...) run by the shared loop in `tfdp.train.loop`.
+@dataclasses.dataclass(frozen=True)
+class DataSpec:
+    """What a method may know about its training data.
 
-    The loop calls, in order: `validate` (before any work), `setup` (host side, once per
-    run, not on resume), `build_model` (inside `strategy.scope()`), then `train_step`
-    inside `strategy.run` for every batch, `after_epoch` after every epoch.
+    Attributes:
+      input_shape: shape of one example (e.g. (28, 28, 1)).
+      num_classes: number of classes.
+      value_range: the (low, high) range of the inputs.
+      num_train: number of private training records (after any public split).
+      dataset: the data set's name ("" when unknown).
+      x_train: the private training inputs, for `setup`'s private host-side computations
+        (e.g. AdLM's relevance, StoBatch's in-place input perturbation); not compared.
+      y_train: their integer labels.
+    """
+
+    input_shape: tuple[int, ...]
+    num_classes: int
+    value_range: tuple[float, float] = (-1.0, 1.0)
+    num_train: int = 0
+    dataset: str = ""
+    x_train: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
+    y_train: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, x_train: np.ndarray, y_train: np.ndarray, num_classes: int, *,
+           value_range: Sequence[float] = (-1.0, 1.0), dataset: str = "") -> "DataSpec":
+        """The spec of in-memory training arrays.
+
+        Raises:
+          ValueError: if the arrays differ in length or `num_classes` < 1.
+        """
+        if len(x_train) != len(y_train):
+            raise ValueError(f"y_train: {len(y_train)} labels for {len(x_train)} inputs")
+        if int(num_classes) < 1:
+            raise ValueError(f"num_classes: expected >= 1, got {num_classes!r}")
+        return cls(tuple(int(d) for d in x_train.shape[1:]), int(num_classes),
+                   (float(value_range[0]), float(value_range[1])), len(x_train), dataset,
+                   x_train, y_train)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepContext:
+    """What one replica's `train_step` knows about its step (built by the run, per step).
+
+    Attributes:
+      seed: int64 [2], the step's stateless seed, the same on every replica; drawn once per
+        step from the run's checkpointed generator.
+      global_batch_size: the global batch size (the divisor of per-example sums).
+      indices: int64 [b], the positions in the private training set of this replica's
+        records (per-record randomness is keyed by these, never by content); None when not
+        known (direct calls).
+      replica_id: this replica's index in its sync group (int32 scalar tensor or int).
+      num_replicas: replicas in sync.
+    """
+
+    seed: Any
+    global_batch_size: int
+    indices: Any = None
+    replica_id: Any = 0
+    num_replicas: int = 1
+
+    @classmethod
+    def current(cls, seed: Any, global_batch_size: int, indices: Any = None) -> "StepContext":
+        """The context of the calling replica (or of the default strategy outside one)."""
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        ctx = tf.distribute.get_replica_context()
+        rid = 0 if ctx is None else ctx.replica_id_in_sync_group
+        num = 1 if ctx is None else int(ctx.num_replicas_in_sync)
+        return cls(tf.convert_to_tensor(seed, tf.int64), int(global_batch_size),
+                   indices, tf.convert_to_tensor(rid, tf.int32), num)
+
+    def step_seed(self, salt: int = 0) -> Any:
+        """The step seed with `salt` folded in (0: the seed itself); same on every replica.
+
+        Use it for noise drawn once per global batch, added on the first replica only.
+        """
+        return step_seed(self.seed, salt)
+
+    def replica_seed(self, salt: int = 0) -> Any:
+        """A seed independent per replica: `step_seed(salt)` with the replica id folded in."""
+        return replica_seed(self.step_seed(salt), self.replica_id)
+
+    def is_first_replica(self) -> Any:
+        """Boolean tensor, True on replica 0 (which adds once-per-global-batch noise)."""
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        return tf.equal(tf.cast(self.replica_id, tf.int32), 0)
+
+    def first_replica_mask(self) -> Any:
+        """1.0 on replica 0 and 0.0 elsewhere (float32), to add a term once per update."""
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        return tf.cast(self.is_first_replica(), tf.float32)
+
+
+def step_seed(seed: Any, salt: int = 0) -> Any:
+    """`seed` (int64 [2]) with the integer `salt` folded in; `seed` itself for salt 0."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    seed = tf.convert_to_tensor(seed)
+    return tf.random.experimental.stateless_fold_in(seed, int(salt)) if salt else seed
+
+
+def replica_seed(seed: Any, replica_id: Any) -> Any:
+    """`seed` with a replica id folded in: independent noise per replica (one helper)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf.random.experimental.stateless_fold_in(tf.convert_to_tensor(seed),
+                                                    tf.cast(replica_id, tf.int64))
+
+
+def derive_seed(run_key: int, stream: int, index: int = 0) -> int:
+    """A 31-bit host seed for `stream` (and e.g. epoch `index`) derived from a run key."""
+    return int(np.random.SeedSequence([int(run_key), stream, index]).generate_state(1)[0] >> 1)
+
+
+def make_optimizer(name: str, learning_rate: float):
+    """Keras optimizer named by --optimizer ("sgd" or "adam").
+
+    Raises:
+      ValueError: if `name` is unknown or `learning_rate` is not a positive finite number.
+    """
+    import keras  # pylint: disable=import-outside-toplevel
+    if not (np.isfinite(learning_rate) and learning_rate > 0):
+        raise ValueError(f"learning_rate: expected a positive number, got {learning_rate!r}")
+    if name == "sgd":
+        return keras.optimizers.SGD(learning_rate)
+    if name == "adam":
+        return keras.optimizers.Adam(learning_rate)
+    raise ValueError(f"optimizer: unknown optimizer {name!r}; choose one of {OPTIMIZERS}")
+
+
+def shuffled_batches(num_examples: int, batch_size: int, rng: np.random.Generator
+                     ) -> list[np.ndarray]:
+    """A fresh permutation cut into floor(n/m) batches of m (the remainder dropped)."""
+    steps = num_examples // batch_size
+    return list(rng.permutation(num_examples)[: steps * batch_size].reshape(steps, -1))
+
+
+def fixed_batches(num_examples: int, batch_size: int, layout_seed: int,
+                  rng: np.random.Generator) -> list[np.ndarray]:
+    """Fixed disjoint batches drawn once per run (`layout_seed`), visited in `rng`'s order."""
+    from tfdp import data  # pylint: disable=import-outside-toplevel
+    batches = np.asarray(data.fixed_batches(num_examples, batch_size, layout_seed))
+    return list(batches[rng.permutation(len(batches))])
+
+
+def poisson_lots(num_examples: int, batch_size: int, rng: np.random.Generator
+                 ) -> list[np.ndarray]:
+    """floor(n/m) lots, each record joining each lot with probability q = m/n (Abadi et al.
+    2016, lot sampling), so lot sizes vary."""
+    q = batch_size / num_examples
+    return [np.flatnonzero(rng.random(num_examples) < q)
+            for _ in range(num_examples // batch_size)]
+
+
+class Method(abc.ABC):
+    """A training method (AdLM, DP-SGD, ...) run by `tfdp.train.loop.Run`.
+
+    The run calls, in order: `validate` (before any work), `attach` (always), `setup` (host
+    side, once per run; on resume only when `setup_state()` saved nothing), `build` (inside
+    `strategy.scope()`), then for every epoch `batches`, `train_step` inside `strategy.run`
+    for every batch, and `after_epoch`.
 
     Distribution contract (one code path for every strategy): `train_step` runs once per
     replica on that replica's slice of the global batch. Compute the loss as the replica's
     share of the global mean (`tf.nn.compute_average_loss(per_example_loss,
-    global_batch_size=global_batch_size)`) and hand the gradients to
+    global_batch_size=ctx.global_batch_size)`) and hand the gradients to
     `optimizer.apply_gradients`; the Keras 3 optimizer sums gradients across replicas
     (cross-replica SUM), so the update equals the single-device update on the global batch.
     Noise that must be added once per global batch is added on the first replica only
-    (`tfdp.train.replica.is_first_replica()`), drawn from `self.step_seed()`, which is the
-    same on every replica. Returned metrics are per-replica shares, summed across replicas.
+    (`ctx.is_first_replica()`), drawn from `ctx.step_seed(salt)`, which is the same on every
+    replica. Returned metrics are per-replica shares, summed across replicas.
 
     On resume, `setup` is not re-run when `setup_state()` returned a non-empty dict (it is
     saved next to the checkpoints and handed back through `restore_setup_state`); otherwise it
-    is re-run with the same `rng` seed, and the loop checks that the ledger did not change.
+    is re-run with the same `rng` seed, and the run checks that the ledger did not change.
     """
 
     name: str = ""
     # Flags that may take a new value on --resume (what they change is accounted or has no
     # privacy effect); any other change of the run's configuration is refused on resume.
     resume_mutable_flags: ClassVar[tuple[str, ...]] = ("epochs",)
-    # True: the loop passes `indices=` (each example's position in the training set, int64
-    # [B]) to `train_step`, for per-record randomness keyed by position, never by content.
-    uses_record_indices: ClassVar[bool] = False
     # Per-method defaults of the generic flags (epochs, batch_size, learning_rate, optimizer,
     # epsilon, delta) used when the flag is not given on the command line.
     default_flags: ClassVar[dict] = {}
 
     def __init__(self, config: TrainConfig):
         self.config = config
+        self.data_spec: DataSpec | None = None
+        self.strategy = None
+        self.layout_seed: int | None = None
+        self.model = None  # set by the default `build`
+        self.optimizer = None
+
+    def attach(self, data_spec: DataSpec, strategy: Any = None, layout_seed: int = 0) -> None:
+        """Gives the method its data spec, strategy and batch-layout seed (called by the run).
+
+        Args:
+          data_spec: the private training data's spec.
+          strategy: the tf.distribute strategy (None: the default strategy).
+          layout_seed: the run's seed for batch layouts drawn once per run (`fixed_batches`).
+        """
+        self.data_spec = data_spec
+        self.strategy = strategy
+        self.layout_seed = int(layout_seed)
 
     def validate(self) -> None:
         """Raises ValueError naming the flag when the configuration is unusable."""
 
-    def setup(self, x_train: np.ndarray, y_train: np.ndarray, ledger, rng: np.random.Generator
+    def setup(self, data_spec: DataSpec, ledger, rng: np.random.Generator, strategy: Any = None
               ) -> None:
-        """One-time host-side work before training (e.g. private relevance); adds ledger entries."""
+        """One-time host-side work before training (e.g. private relevance); adds ledger entries.
 
-    @abc.abstractmethod
+        Args:
+          data_spec: the private training data (`data_spec.x_train`, `data_spec.y_train`).
+          ledger: the run's `tfdp.accounting.PrivacyLedger`.
+          rng: the run's seeded setup stream.
+          strategy: the run's tf.distribute strategy (None: the default strategy).
+        """
+
+    def build(self) -> dict:
+        """Builds the method's state inside `strategy.scope()`; returns it by checkpoint name.
+
+        Every returned object is checkpointed and restored on resume; the run raises at
+        start-up, naming the key, for anything `tf.train.Checkpoint` cannot track. The key
+        "model" is required: the model evaluated and saved as model.keras. The default
+        builds `build_model(...)` and one optimizer (`make_optimizer()`), kept as
+        `self.model` and `self.optimizer`, plus every object of `checkpoint_objects()`
+        (under "method_<key>").
+
+        Raises:
+          RuntimeError: if `attach` was not called.
+          ValueError: for an untrackable object of `checkpoint_objects()`.
+        """
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        from tfdp import checks  # pylint: disable=import-outside-toplevel
+        spec = self._require_spec()
+        model = self.build_model(tuple(spec.input_shape), int(spec.num_classes))
+        model(tf.zeros((1,) + tuple(spec.input_shape), tf.float32), training=False)
+        optimizer = self.make_optimizer()
+        optimizer.build(model.trainable_variables)
+        extra = checks.check_trackables(self.checkpoint_objects(),
+                                        f"checkpoint_objects: {type(self).__name__}")
+        self.model, self.optimizer = model, optimizer
+        return {"model": model, "optimizer": optimizer,
+                **{f"method_{k}": v for k, v in extra.items()}}
+
     def build_model(self, input_shape: tuple[int, ...], num_classes: int):
-        """Returns a keras.Model mapping inputs to logits; called inside strategy.scope()."""
+        """Returns a keras.Model mapping inputs to logits (used by the default `build`)."""
+        raise NotImplementedError(f"{type(self).__name__}: define build_model or build")
+
+    def make_optimizer(self, name: str | None = None, learning_rate: float | None = None):
+        """A Keras optimizer (default: the run's --optimizer and --learning_rate)."""
+        return make_optimizer(name or self.config.optimizer,
+                              self.config.learning_rate if learning_rate is None
+                              else learning_rate)
 
     @abc.abstractmethod
-    def train_step(self, model, optimizer, x, y, global_batch_size: int) -> dict:
-        """One replica's step inside strategy.run; applies the update, returns scalar metrics."""
+    def train_step(self, ctx: StepContext, x, y) -> dict:
+        """One replica's step inside strategy.run; applies the update, returns scalar metrics.
+
+        Args:
+          ctx: the step's context (seed, global batch size, record indices, replica).
+          x: this replica's inputs.
+          y: their labels.
+        """
 
     def batch_schedule(self) -> str:
-        """"shuffle" (fresh shuffled batches each epoch) or "fixed" (fixed disjoint batches)."""
+        """A label of the batches `batches` yields, recorded in config.json.
+
+        The default `batches` follows it: "shuffle" (fresh shuffled batches each epoch),
+        "fixed" (fixed disjoint batches) or "poisson" (Poisson lots).
+        """
         return "shuffle"
+
+    def batches(self, epoch: int, rng: np.random.Generator) -> Iterable:
+        """The record indices of every step of epoch `epoch`.
+
+        Args:
+          epoch: the epoch (0-based).
+          rng: the epoch's seeded stream (the same on resume).
+
+        Returns:
+          An iterable of int index arrays (one per step), or of tuples of index arrays (e.g.
+          (benign, adversarial) pairs), which the run concatenates in order into one batch.
+
+        Raises:
+          ValueError: for an unknown `batch_schedule()`.
+        """
+        del epoch
+        n, m = self._require_spec().num_train, int(self.config.batch_size)
+        schedule = self.batch_schedule()
+        if schedule == "shuffle":
+            return shuffled_batches(n, m, rng)
+        if schedule == "fixed":
+            return fixed_batches(n, m, self.layout_seed, rng)
+        if schedule == "poisson":
+            return poisson_lots(n, m, rng)
+        raise ValueError(f"batch_schedule: {type(self).__name__} returned {schedule!r}; "
+                         f"expected one of {BATCH_SCHEDULES}")
 
     def after_epoch(self, epoch: int, ledger) -> bool:
         """Called after each epoch; returns True to stop training (e.g. budget spent)."""
+        del epoch, ledger
         return False
 
     def certification_config(self) -> dict | None:
         """What `tfdp.certify` needs to certify this model (None if it cannot be certified)."""
         return None
-
-    # Optional hooks (defaults keep the behaviour described above).
 
     def max_steps(self) -> int | None:
         """Hard cap on training steps (e.g. DP-SGD's budget); None for no cap."""
@@ -130,7 +389,7 @@ class Method(abc.ABC):
         entries are final there). A per-step method (DP-SGD, Secure-SGD) returns a dict with
         keys "name" (ledger entry name), "noise_multiplier" (sigma), "sampling" ("poisson" or
         "shuffle"), "accountant" ("rdp" or "pld"), "delta" and optionally "protects" and
-        "note"; the loop then keeps the ledger entry equal to the composition of the steps that
+        "note"; the run then keeps the ledger entry equal to the composition of the steps that
         actually executed, segment by segment across resumes (`PrivacyLedger.record_steps`;
         docs/ledger.md), charging each epoch before running it.
         """
@@ -139,7 +398,7 @@ class Method(abc.ABC):
     def public_split_size(self, num_train: int) -> int:
         """How many training records to hold out as public data (default 0: none).
 
-        The loop removes that many records (a seeded random choice, independent of the data)
+        The run removes that many records (a seeded random choice, independent of the data)
         from the private training set before `setup` and hands them to `set_public_data`; the
         private set the method trains on, and its accounting, no longer contain them.
         """
@@ -151,16 +410,16 @@ class Method(abc.ABC):
         del x_public, y_public
 
     def checkpoint_objects(self) -> dict:
-        """Extra trackables to checkpoint besides the loop's model and optimizer.
+        """Extra trackables the default `build` checkpoints besides its model and optimizer.
 
         Any object tf.train.Checkpoint can track is accepted: tf.Variable, tf.Module,
         tf.random.Generator, and Keras 3 models, layers and optimizers (trackable on the
-        TensorFlow backend). The loop raises at start-up, naming the key, for anything else.
+        TensorFlow backend). The run raises at start-up, naming the key, for anything else.
         Called after `build_model`; objects returned here are restored on resume.
 
         The default collects the method's own tf.Variable, tf.Module, tf.random.Generator,
-        Keras layer/model and Keras optimizer attributes, so noise a method keeps outside its
-        model (or a second model and its optimizer) is restored on resume too.
+        Keras layer/model and Keras optimizer attributes (except `model` and `optimizer`),
+        so noise a method keeps outside its model is restored on resume too.
         """
         import keras  # pylint: disable=import-outside-toplevel
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -168,12 +427,10 @@ class Method(abc.ABC):
         kinds = (tf.Variable, tf.Module, tf.random.Generator, keras.layers.Layer,
                  keras.optimizers.Optimizer)
         return {k: v for k, v in sorted(vars(self).items())
-                if isinstance(v, kinds) and not k.startswith("__")}
+                if isinstance(v, kinds) and not k.startswith("__")
+                and k not in ("model", "optimizer")}
 
-    def step_seed(self, salt: int = 0):
-        """The current step's stateless seed (int64 [2]), identical on every replica.
-
-        Only valid inside `train_step` (see `tfdp.train.replica.step_seed`).
-        """
-        from tfdp.train import replica  # pylint: disable=import-outside-toplevel
-        return replica.step_seed(salt)
+    def _require_spec(self) -> DataSpec:
+        if self.data_spec is None:
+            raise RuntimeError(f"{type(self).__name__}: attach(data_spec, ...) must run first")
+        return self.data_spec

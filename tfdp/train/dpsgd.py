@@ -12,22 +12,11 @@ from tfdp.train import privatize
 from tfdp.train.base import Method
 from tfdp.train.nonprivate import build_baseline_model, per_example_cross_entropy
 
-SAMPLINGS = ("poisson", "shuffle")
+SAMPLINGS = privatize.SAMPLINGS
 
 OPTIONS = options.OptionSet("dpsgd_")  # every dpsgd_* setting: name, default, help
 
-OPTIONS.float("dpsgd_l2_clip", 1.0, "DP-SGD: L2 norm bound C of each per-example gradient.")
-OPTIONS.float("dpsgd_noise_multiplier", None,
-              "DP-SGD: noise multiplier sigma (noise stddev = sigma * C). Unset: the "
-              "smallest sigma whose accounted epsilon over --epochs is <= --epsilon. Set "
-              "together with --epsilon: train until the next step would exceed --epsilon.")
-OPTIONS.enum("dpsgd_accountant", "rdp", list(accounting.ACCOUNTANTS),
-             "DP-SGD accountant (dp_accounting): rdp or pld.")
-OPTIONS.enum("dpsgd_sampling", "poisson", list(SAMPLINGS),
-             "DP-SGD batch sampling: poisson (each example joins each lot with probability "
-             "q = batch_size/n; what the accountant analyses) or shuffle (fixed-size "
-             "shuffled batches; the ledger then records the Poisson number as claimed and "
-             "the no-amplification bound as sound).")
+privatize.declare_dpsgd_options(OPTIONS, "dpsgd_", "DP-SGD")
 OPTIONS.enum("dpsgd_model", "cnn", ["cnn", "mlp"], "DP-SGD: baseline architecture.")
 OPTIONS.enum("dpsgd_clipping", "vectorized", list(privatize.CLIPPING_METHODS),
              "DP-SGD: how per-example gradient norms are computed; all give the same "
@@ -130,10 +119,10 @@ class DPSGD(Method):
         # The Poisson analysis of dp_accounting; for shuffled batches it is the claimed value.
         return "poisson" if self.sampling == "poisson" else "shuffle"
 
-    def setup(self, x_train, y_train, ledger, rng) -> None:
-        del y_train, rng
+    def setup(self, data_spec, ledger, rng, strategy=None) -> None:
+        del rng, strategy
         cfg = self.config
-        n, batch = len(x_train), cfg.batch_size
+        n, batch = int(data_spec.num_train), cfg.batch_size
         planned = cfg.epochs * (n // batch)
 
         def eps_of(steps: int) -> float:
@@ -179,7 +168,8 @@ class DPSGD(Method):
     def build_model(self, input_shape, num_classes):
         return build_baseline_model(self.model_kind, input_shape, num_classes)
 
-    def train_step(self, model, optimizer, x, y, global_batch_size):
+    def train_step(self, ctx, x, y):
+        model = self.model
         variables = model.trainable_variables
 
         def example_loss(xi, yi):
@@ -187,10 +177,10 @@ class DPSGD(Method):
             return per_example_cross_entropy(yi, logits)[0], logits
 
         grads, metrics = privatize.dpsgd_gradients(
-            model, variables, x, y, example_loss, l2_clip=self.l2_clip,
-            noise_multiplier=self.noise_multiplier, global_batch_size=global_batch_size,
+            ctx, model, variables, x, y, example_loss, l2_clip=self.l2_clip,
+            noise_multiplier=self.noise_multiplier,
             clipping=OPTIONS.get(self.config.options, "dpsgd_clipping"))
-        optimizer.apply_gradients(zip(grads, variables))
+        self.optimizer.apply_gradients(zip(grads, variables))
         return metrics
 
     def setup_state(self) -> dict:

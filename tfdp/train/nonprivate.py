@@ -72,7 +72,8 @@ class NonPrivate(Method):
         return build_baseline_model(OPTIONS.get(self.config.options, "nonprivate_model"),
                                     input_shape, num_classes)
 
-    def train_step(self, model, optimizer, x, y, global_batch_size):
+    def train_step(self, ctx, x, y):
+        model, global_batch_size = self.model, ctx.global_batch_size
         with tf.GradientTape() as tape:
             logits = model(x, training=True)
             # The replica's share of the global mean loss (notes-deps §3(b)).
@@ -80,8 +81,5 @@ class NonPrivate(Method):
                                               global_batch_size=global_batch_size)
         grads = tape.gradient(loss, model.trainable_variables)
         # The Keras 3 optimizer sums the per-replica gradients across replicas.
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        correct = tf.reduce_sum(tf.cast(
-            tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int64), tf.cast(y, tf.int64)),
-            tf.float32)) / float(global_batch_size)
-        return {"loss": loss, "accuracy": correct}
+        self.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return step_metrics(loss, logits, y, global_batch_size)

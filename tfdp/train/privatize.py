@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from layers import noise as noise_layers
 from tfdp import mechanisms
-from tfdp.train import ghost, replica
+from tfdp.train import ghost
+from tfdp.train.base import StepContext
 
 # "vectorized": per-example gradients of the whole model (tf.vectorized_map).
 # "ghost": per-example norms from each layer's inputs and output gradients (Gram / "ghost
@@ -22,6 +23,10 @@ from tfdp.train import ghost, replica
 # "auto": like "ghost", but each Dense / Conv2D layer takes the cheaper of the ghost norm and
 #   per-example kernel gradients from image patches.
 CLIPPING_METHODS = ("vectorized", "ghost", "auto")
+
+# Lot sampling of DP-SGD-style methods: Poisson lots (what the accountant analyses) or
+# fixed-size shuffled batches (the Poisson number is then only claimed).
+SAMPLINGS = ("poisson", "shuffle")
 
 # A loss of one example: (model, x[None], y[None], training) -> (loss scalar, logits [1, K]).
 ExampleLoss = Callable[[tf.Tensor, tf.Tensor], tuple]
@@ -111,7 +116,8 @@ def clipped_gradient_sum(model, variables: Sequence[tf.Variable], x: tf.Tensor, 
     return clip_and_sum(grads, l2_clip), losses, correct
 
 
-def add_gaussian_noise_once(sums: Sequence[tf.Tensor], stddev: float, salt: int = 1) -> list:
+def add_gaussian_noise_once(ctx: StepContext, sums: Sequence[tf.Tensor], stddev: float,
+                            salt: int = 1) -> list:
     """Adds N(0, stddev^2 I) to each tensor of a global sum, once per global batch.
 
     Every replica holds its share of a sum that the optimizer adds up across replicas; the
@@ -119,6 +125,7 @@ def add_gaussian_noise_once(sums: Sequence[tf.Tensor], stddev: float, salt: int 
     the global sum carries exactly one draw, the same one a single device draws.
 
     Args:
+      ctx: the step's context (its seed and replica).
       sums: per-replica shares of the summed (clipped) gradients.
       stddev: the noise standard deviation (sigma * C for DP-SGD).
       salt: first salt folded into the step seed (tensor i uses salt + i).
@@ -126,18 +133,17 @@ def add_gaussian_noise_once(sums: Sequence[tf.Tensor], stddev: float, salt: int 
     Returns:
       The noisy shares.
     """
-    on_first = tf.cast(replica.is_first_replica(), tf.float32)
+    on_first = ctx.first_replica_mask()
     out = []
     for i, total in enumerate(sums):
-        noise = mechanisms.tf_gaussian(tf.shape(total), stddev,
-                                       seed=replica.step_seed(salt + i))
+        noise = mechanisms.tf_gaussian(tf.shape(total), stddev, seed=ctx.step_seed(salt + i))
         out.append(total + on_first * tf.cast(noise, total.dtype))
     return out
 
 
-def dpsgd_gradients(model, variables: Sequence[tf.Variable], x: tf.Tensor, y: tf.Tensor,
-                    example_loss: Callable, *, l2_clip: float, noise_multiplier: float,
-                    global_batch_size: int, clipping: str = "vectorized"
+def dpsgd_gradients(ctx: StepContext, model, variables: Sequence[tf.Variable], x: tf.Tensor,
+                    y: tf.Tensor, example_loss: Callable, *, l2_clip: float,
+                    noise_multiplier: float, clipping: str = "vectorized"
                     ) -> tuple[list, dict]:
     """One replica's DP-SGD gradients: clip per example, sum, noise once, divide by the lot.
 
@@ -145,10 +151,11 @@ def dpsgd_gradients(model, variables: Sequence[tf.Variable], x: tf.Tensor, y: tf
     (once per lot, AdLM spec §5), divided by the expected lot size.
 
     Args:
+      ctx: the step's context; `ctx.global_batch_size` is the (expected) lot size the sum
+        is divided by.
       model, variables, x, y, example_loss: as in `per_example_gradients`.
       l2_clip: C.
       noise_multiplier: sigma.
-      global_batch_size: the (expected) lot size the sum is divided by.
       clipping: see `clipped_gradient_sum`.
 
     Returns:
@@ -157,7 +164,35 @@ def dpsgd_gradients(model, variables: Sequence[tf.Variable], x: tf.Tensor, y: tf
     """
     sums, losses, correct = clipped_gradient_sum(model, variables, x, y, example_loss, l2_clip,
                                                  clipping)
-    noisy = add_gaussian_noise_once(sums, noise_multiplier * l2_clip)
+    global_batch_size = ctx.global_batch_size
+    noisy = add_gaussian_noise_once(ctx, sums, noise_multiplier * l2_clip)
     grads = [g / float(global_batch_size) for g in noisy]
     return grads, {"loss": tf.reduce_sum(losses) / float(global_batch_size),
                    "accuracy": tf.reduce_sum(correct) / float(global_batch_size)}
+
+
+def declare_dpsgd_options(option_set, prefix: str, label: str) -> None:
+    """Declares the DP-SGD settings of a method: clip norm, noise, accountant, sampling.
+
+    DP-SGD (`dpsgd_*`) and Secure-SGD (`hgm_*`) share them; `DPSGD` reads them by prefix.
+
+    Args:
+      option_set: the method's `tfdp.options.OptionSet`.
+      prefix: the options' prefix, e.g. "dpsgd_".
+      label: the method named in the help texts, e.g. "DP-SGD".
+    """
+    from tfdp import accounting  # pylint: disable=import-outside-toplevel
+    option_set.float(f"{prefix}l2_clip", 1.0,
+                     f"{label}: L2 norm bound C of each per-example gradient.")
+    option_set.float(f"{prefix}noise_multiplier", None,
+                     f"{label}: noise multiplier sigma (noise stddev = sigma * C). Unset: the "
+                     "smallest sigma whose accounted epsilon over --epochs is <= --epsilon. "
+                     "Set together with --epsilon: train until the next step would exceed "
+                     "--epsilon.")
+    option_set.enum(f"{prefix}accountant", "rdp", list(accounting.ACCOUNTANTS),
+                    f"{label} accountant (dp_accounting): rdp or pld.")
+    option_set.enum(f"{prefix}sampling", "poisson", list(SAMPLINGS),
+                    f"{label} lot sampling: poisson (each example joins each lot with "
+                    "probability q = batch_size/n; what the accountant analyses) or shuffle "
+                    "(fixed-size shuffled batches; the ledger then records the Poisson number "
+                    "as claimed and the no-amplification bound as sound).")

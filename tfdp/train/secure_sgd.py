@@ -24,11 +24,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfdp import accounting, mechanisms, options, redistribution
+from tfdp import mechanisms, options, redistribution
 from tfdp.models import hgm as hgm_models
-from tfdp.train import privatize, replica
+from tfdp.train import privatize
 from tfdp.train.base import Method
-from tfdp.train.dpsgd import DPSGD, SAMPLINGS
+from tfdp.train.dpsgd import DPSGD
 from tfdp.train.nonprivate import per_example_cross_entropy, step_metrics
 
 TRAIN_NOISE = ("fresh", "fixed_once")
@@ -73,14 +73,7 @@ OPTIONS.enum("hgm_clipping", "per_example", list(CLIPPING),
              "Secure-SGD privacy: per_example DP-SGD, or batch_mean (the code release: "
              "per-layer clipping of the batch-mean gradient; NOT DP, the ledger's sound "
              "epsilon is then infinite).")
-OPTIONS.float("hgm_l2_clip", 1.0, "Secure-SGD: per-example clip norm C.")
-OPTIONS.float("hgm_noise_multiplier", None,
-              "Secure-SGD: DP-SGD noise multiplier (unset: solved from --epsilon over "
-              "--epochs).")
-OPTIONS.enum("hgm_accountant", "rdp", list(accounting.ACCOUNTANTS),
-             "Secure-SGD accountant: rdp or pld.")
-OPTIONS.enum("hgm_sampling", "poisson", list(SAMPLINGS),
-             "Secure-SGD lot sampling: poisson or shuffle (see --dpsgd_sampling).")
+privatize.declare_dpsgd_options(OPTIONS, "hgm_", "Secure-SGD")
 OPTIONS.integer("hgm_noise_ramp_epochs", 0,
                 "pixeldp / hgm_pixeldp: ramp the training noise linearly from 0 to its "
                 "full scale over this many epochs (PixelDP's optional ramp).")
@@ -257,7 +250,8 @@ class _RobustnessNoise:
 
     # ------------------------------------------------------------------ setup
 
-    def _setup_robust(self, x_train, y_train, rng: np.random.Generator) -> None:
+    def _setup_robust(self, data_spec, rng: np.random.Generator) -> None:
+        x_train, y_train = data_spec.x_train, data_spec.y_train
         input_shape = tuple(int(d) for d in x_train.shape[1:])
         self.h1_shape = hgm_models.h1_shape(self.arch, input_shape)
         self._steps_per_epoch = max(1, len(x_train) // self.config.batch_size)
@@ -316,7 +310,7 @@ class _RobustnessNoise:
         self._noise_std = model.get_layer(hgm_models.NOISE_LAYER).noise_scale.astype(np.float32)
         return model
 
-    def draw_gamma(self, model, batch: tf.Tensor) -> tf.Tensor:
+    def draw_gamma(self, ctx, model, batch: tf.Tensor) -> tf.Tensor:
         """This step's robustness noise gamma for `batch` examples (inside a training step).
 
         "fresh": an independent N(0, sigma_r^2 diag(K r)) draw per example and step (HGM spec
@@ -327,8 +321,7 @@ class _RobustnessNoise:
             fixed = model.get_layer(hgm_models.NOISE_LAYER).fixed_noise
             return tf.broadcast_to(tf.convert_to_tensor(fixed),
                                    tf.concat([[batch], tf.constant(self.h1_shape)], 0))
-        seed = tf.random.experimental.stateless_fold_in(
-            self.step_seed(_GAMMA_SALT), tf.cast(replica.replica_id(), tf.int64))
+        seed = ctx.replica_seed(_GAMMA_SALT)
         shape = tf.concat([[batch], tf.constant(self.h1_shape, tf.int32)], 0)
         return mechanisms.tf_gaussian(shape, self._noise_std, seed=seed,
                                       draw_dtype=tf.float32)
@@ -393,17 +386,17 @@ class SecureSGD(_RobustnessNoise, DPSGD):
             raise ValueError(str(e).replace("--dpsgd_", "--hgm_")) from None
         self._validate_robust()
 
-    def setup(self, x_train, y_train, ledger, rng) -> None:
+    def setup(self, data_spec, ledger, rng, strategy=None) -> None:
         try:
-            self._setup_privacy(x_train, y_train, ledger, rng)
+            self._setup_privacy(data_spec, ledger, rng, strategy)
         except ValueError as e:  # DP-SGD names its own flags; ours are --hgm_*
             raise ValueError(str(e).replace("--dpsgd_", "--hgm_")) from None
-        self._setup_robust(x_train, y_train, rng)
+        self._setup_robust(data_spec, rng)
 
-    def _setup_privacy(self, x_train, y_train, ledger, rng) -> None:
+    def _setup_privacy(self, data_spec, ledger, rng, strategy=None) -> None:
         # The DP-SGD spend (sound, Poisson, RDP/PLD) is the whole privacy cost; the loop
         # records it from the executed steps (`step_spend`).
-        super().setup(x_train, y_train, ledger, rng)
+        super().setup(data_spec, ledger, rng, strategy)
 
     def step_spend(self) -> dict:
         spend = super().step_spend()
@@ -426,12 +419,13 @@ class SecureSGD(_RobustnessNoise, DPSGD):
     def build_model(self, input_shape, num_classes):
         return self._build_robust(input_shape, num_classes)
 
-    def train_step(self, model, optimizer, x, y, global_batch_size):
+    def train_step(self, ctx, x, y):
+        model = self.model
         variables = model.trainable_variables
         batch = tf.shape(x)[0]
-        gamma = self.draw_gamma(model, batch)
+        gamma = self.draw_gamma(ctx, model, batch)
         if self.clipping == "batch_mean":
-            return self._batch_mean_step(model, optimizer, x, y, gamma, global_batch_size)
+            return self._batch_mean_step(ctx, x, y, gamma)
         in_shape = [int(d) for d in x.shape[1:]]
         dx = int(np.prod(in_shape))
         # One packed row per example, so the shared privatiser's per-example map carries
@@ -447,22 +441,23 @@ class SecureSGD(_RobustnessNoise, DPSGD):
             return per_example_cross_entropy(yi, logits)[0], logits
 
         grads, metrics = privatize.dpsgd_gradients(
-            model, variables, packed, y, example_loss, l2_clip=self.l2_clip,
-            noise_multiplier=self.noise_multiplier, global_batch_size=global_batch_size)
-        optimizer.apply_gradients(zip(grads, variables))
+            ctx, model, variables, packed, y, example_loss, l2_clip=self.l2_clip,
+            noise_multiplier=self.noise_multiplier)
+        self.optimizer.apply_gradients(zip(grads, variables))
         return metrics
 
-    def _batch_mean_step(self, model, optimizer, x, y, gamma, global_batch_size):
+    def _batch_mean_step(self, ctx, x, y, gamma):
         # HGM code release (spec §8.3): clip the batch-mean gradient of each kernel to C,
         # biases unclipped, then N(0, (sigma C)^2) / m. Ledger: no finite epsilon.
+        model, global_batch_size = self.model, ctx.global_batch_size
         variables = model.trainable_variables
         loss, logits, grads = self._noisy_mean_loss_gradients(model, x, y, gamma,
                                                               global_batch_size)
         grads = [tf.clip_by_norm(g, self.l2_clip) if len(v.shape) > 1 else g
                  for g, v in zip(grads, variables)]
         grads = privatize.add_gaussian_noise_once(
-            grads, self.noise_multiplier * self.l2_clip / float(global_batch_size))
-        optimizer.apply_gradients(zip(grads, variables))
+            ctx, grads, self.noise_multiplier * self.l2_clip / float(global_batch_size))
+        self.optimizer.apply_gradients(zip(grads, variables))
         return step_metrics(loss, logits, y, global_batch_size)
 
 
@@ -494,9 +489,9 @@ class HGMPixelDP(_RobustnessNoise, Method):
                              "--epsilon")
         self._validate_robust()
 
-    def setup(self, x_train, y_train, ledger, rng) -> None:
-        del ledger  # non-private: no privacy entry (the robustness noise is not privacy)
-        self._setup_robust(x_train, y_train, rng)
+    def setup(self, data_spec, ledger, rng, strategy=None) -> None:
+        del ledger, strategy  # non-private: no privacy entry (robustness noise is not privacy)
+        self._setup_robust(data_spec, rng)
 
     def setup_state(self) -> dict:
         return self._robust_state()
@@ -507,8 +502,9 @@ class HGMPixelDP(_RobustnessNoise, Method):
     def build_model(self, input_shape, num_classes):
         return self._build_robust(input_shape, num_classes)
 
-    def train_step(self, model, optimizer, x, y, global_batch_size):
-        gamma = self.draw_gamma(model, tf.shape(x)[0])
+    def train_step(self, ctx, x, y):
+        model, optimizer, global_batch_size = self.model, self.optimizer, ctx.global_batch_size
+        gamma = self.draw_gamma(ctx, model, tf.shape(x)[0])
         if self.ramp_epochs:
             # PixelDP's optional ramp: the noise grows linearly to full scale.
             ramp_steps = float(self.ramp_epochs * self._steps_per_epoch)

@@ -346,12 +346,23 @@ class StoBatch(Method):
     def batch_schedule(self) -> str:
         return "fixed"
 
+    def batches(self, epoch: int, rng: np.random.Generator):
+        """Per step, the N_tr (benign B_i1, adversarial-source B_i2) pairs of one fixed block.
+
+        Yields tuples (B_11, B_12, ..., B_N1, B_N2) of m indices each; the loop concatenates
+        them in order, so trainer t's pair sits at positions [2 m t, 2 m (t + 1)).
+        """
+        m = self.m
+        for block in super().batches(epoch, rng):
+            yield tuple(block[2 * m * t + r * m:2 * m * t + (r + 1) * m]
+                        for t in range(self.n_tr) for r in (0, 1))
+
     # ------------------------------------------------------------------ host set-up
 
-    def setup(self, x_train: np.ndarray, y_train: np.ndarray, ledger,
-              rng: np.random.Generator) -> None:
+    def setup(self, data_spec, ledger, rng: np.random.Generator, strategy=None) -> None:
         """Draws theta1_0, solves the budget, draws chi1..chi3, perturbs x_train IN PLACE."""
-        del y_train
+        del strategy
+        x_train = data_spec.x_train
         n = len(x_train)
         unit = 2 * self.m * self.n_tr
         if unit > n:
@@ -514,13 +525,13 @@ class StoBatch(Method):
                                                     mode=self.noise_term) * on_first
         return term, tape.gradient(term, w_pi)
 
-    def train_step(self, model, optimizer, x, y, global_batch_size):
-        del global_batch_size
+    def train_step(self, step_ctx, x, y):
+        model, optimizer = self.model, self.optimizer
         ctx = tf.distribute.get_replica_context()
         num_rep = int(ctx.num_replicas_in_sync)
         if num_rep > 1:  # the global block, in the loop's order (contiguous uneven shards)
             x, y = _gather_block(ctx, x, y)
-        rid = tf.cast(replica.replica_id(), tf.int64)
+        rid = tf.cast(step_ctx.replica_id, tf.int64)
         m, micro, n_tr, xi = self.m, self.micro, self.n_tr, self.xi
         groups = num_rep * micro
         theta1, theta2 = model.theta1, model.theta2
@@ -536,11 +547,11 @@ class StoBatch(Method):
         for t in range(n_tr):
             base = 2 * m * t
             # §3.5 item 6: mu_t from the step seed, identical on every replica
-            u = tf.random.stateless_uniform([], self.step_seed(1 + t), dtype=tf.float32)
+            u = tf.random.stateless_uniform([], step_ctx.step_seed(1 + t), dtype=tf.float32)
             mu = self.mu_max * (1.0 - u)  # U(0, mu_max]
             mu_log += mu
             start_all = tf.random.stateless_uniform(
-                tf.concat([[m], tf.shape(x)[1:]], 0), self.step_seed(1000 + t), -1.0, 1.0)
+                tf.concat([[m], tf.shape(x)[1:]], 0), step_ctx.step_seed(1000 + t), -1.0, 1.0)
             for j in range(micro):
                 g = rid * micro + j
                 lo = (g * m) // groups
