@@ -763,6 +763,11 @@ def _train(method: Method, data: Data, strategy, chief: bool, *, optimizer: str,
         batches = _epoch_batches(method, num_train, cfg.batch_size, run_key, epoch)
         dataset = _epoch_dataset(strategy, data.x_train, data.y_train, batches,
                                  with_indices=method.uses_record_indices)
+        if len({len(b) for b in batches}) > 1:
+            # Lots of varying size (Poisson): trace the step for any batch size before the
+            # first call, so that every step, first run or resume, runs this one graph (a
+            # graph traced for a static size can differ from it in the last bit).
+            step_fn.get_concrete_function(*dataset.element_spec)
         n_steps = len(batches)
         if max_steps is not None:
             n_steps = min(n_steps, max_steps - int(step_var.numpy()))
