@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None) -> None:
         float(step())
     info.update({"ready": True, "data": source, "first_step_ms": first_ms,
                  "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+                 "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                  "pid": os.getpid()})
     print(json.dumps(info), file=out, flush=True)
     for line in sys.stdin:
