@@ -39,6 +39,16 @@ def test_memory_guard_stops_the_worker_and_says_why():
     assert "GiB resident memory (limit 0.001 GiB" in msg["failed"]
 
 
+def test_memory_guard_reasons():
+    gib = 2**30
+    assert dpsgd_worker.guard_reason(1 * gib, 10 * gib, 8 * gib) is None
+    assert "limit 8 GiB" in dpsgd_worker.guard_reason(9 * gib, 10 * gib, 8 * gib)
+    # Machine nearly out of memory: a big worker stops, a small one (the reference) does not.
+    assert "0.50 GiB left" in dpsgd_worker.guard_reason(3 * gib, gib // 2, 8 * gib)
+    assert dpsgd_worker.guard_reason(gib, gib // 2, 8 * gib) is None
+    assert dpsgd_worker.guard_reason(3 * gib, None, 8 * gib) is None
+
+
 class _FakeWorker:
     """Stands in for a worker process: fixed timings; "peer-b" dies in round 2."""
 

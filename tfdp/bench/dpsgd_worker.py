@@ -192,13 +192,50 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def start_memory_guard(limit_gb: float, out: Any, interval: float = 0.05) -> None:
-    """Ends this process, saying why on `out`, once its resident memory exceeds `limit_gb`.
+def _available_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
-    A peer that needs more memory than the machine has (TF Privacy's vectorized optimizer
-    on CIFAR-10 at batch 256 grew past 19 GB here) is stopped before the kernel's
-    out-of-memory killer picks a process, possibly another program's. The benchmark then
-    reports the system as failed with this message.
+
+# The machine-wide rule: a worker holding more than _BIG stops when the machine has less
+# than _FLOOR available, before the kernel has to kill some process (maybe another program's).
+_BIG, _FLOOR = 2 * 2**30, 2**30
+
+
+def guard_reason(rss: int, available: int | None, limit: int) -> str | None:
+    """Why a worker with resident memory `rss` must stop (None: it may go on).
+
+    Args:
+        rss: the worker's resident memory in bytes.
+        available: the machine's available memory in bytes (None: unknown).
+        limit: the worker's own limit in bytes.
+
+    Returns:
+        The message for the report, or None.
+    """
+    if rss > limit:
+        return (f"stopped at {rss / 2**30:.1f} GiB resident memory (limit "
+                f"{limit / 2**30:.3g} GiB, --dpsgd_bench_memory_limit_gb)")
+    if available is not None and available < _FLOOR and rss > _BIG:
+        return (f"stopped at {rss / 2**30:.1f} GiB resident memory: the machine had only "
+                f"{available / 2**30:.2f} GiB left")
+    return None
+
+
+def start_memory_guard(limit_gb: float, out: Any, interval: float = 0.05) -> None:
+    """Ends this process, saying why on `out`, when it holds too much memory.
+
+    That is: its resident memory exceeds `limit_gb`, or it holds over 2 GiB while the machine
+    has under 1 GiB available. A peer that needs more memory than the machine has (TF
+    Privacy's vectorized optimizer on CIFAR-10 at batch 256 grew past 19 GB here) is stopped
+    before the kernel's out-of-memory killer picks a process, possibly another program's.
+    The benchmark then reports the system as failed with this message.
 
     Args:
         limit_gb: the limit in GiB; <= 0 disables the guard.
@@ -213,12 +250,9 @@ def start_memory_guard(limit_gb: float, out: Any, interval: float = 0.05) -> Non
 
     def watch() -> None:
         while True:
-            rss = _rss_bytes()
-            if rss > limit:
-                print(json.dumps({"failed": f"stopped at {rss / 2**30:.1f} GiB resident "
-                                            f"memory (limit {limit_gb:g} GiB, "
-                                            f"--dpsgd_bench_memory_limit_gb)"}),
-                      file=out, flush=True)
+            reason = guard_reason(_rss_bytes(), _available_bytes(), limit)
+            if reason is not None:
+                print(json.dumps({"failed": reason}), file=out, flush=True)
                 os._exit(3)  # pylint: disable=protected-access
             time.sleep(interval)
 
