@@ -28,51 +28,34 @@ _EXAMPLE = threading.local()
 # The layers draw unit noise from raw 32-bit Philox words (one stateless op for the whole
 # batch) and transform them in float32. A float32 uniform has 24 bits, so its smallest
 # positive value would cut the tails at 5.8 sd (Gaussian, Box-Muller) or 17 b (Laplace);
-# these draws build the uniforms from more bits:
-#
-# * Laplace: two words per draw, u = (w0 + (w1' + 1/2) 2^-31) 2^-32 from word 0 and the high
-#   31 bits of word 1 (about 2^-64 at the smallest; tails at 44 b), sign from word 1's low bit.
-# * Gaussian (Box-Muller): two words per PAIR of draws. The radius' uniform takes word 0 and
-#   the high 8 bits of word 1, u = (w0 + (h + 1/2) 2^-8) 2^-32 (about 2^-41 at the smallest;
-#   tails at sqrt(2 * 41 ln 2) = 7.54 sd); the angle takes the low 24 bits of word 1, as
-#   many as a float32 angle resolves.
-#
-# Both go beyond the float64 samplers of tfdp.mechanisms.sampling (TensorFlow's normal
-# sampler clamps its uniform at 1e-7 in float64 too, so its tails stop at 5.7 sd; the
-# float64 Laplace inverse CDF stops near 36 b), at a fraction of a float64 transform. The
-# Philox words are the dominant cost of a per-example draw (tfdp-bench layers), hence two
-# words per Gaussian pair rather than three.
-#
-# Record position: the words of a draw of shape [B, ...] are laid out row by row (row i
-# takes stream positions [i w, (i + 1) w) for w words per row), so row i's words depend
-# only on the seed and i, never on the batch size B or on the other rows (the float32
-# transform of the same words may differ in the last bit between batch sizes: Eigen's SIMD
-# and scalar-remainder code paths round log/cos/sin differently).
+# these draws build each uniform from TWO words, u = (w0 + (w1 + 1/2) 2^-32) 2^-32 (about
+# 2^-65 at the smallest), which puts the tails at 9.5 sd and 44 b. That is beyond the
+# float64 samplers of tfdp.mechanisms.sampling: TensorFlow's normal sampler clamps its
+# uniform at 1e-7 in float64 too (tails stop at 5.7 sd) and the float64 Laplace inverse CDF
+# stops near 36 b; and it costs a fraction of a float64 transform.
 
 _TWO_M32 = 2.0 ** -32
 
 
-def unit_gaussian_from_words(words: tf.Tensor) -> tf.Tensor:
-    """Two N(0, 1) draws per pair of uint32 words ([..., 2, k] -> [..., 2 k]; Box-Muller).
+def _open_uniform(w0: tf.Tensor, w1: tf.Tensor) -> tf.Tensor:
+    """float32 uniform on (0, 1] from two uint32 words, resolution 2^-64 near 0."""
+    u = tf.cast(w0, tf.float32) * _TWO_M32 + (tf.cast(w1, tf.float32) + 0.5) * _TWO_M32 ** 2
+    return tf.minimum(u, 1.0)  # w0 near 2^32 rounds up to 1 in float32
 
-    Word 0 and the high 8 bits of word 1 give the radius' uniform (40 bits), the low 24 bits
-    of word 1 the angle (see the module notes); the k cosine draws come first, then the k
-    sine draws.
+
+def unit_gaussian_from_words(words: tf.Tensor) -> tf.Tensor:
+    """Two N(0, 1) draws per row of three uint32 words ([m, 3] -> [m, 2]; Box-Muller).
 
     Args:
-        words: uint32 tensor [..., 2, k].
+        words: uint32 tensor [m, 3]: words 0, 1 give the radius' uniform, word 2 the angle.
 
     Returns:
-        float32 tensor [..., 2 k].
+        float32 tensor [m, 2].
     """
-    w0, w1 = words[..., 0, :], words[..., 1, :]
-    high = tf.bitwise.right_shift(w1, tf.constant(24, tf.uint32))
-    u = (tf.cast(w0, tf.float32) + (tf.cast(high, tf.float32) + 0.5) * 2.0 ** -8) * _TWO_M32
-    # w0 near 2^32 rounds u up to 1 (or just above) in float32: radius 0, never NaN.
+    u = _open_uniform(words[:, 0], words[:, 1])
     radius = tf.sqrt(tf.maximum(-2.0 * tf.math.log(u), 0.0))
-    low = tf.bitwise.bitwise_and(w1, tf.constant(0xFFFFFF, tf.uint32))
-    angle = tf.cast(low, tf.float32) * (2.0 * np.pi * 2.0 ** -24)
-    return tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], axis=-1)
+    angle = tf.cast(words[:, 2], tf.float32) * (2.0 * np.pi * _TWO_M32)
+    return tf.stack([radius * tf.cos(angle), radius * tf.sin(angle)], axis=1)
 
 
 def unit_laplace_from_words(words: tf.Tensor) -> tf.Tensor:
@@ -102,21 +85,11 @@ def _words(count: tf.Tensor, per_draw: int, seed: tf.Tensor) -> tf.Tensor:
 
 
 def unit_gaussian(shape: Any, seed: tf.Tensor) -> tf.Tensor:
-    """N(0, 1) float32 noise of `shape` from one stateless op (see the module notes).
-
-    Row i (index i of axis 0) is drawn from its own block of words, so it depends only on
-    `seed` and i, not on shape[0].
-    """
+    """N(0, 1) float32 noise of `shape` from one stateless op (see the module notes)."""
     shape = tf.convert_to_tensor(shape, dtype=tf.int32)
-    if not shape.shape[0]:  # a scalar
-        return tf.reshape(unit_gaussian([1], seed), [])
-    rows = shape[0]
-    per_row = tf.reduce_prod(shape[1:])
-    pairs = (per_row + 1) // 2
-    words = tf.random.stateless_uniform(tf.stack([rows, 2, pairs]), seed=seed, minval=None,
-                                        maxval=None, dtype=tf.uint32)
-    draws = unit_gaussian_from_words(words)  # [rows, 2 pairs]
-    return tf.reshape(draws[:, :per_row], shape)
+    n = tf.reduce_prod(shape)
+    pairs = unit_gaussian_from_words(_words((n + 1) // 2, 3, seed))
+    return tf.reshape(tf.reshape(pairs, [-1])[:n], shape)
 
 
 def unit_laplace(shape: Any, seed: tf.Tensor) -> tf.Tensor:

@@ -29,7 +29,7 @@ OPTIONS.enum("dpsgd_sampling", "poisson", list(SAMPLINGS),
              "shuffled batches; the ledger then records the Poisson number as claimed and "
              "the no-amplification bound as sound).")
 OPTIONS.enum("dpsgd_model", "cnn", ["cnn", "mlp"], "DP-SGD: baseline architecture.")
-OPTIONS.enum("dpsgd_clipping", "auto", list(privatize.CLIPPING_METHODS),
+OPTIONS.enum("dpsgd_clipping", "vectorized", list(privatize.CLIPPING_METHODS),
              "DP-SGD: how per-example gradient norms are computed; all give the same "
              "clipped sum. vectorized: per-example gradients of the whole model "
              "(tf.vectorized_map); ghost: norms from each layer's inputs and output "
@@ -37,9 +37,9 @@ OPTIONS.enum("dpsgd_clipping", "auto", list(privatize.CLIPPING_METHODS),
              "Dense/Conv2D layer taking the cheaper of the ghost norm and per-example "
              "kernel gradients from image patches. Unsupported layers (and models with "
              "batch-mixing layers) use the vectorized path. auto is several times "
-             "faster than vectorized; a resumed run is bit-identical to an uninterrupted "
-             "one with every path (the training loop runs one step graph for all lot "
-             "sizes).")
+             "faster than vectorized and agrees with it to float rounding; vectorized is "
+             "the default so that committed results rerun bit for bit. A resumed run is "
+             "bit-identical to an uninterrupted one with every path.")
 
 DPSGDConfig = OPTIONS.config_class(
     "DPSGDConfig",
