@@ -45,6 +45,9 @@ _CLIP = OPTIONS.float("dpsgd_bench_l2_clip", 1.0, "Clipping bound C.")
 _SIGMA = OPTIONS.float("dpsgd_bench_noise_multiplier", 1.1, "Noise multiplier sigma.")
 _TIMEOUT = OPTIONS.integer("dpsgd_bench_worker_timeout", 1800,
                            "Seconds a worker may take to start or to answer a round.")
+_MEMORY = OPTIONS.float("dpsgd_bench_memory_limit_gb", 8.0,
+                        "A worker whose resident memory exceeds this many GiB stops and its "
+                        "system is reported as failed (0: no limit).")
 
 
 def _flag(name: str, overrides: dict) -> Any:
@@ -63,6 +66,11 @@ class _Worker:
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         if system.startswith("tfprivacy"):
             env["TF_USE_LEGACY_KERAS"] = "1"
+        if system == "opacus":
+            # PyTorch's OpenMP threads spin while waiting by default; on a shared, loaded
+            # machine that spinning took a plain 2-thread torch step from about 200 ms to
+            # 400-850 ms. Passive waiting is what TensorFlow's thread pool does already.
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         self.system, self.timeout = system, timeout
         # stderr to a file: TensorFlow's start-up logging must never fill a pipe and block.
         self.stderr = tempfile.TemporaryFile(mode="w+")
@@ -79,7 +87,11 @@ class _Worker:
                 raise RuntimeError(f"worker {self.system} ended: {err}", self.proc.wait())
             line = line.strip()
             if line.startswith("{"):
-                return json.loads(line)
+                msg = json.loads(line)
+                if "failed" in msg:  # e.g. the worker's memory guard
+                    raise RuntimeError(f"worker {self.system}: {msg['failed']}",
+                                       self.proc.wait(), msg["failed"])
+                return msg
 
     def run(self, steps: int) -> float:
         self.proc.stdin.write(f"run {steps}\n")
@@ -96,21 +108,30 @@ class _Worker:
                 self.proc.kill()
 
 
+def _failure(error: RuntimeError, when: str) -> str:
+    """The report's text for a worker that ended `when` (RuntimeError from _Worker._read)."""
+    if len(error.args) > 2:  # the worker said why
+        return f"failed {when}: {error.args[2]}"
+    code = error.args[1] if len(error.args) > 1 else "?"
+    hint = " (killed by signal 9: most likely out of memory)" if code == -9 else ""
+    return f"failed: the worker process ended {when} (exit code {code}){hint}"
+
+
 def _summary(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def _bench_model(model: str, systems: list[str], cfg: dict) -> dict:
     worker_args = {"batch_size": cfg["batch_size"], "warmup": cfg["warmup"],
-                   "l2_clip": cfg["l2_clip"], "noise_multiplier": cfg["noise_multiplier"]}
+                   "l2_clip": cfg["l2_clip"], "noise_multiplier": cfg["noise_multiplier"],
+                   "memory_limit_gb": cfg["memory_limit_gb"]}
     workers, skipped, setup = {}, {}, {}
     try:
         for system in systems:
             try:
                 w = _Worker(system, model, worker_args, cfg["timeout"])
             except RuntimeError as e:  # the worker died (e.g. out of memory): say so
-                skipped[system] = (f"failed: the worker process ended during start-up "
-                                   f"(exit code {e.args[1] if len(e.args) > 1 else '?'})")
+                skipped[system] = _failure(e, "during start-up")
                 continue
             if "skipped" in w.info:
                 skipped[system] = w.info["skipped"]
@@ -123,7 +144,19 @@ def _bench_model(model: str, systems: list[str], cfg: dict) -> dict:
         for rnd in range(cfg["rounds"]):
             k = rnd % len(names)
             for system in names[k:] + names[:k]:
-                times[system].append(workers[system].run(cfg["steps"]))
+                if system not in workers:
+                    continue
+                try:
+                    times[system].append(workers[system].run(cfg["steps"]))
+                except RuntimeError as e:
+                    if system == "nonprivate":
+                        raise  # the reference itself failed: no ratio can be reported
+                    # A peer that dies mid-run is reported as failed; its partial timings
+                    # are dropped (every reported ratio pairs with the same rounds).
+                    skipped[system] = _failure(e, f"in timed round {rnd + 1}")
+                    workers.pop(system).close()
+                    del times[system]
+        names = [s for s in names if s in workers]
     finally:
         for w in workers.values():
             w.close()
@@ -179,9 +212,13 @@ def run(**overrides: Any) -> dict:
     cfg = {k: _flag(k, overrides) for k in ("batch_size", "steps", "rounds", "warmup",
                                             "l2_clip", "noise_multiplier")}
     cfg["timeout"] = int(_flag("worker_timeout", overrides))
+    cfg["memory_limit_gb"] = float(_flag("memory_limit_gb", overrides))
     for name in ("batch_size", "steps", "rounds"):
         if int(cfg[name]) < 1:
             raise ValueError(f"dpsgd_bench_{name} must be >= 1, got {cfg[name]}")
+    if cfg["memory_limit_gb"] < 0:
+        raise ValueError(f"dpsgd_bench_memory_limit_gb must be >= 0, got "
+                         f"{cfg['memory_limit_gb']}")
     if int(cfg["warmup"]) < 0:
         raise ValueError(f"dpsgd_bench_warmup must be >= 0, got {cfg['warmup']}")
     for m in models:

@@ -95,7 +95,8 @@ def _dpsgd_section(result: dict, results_dir: str) -> list[str]:
         for system, s in res.get("systems", {}).items():
             ms, ratio, setup = s["ms_per_step"], s["ratio_to_nonprivate"], s.get("setup", {})
             threads = ", ".join(f"{k}={setup[k]}" for k in (
-                "intra_op_threads", "inter_op_threads", "torch_threads", "omp_num_threads")
+                "intra_op_threads", "inter_op_threads", "torch_threads", "omp_num_threads",
+                "omp_wait_policy")
                 if k in setup)
             lines.append(f"| {system} | {_fmt(ms['median'])} [{_fmt(ms['min'])}, "
                          f"{_fmt(ms['max'])}] | {_fmt(ratio['median'])} "

@@ -26,9 +26,9 @@ OPTIONS.enum("dpsgd_clipping", "vectorized", list(privatize.CLIPPING_METHODS),
              "Dense/Conv2D layer taking the cheaper of the ghost norm and per-example "
              "kernel gradients from image patches. Unsupported layers (and models with "
              "batch-mixing layers) use the vectorized path. auto is several times "
-             "faster; vectorized stays the default because its results are bit-identical "
-             "between an uninterrupted and a resumed run, while auto agrees to float "
-             "rounding only when the step graph is traced for other batch shapes.")
+             "faster than vectorized and agrees with it to float rounding; vectorized is "
+             "the default so that committed results rerun bit for bit. A resumed run is "
+             "bit-identical to an uninterrupted one with every path.")
 
 DPSGDConfig = OPTIONS.config_class(
     "DPSGDConfig",

@@ -497,6 +497,11 @@ class Run:
                 break
             batches = _flat_batches(epoch_batches(method, self.run_key, epoch))
             dataset = _epoch_dataset(self.strategy, data.x_train, data.y_train, batches)
+            if len({len(b) for b in batches}) > 1:
+                # Lots of varying size (Poisson): trace the step for any batch size before the
+                # first call, so that every step, first run or resume, runs this one graph (a
+                # graph traced for a static size can differ from it in the last bit).
+                step_fn.get_concrete_function(*dataset.element_spec)
             n_steps = len(batches)
             if max_steps is not None:
                 n_steps = min(n_steps, max_steps - int(self.step_var.numpy()))
