@@ -32,6 +32,7 @@ from layers.noise import LaplaceNoise
 
 ARCHITECTURES = ("mnist", "cifar10", "resnet18", "tiny")
 BN_EVAL_MODES = ("moving", "batch")
+COMPUTE_DTYPES = ("float32", "float64")
 
 
 @keras.saving.register_keras_serializable(package="tfdp")
@@ -50,7 +51,8 @@ class RowL1Bound(keras.constraints.Constraint):
         w = tf.convert_to_tensor(w)
         flat = tf.reshape(w, [-1, tf.shape(w)[-1]])
         norms = tf.reduce_sum(tf.abs(flat), axis=1, keepdims=True)
-        factor = tf.minimum(1.0, self.bound / tf.maximum(norms, 1e-12))
+        one = tf.ones([], w.dtype)
+        factor = tf.minimum(one, self.bound / tf.maximum(norms, 1e-12 * one))
         return tf.reshape(flat * factor, tf.shape(w))
 
     def get_config(self) -> dict:
@@ -131,15 +133,28 @@ class StoBatchNet(keras.Model):
         bn_eval: BN at inference: "moving" statistics [rec], or "batch" statistics of the
             evaluated batch without updating the moving ones (the reference code's MNIST and
             CIFAR-10 inference, §2.11 ref_bn_batchstats_at_test).
+        compute_dtype: "float32" (default) or "float64": the dtype of every weight and
+            computation of the network (the stored noise stays the float32 host draw and is
+            cast exactly). float64 makes results independent of float32 summation order, so
+            replica-count equivalence (§8.1 item 28) can be checked at large m.
         **kwargs: Keras model arguments.
+
+    Raises:
+        ValueError: on an unknown bn_eval or compute_dtype.
     """
 
     def __init__(self, input_shape: Sequence[int], num_classes: int, *,
                  architecture: str = "mnist", batch_size: int = 2499, input_scale: float = 1.0,
                  latent_scale: float = 2.0, psi: float = 2.0, hidden_units: int = 256,
                  sync_bn: bool = True, norm_bound: Optional[float] = None,
-                 bn_momentum: float = 0.99, bn_eval: str = "moving", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+                 bn_momentum: float = 0.99, bn_eval: str = "moving",
+                 compute_dtype: str = "float32", **kwargs: Any) -> None:
+        if compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute_dtype: expected one of {COMPUTE_DTYPES}, got "
+                             f"{compute_dtype!r}")
+        kwargs.pop("dtype", None)
+        super().__init__(dtype=compute_dtype, **kwargs)
+        self.compute_dtype_name = compute_dtype
         self.in_shape = tuple(int(v) for v in input_shape)
         self.num_classes = int(num_classes)
         self.architecture = architecture
@@ -153,8 +168,18 @@ class StoBatchNet(keras.Model):
             raise ValueError(f"bn_eval: expected one of {BN_EVAL_MODES}, got {bn_eval!r}")
         self.bn_eval = bn_eval
         self.norm_bound = None if norm_bound is None else float(norm_bound)
-        spec = encoder_spec(architecture, self.in_shape)
-        self.spec = spec
+        self.spec = encoder_spec(architecture, self.in_shape)
+        # Sub-layers take the global dtype policy when they are created.
+        previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy(compute_dtype)
+        try:
+            self._make_layers()
+        finally:
+            keras.config.set_dtype_policy(previous)
+
+    def _make_layers(self) -> None:
+        """Creates the sub-layers (called under the model's dtype policy)."""
+        spec = self.spec
         self.input_noise = LaplaceNoise(self.input_scale, noise_mode="once",
                                         batch_divisor=self.batch_size,
                                         inference_fresh_scale=1.0 / self.psi,
@@ -276,7 +301,8 @@ class StoBatchNet(keras.Model):
         self.chi3 = self.add_weight(shape=(self.hidden_units, self.num_classes),
                                     initializer="zeros", trainable=False, name="chi3")
         # Build g by running it once symbolically on zeros.
-        self._body(tf.zeros((1,) + tuple(self.spec["h1_shape"])), training=False)
+        self._body(tf.zeros((1,) + tuple(self.spec["h1_shape"]), self.compute_dtype),
+                   training=False)
         self.output_layer.build((None, self.hidden_units))
         self.built = True
 
@@ -304,7 +330,7 @@ class StoBatchNet(keras.Model):
             (np.asarray(chi1, np.float32) / np.float32(m))[None])
         self.latent_noise.fixed_noise.assign(
             (2.0 * np.asarray(chi2, np.float32) / np.float32(m))[None])
-        self.chi3.assign(np.asarray(chi3, np.float32))
+        self.chi3.assign(np.asarray(chi3, np.float32).astype(self.chi3.dtype))
 
     def noise_values(self) -> dict:
         """The stored noise as host arrays: chi1/m, 2 chi2/m and chi3."""
@@ -346,11 +372,12 @@ class StoBatchNet(keras.Model):
             input_noise: add the stored chi1/m to x.
             latent_noise: add the stored 2 chi2/m to h1.
         """
+        x = tf.cast(x, self.compute_dtype)
         if input_noise:
-            x = x + self.input_noise.fixed_noise
+            x = x + tf.cast(self.input_noise.fixed_noise, x.dtype)
         h = self.encode(x, training)
         if latent_noise:
-            h = h + self.latent_noise.fixed_noise
+            h = h + tf.cast(self.latent_noise.fixed_noise, h.dtype)
         return self.classify(h, training)
 
     def call(self, inputs: Any, training: Optional[bool] = None) -> tf.Tensor:
@@ -364,4 +391,4 @@ class StoBatchNet(keras.Model):
                 "input_scale": self.input_scale, "latent_scale": self.latent_scale,
                 "psi": self.psi, "hidden_units": self.hidden_units, "sync_bn": self.sync_bn,
                 "norm_bound": self.norm_bound, "bn_momentum": self.bn_momentum, "bn_eval": self.bn_eval,
-                "name": self.name}
+                "compute_dtype": self.compute_dtype_name, "name": self.name}

@@ -187,7 +187,9 @@ def _epoch_batches(method: Method, num_examples: int, batch_size: int, run_key: 
     "shuffle": a fresh permutation cut into floor(n/m) batches of m (remainder dropped);
     "fixed": tfdp.data.fixed_batches drawn once per run, visited in a fresh order each epoch;
     "poisson": floor(n/m) lots, each example joining each lot independently with probability
-    q = m/n (Abadi et al. 2016, lot sampling), so lot sizes vary.
+    q = m/n (Abadi et al. 2016, lot sampling), so lot sizes vary;
+    "method": the method's `epoch_batches(num_examples, fixed_seed, rng)` (e.g. StoBatch's
+    shared pool of fixed batches), given the run's fixed-partition seed and this epoch's RNG.
     """
     schedule = method.batch_schedule()
     rng = np.random.default_rng(derive_seed(run_key, _STREAM_SHUFFLE, epoch))
@@ -199,11 +201,13 @@ def _epoch_batches(method: Method, num_examples: int, batch_size: int, run_key: 
         batches = np.asarray(data.fixed_batches(num_examples, batch_size,
                                                 derive_seed(run_key, _STREAM_FIXED)))
         return list(batches[rng.permutation(len(batches))])
+    if schedule == "method":
+        return list(method.epoch_batches(num_examples, derive_seed(run_key, _STREAM_FIXED), rng))
     if schedule == "poisson":
         q = batch_size / num_examples
         return [np.flatnonzero(rng.random(num_examples) < q) for _ in range(steps)]
     raise ValueError(f"batch_schedule: {type(method).__name__} returned {schedule!r}; "
-                     "expected 'shuffle', 'fixed' or 'poisson'")
+                     "expected 'shuffle', 'fixed', 'poisson' or 'method'")
 
 
 def _epoch_dataset(strategy, x: np.ndarray, y: np.ndarray, batches: list[np.ndarray],
