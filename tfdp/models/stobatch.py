@@ -106,6 +106,69 @@ def encoder_spec(architecture: str, input_shape: Sequence[int]) -> dict:
             "fan_in": k * k * c, "beta": h1 * w1, "decoder_bias": bias}
 
 
+def _phase_taps(kernel_size: int, stride: int) -> tuple:
+    """0/1 map P[r, e, a]: tap a of a SAME k-kernel reads input row u + e + e_min of phase r.
+
+    Output row i = s u + r of conv_SAME(nearest_upsample(h, s), K) reads the upsampled row
+    i + a - pad_top, i.e. h row u + floor((r + a - pad_top) / s) (TF SAME: pad_top =
+    (k - 1) // 2).
+
+    Returns:
+        (P as float32 [s, E, k], e_min, e_max).
+    """
+    k, s = int(kernel_size), int(stride)
+    top = (k - 1) // 2
+    offset = [[(r + a - top) // s for a in range(k)] for r in range(s)]
+    e_min = min(min(o) for o in offset)
+    e_max = max(max(o) for o in offset)
+    taps = np.zeros((s, e_max - e_min + 1, k), np.float32)
+    for r in range(s):
+        for a in range(k):
+            taps[r, offset[r][a] - e_min, a] = 1.0
+    return taps, e_min, e_max
+
+
+def upsample_conv(h: tf.Tensor, kernel: tf.Tensor, stride: int, out_hw: Sequence[int]
+                  ) -> tf.Tensor:
+    """conv2d(nearest_upsample(h, stride)[:, :H, :W], kernel, stride 1, SAME).
+
+    When H = stride * h_height and W = stride * h_width, it is computed as one VALID
+    convolution of the padded h with the stride^2 phase kernels (kernel taps that read the
+    same h pixel summed first) and depth_to_space: equal in exact arithmetic, float rounding
+    differs (~1e-6 relative), and far fewer multiply-adds. Otherwise (an odd input size,
+    whose crop the phase form does not cover) the upsampled tensor is convolved directly.
+
+    Args:
+        h: [B, H1, W1, F].
+        kernel: [k, k, F, C].
+        stride: the upsampling factor s.
+        out_hw: (H, W) of the output.
+
+    Returns:
+        [B, H, W, C].
+    """
+    s = int(stride)
+    out_h, out_w = (int(v) for v in out_hw)
+    k = int(kernel.shape[0])
+    if (s == 1 or kernel.shape[0] != kernel.shape[1] or h.shape[1] is None
+            or out_h != s * int(h.shape[1]) or out_w != s * int(h.shape[2])):
+        up = h
+        if s > 1:
+            up = tf.repeat(tf.repeat(h, s, axis=1), s, axis=2)  # nearest-neighbour upsampling
+        up = up[:, :out_h, :out_w, :]
+        return tf.nn.conv2d(up, kernel, strides=1, padding="SAME")
+    taps, e_min, e_max = _phase_taps(k, s)
+    taps = tf.constant(taps, kernel.dtype)
+    size = e_max - e_min + 1
+    f, c = int(kernel.shape[2]), int(kernel.shape[3])
+    # phase kernel [E, E, F, (r, q, c)]: depth_to_space reads channel (r * s + q) * C + c
+    phase = tf.einsum("rea,qgb,abfc->egfrqc", taps, taps, kernel)
+    phase = tf.reshape(phase, [size, size, f, s * s * c])
+    padded = tf.pad(h, [[0, 0], [-e_min, e_max], [-e_min, e_max], [0, 0]])
+    z = tf.nn.conv2d(padded, phase, strides=1, padding="VALID")
+    return tf.nn.depth_to_space(z, s)
+
+
 def _bn(sync: bool, name: str, momentum: float = 0.99, epsilon: float = 1e-3):
     """BatchNormalization, synchronized across replicas when `sync`."""
     return keras.layers.BatchNormalization(synchronized=sync, momentum=momentum,
@@ -346,14 +409,17 @@ class StoBatchNet(keras.Model):
         return self.encoder_clip(self._norm(self.encoder_bn, h, training))
 
     def reconstruct(self, h_bar: tf.Tensor) -> tf.Tensor:
-        """Tied decoder logits z shaped like the input (§2.5): upsample, conv W1^T, ReLU."""
+        """Tied decoder logits z shaped like the input (§2.5): upsample, conv W1^T, ReLU.
+
+        z = relu(conv_SAME(nearest_upsample(h_bar), W1^T) + b). When the input size is a
+        multiple of the stride, the same function is computed as one stride-1 convolution
+        of h_bar with s*s phase kernels followed by depth_to_space (`upsample_conv`), which
+        avoids convolving the s*s times larger upsampled tensor.
+        """
         s = self.spec["strides"]
-        h = h_bar
-        if s > 1:
-            h = tf.repeat(tf.repeat(h, s, axis=1), s, axis=2)  # nearest-neighbour upsampling
-        h = h[:, :self.in_shape[0], :self.in_shape[1], :]
         kernel = tf.transpose(self.encoder_conv.kernel, [1, 0, 3, 2])  # tied weights
-        z = tf.nn.conv2d(h, tf.cast(kernel, h.dtype), strides=1, padding="SAME")
+        kernel = tf.cast(kernel, h_bar.dtype)
+        z = upsample_conv(h_bar, kernel, s, self.in_shape[:2])
         if self.decoder_bias is not None:
             z = z + self.decoder_bias
         return tf.nn.relu(z)

@@ -11,7 +11,9 @@ The loop hands each step one fixed block of 2 m N_tr examples (`batch_schedule` 
 the blocks are drawn once with the run's seed and visited in a fresh order every epoch).
 Block t of the step is local trainer t's fixed pair: positions [0, m) are its benign batch
 B_i1, positions [m, 2m) its adversarial-source batch B_i2 (Alg. 4, pairing
-"alg4_fixed_pairs"). Inside `strategy.run` every replica gathers the block (exact SUM
+"alg4_fixed_pairs"). With pairing "per_epoch_random" (the reference code's shared pool,
+§3.2) the blocks come from `epoch_batches` instead: [benign, adversarial source] drawn
+without replacement from a pool of the fixed batches of m. Inside `strategy.run` every replica gathers the block (exact SUM
 all-reduces of the uneven shards the loop distributed) and takes its own contiguous,
 UNPADDED slices of both roles: with R replicas and M micro-batches per replica, slice g = r M + j of a role holds
 positions [g m / (R M), (g + 1) m / (R M)). So:
