@@ -29,9 +29,13 @@ def _run(args, env, timeout=1500):
 
 @pytest.mark.slow
 @pytest.mark.xfail(strict=False, reason=(
-    "measured: StoBatch smoke (6,000 images, 9 steps, eps = 2) 58% vs the non-private CNN "
-    "(6,000 images, 3 epochs) 72% under I-FGSM at mu_a = 0.2 on [-1, 1] (0.1 on [0, 1]), "
-    "100 test images; the smoke setting does not show the claimed advantage"))
+    "measured on the first 500 test images, I-FGSM at mu_a = 0.2 on [-1, 1] (0.1 on [0, 1]), "
+    "T_a = 10: StoBatch smoke (6,000 images, 9 steps, eps = 2) 53.4% (Monte-Carlo clean "
+    "accuracy 59.2%) vs the non-private CNN trained 10 epochs on the same images 71.2% "
+    "(clean 98.0%); with --attack_preset=strong 53.0% vs 65.8%. The smoke run's clean "
+    "accuracy is the limit: the input noise is ~3.6 per pixel at m = 999 (~2.0 at m = 2499) "
+    "and 9 steps do not learn past it (m = 2499 and 16 steps: noise-free test accuracy "
+    "56.5%); see docs/stobatch.md"))
 def test_cli_smoke_then_certify_beats_nonprivate_under_ifgsm(tmp_path, real_data_dir):
     env = _env(TFDP_DATA_DIR=real_data_dir)
     sto, base = tmp_path / "sto", tmp_path / "np"
@@ -39,7 +43,7 @@ def test_cli_smoke_then_certify_beats_nonprivate_under_ifgsm(tmp_path, real_data
           "--flagfile=flags/stobatch/mnist_smoke.flags", f"--model_dir={sto}", "--verbose=0"],
          env)
     _run(["tfdp.apps.train", "--method=nonprivate", "--dataset=mnist", "--num_train=6000",
-          "--epochs=3", "--batch_size=64", "--optimizer=adam", "--learning_rate=0.001",
+          "--epochs=10", "--batch_size=64", "--optimizer=adam", "--learning_rate=0.001",
           "--nonprivate_model=cnn", "--seed=1", "--value_range=-1,1", f"--model_dir={base}",
           "--verbose=0"], env)
     common = ["--attacks=ifgsm", "--attack_sizes=0.2", "--nb_iter=10", "--num_examples=100",
