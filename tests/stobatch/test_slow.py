@@ -34,8 +34,8 @@ def _run(args, env, timeout=1500):
     "accuracy 59.2%) vs the non-private CNN trained 10 epochs on the same images 71.2% "
     "(clean 98.0%); with --attack_preset=strong 53.0% vs 65.8%. The smoke run's clean "
     "accuracy is the limit: the input noise is ~3.6 per pixel at m = 999 (~2.0 at m = 2499) "
-    "and 9 steps do not learn past it (m = 2499 and 16 steps: noise-free test accuracy "
-    "56.5%); see docs/stobatch.md"))
+    "and 9 steps do not learn past it (m = 2499, 16 steps: 62.4%; m = 2499, 40 steps with "
+    "T_mu = 3: 80.0%, but ~17 minutes of training, not CI time); see docs/stobatch.md"))
 def test_cli_smoke_then_certify_beats_nonprivate_under_ifgsm(tmp_path, real_data_dir):
     env = _env(TFDP_DATA_DIR=real_data_dir)
     sto, base = tmp_path / "sto", tmp_path / "np"
