@@ -60,7 +60,8 @@ def input_gradient(logits_fn: LogitsFn, x: tf.Tensor, labels: tf.Tensor) -> tf.T
 def craft(logits_fn: LogitsFn, x: tf.Tensor, eps, *, attack_ids: tf.Tensor, nb_iter: int,
           eps_iter=None, start_noise: Optional[tf.Tensor] = None,
           labels: Optional[tf.Tensor] = None, clip_min: Optional[float] = None,
-          clip_max: Optional[float] = None, decay: float = 1.0) -> tf.Tensor:
+          clip_max: Optional[float] = None, decay: float = 1.0,
+          dtype: tf.DType = tf.float32) -> tf.Tensor:
     """Crafts l_inf adversarial examples, each with its own attack (graph-safe).
 
     Args:
@@ -76,9 +77,11 @@ def craft(logits_fn: LogitsFn, x: tf.Tensor, eps, *, attack_ids: tf.Tensor, nb_i
         clip_min: lower end of the clip range, or None (with clip_max None) for no clipping.
         clip_max: upper end of the clip range.
         decay: MIM's momentum decay (1.0 in the papers' code).
+        dtype: dtype of the crafting arithmetic (float32; float64 for checks that must not
+            depend on float32 summation order).
 
     Returns:
-        Adversarial examples shaped like x.
+        Adversarial examples shaped like x, in `dtype`.
 
     Raises:
         ValueError: if nb_iter < 1 or only one end of the clip range is given (Python
@@ -90,7 +93,7 @@ def craft(logits_fn: LogitsFn, x: tf.Tensor, eps, *, attack_ids: tf.Tensor, nb_i
     if (clip_min is None) != (clip_max is None):
         raise ValueError("clip_min and clip_max must both be given or both be None")
     clipping = clip_min is not None
-    x = tf.convert_to_tensor(x, tf.float32)
+    x = tf.cast(tf.convert_to_tensor(x), dtype)
     eps_b = _per_example(eps, x)
     step = eps_b / float(nb_iter) if eps_iter is None else _per_example(eps_iter, x)
     ids = tf.cast(tf.convert_to_tensor(attack_ids), tf.int32)

@@ -549,7 +549,7 @@ def evaluate_run(model_dir: str, options: EvalOptions) -> dict:
     rd = rundir.RunDir(model_dir)
     from tfdp import data as data_lib  # pylint: disable=import-outside-toplevel
     value_range = tuple(config.get("value_range") or (-1.0, 1.0))
-    load_kwargs = {}
+    load_kwargs = dict(config.get("data_options") or {})  # e.g. Tiny ImageNet's num_classes
     if opts.num_examples is not None:
         load_kwargs["num_examples"] = int(opts.num_examples)
     x, y = data_lib.load(config["dataset"], "test",

@@ -29,9 +29,13 @@ def _run(args, env, timeout=1500):
 
 @pytest.mark.slow
 @pytest.mark.xfail(strict=False, reason=(
-    "measured: StoBatch smoke (6,000 images, 9 steps, eps = 2) 58% vs the non-private CNN "
-    "(6,000 images, 3 epochs) 72% under I-FGSM at mu_a = 0.2 on [-1, 1] (0.1 on [0, 1]), "
-    "100 test images; the smoke setting does not show the claimed advantage"))
+    "measured on the first 500 test images, I-FGSM at mu_a = 0.2 on [-1, 1] (0.1 on [0, 1]), "
+    "T_a = 10: StoBatch smoke (6,000 images, 9 steps, eps = 2) 53.4% (Monte-Carlo clean "
+    "accuracy 59.2%) vs the non-private CNN trained 10 epochs on the same images 71.2% "
+    "(clean 98.0%); with --attack_preset=strong 53.0% vs 65.8%. The smoke run's clean "
+    "accuracy is the limit: the input noise is ~3.6 per pixel at m = 999 (~2.0 at m = 2499) "
+    "and 9 steps do not learn past it (m = 2499, 16 steps: 62.4%; m = 2499, 40 steps with "
+    "T_mu = 3: 80.0%, but ~17 minutes of training, not CI time); see docs/stobatch.md"))
 def test_cli_smoke_then_certify_beats_nonprivate_under_ifgsm(tmp_path, real_data_dir):
     env = _env(TFDP_DATA_DIR=real_data_dir)
     sto, base = tmp_path / "sto", tmp_path / "np"
@@ -39,7 +43,7 @@ def test_cli_smoke_then_certify_beats_nonprivate_under_ifgsm(tmp_path, real_data
           "--flagfile=flags/stobatch/mnist_smoke.flags", f"--model_dir={sto}", "--verbose=0"],
          env)
     _run(["tfdp.apps.train", "--method=nonprivate", "--dataset=mnist", "--num_train=6000",
-          "--epochs=3", "--batch_size=64", "--optimizer=adam", "--learning_rate=0.001",
+          "--epochs=10", "--batch_size=64", "--optimizer=adam", "--learning_rate=0.001",
           "--nonprivate_model=cnn", "--seed=1", "--value_range=-1,1", f"--model_dir={base}",
           "--verbose=0"], env)
     common = ["--attacks=ifgsm", "--attack_sizes=0.2", "--nb_iter=10", "--num_examples=100",
@@ -104,9 +108,10 @@ _FOUR_DEVICES = textwrap.dedent("""
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (2 * m * 5, 8, 8, 1)).astype(np.float32)
     y = rng.integers(0, 3, len(x))
-    def run(devices, d):
+    def run(devices, d, dtype):
         opts = {"stobatch_architecture": "tiny", "stobatch_hidden_units": 8,
-                "stobatch_attack_iters": 2, "stobatch_ae_optimizer": "sgd"}
+                "stobatch_attack_iters": 2, "stobatch_ae_optimizer": "sgd",
+                "stobatch_dtype": dtype}
         cfg = TrainConfig(method="stobatch", dataset="synthetic", model_dir=d, epochs=1,
                           batch_size=m, learning_rate=0.01, seed=3, epsilon=100.0, options=opts)
         strategy = None
@@ -120,24 +125,34 @@ _FOUR_DEVICES = textwrap.dedent("""
         assert r.steps == 5
         return [v.numpy() for v in r.model.theta1 + r.model.theta2]
     tmp = tempfile.mkdtemp()
-    ref = run(1, tmp + "/1")
-    worst = 0.0
-    for devices in (2, 4):
-        for a, b in zip(ref, run(devices, tmp + f"/{devices}")):
-            worst = max(worst, float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-12)))
-    print("WORST", worst)
+    for dtype in ("float64", "float32"):
+        ref = run(1, tmp + f"/1{dtype}", dtype)
+        assert ref[0].dtype == dtype
+        for devices in (2, 4):
+            worst = 0.0
+            for a, b in zip(ref, run(devices, tmp + f"/{devices}{dtype}", dtype)):
+                worst = max(worst, float(np.max(np.abs(a - b)) / max(np.max(np.abs(a)), 1e-12)))
+            print("WORST", dtype, devices, worst, flush=True)
 """)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "measured max relative error 5.3e-4 (spec: 1e-5) after 5 steps at m = 2499: with "
-    "thousands of examples, float summation-order differences flip the sign of a few "
-    "near-zero input gradients in the attacks, and the changed adversarial pixels move theta"))
 def test_two_and_four_devices_m2499_match_one_device():
-    # §8.1 item 28: uneven shards of m = 2499 (1250/1249 and 625/625/625/624 per role)
+    # §8.1 item 28: uneven shards of m = 2499 (1250/1249 and 625/625/625/624 per role), 5
+    # steps with crafting and the chi3 term. Checked in float64 (--stobatch_dtype): in float32
+    # the attacks' sign(grad_x) turns summation-order rounding of near-zero input gradients
+    # into different adversarial pixels (measured 5.3e-4 with the attacks, ~5e-6 without),
+    # which is float32 noise, not an algorithmic difference. The float32 errors are printed.
     out = subprocess.run([sys.executable, "-c", _FOUR_DEVICES], cwd=_ROOT, env=_env(),
                          capture_output=True, text=True, timeout=3000)
     assert out.returncode == 0, out.stderr[-3000:]
-    worst = float(out.stdout.split("WORST")[-1])
-    assert worst < 1e-5, worst
+    worst = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("WORST"):
+            _, dtype, devices, value = line.split()
+            worst[(dtype, int(devices))] = float(value)
+    print("max relative error vs one device:", worst)
+    assert set(worst) == {(d, r) for d in ("float64", "float32") for r in (2, 4)}, out.stdout
+    for devices in (2, 4):
+        assert worst[("float64", devices)] < 1e-9, worst  # the spec's bound is 1e-5
+        assert worst[("float32", devices)] < 1e-2, worst  # float32: recorded, loosely bounded

@@ -23,7 +23,8 @@ DEFAULTS = {"epochs": 1, "batch_size": 128, "learning_rate": 1e-3, "optimizer": 
 # Flags that define a run besides the method's own; written to flags.txt.
 RUN_FLAGS = ("method", "dataset", "data_dir", "model_dir", "epochs", "batch_size",
              "learning_rate", "optimizer", "seed", "epsilon", "delta", "value_range",
-             "strategy", "num_train", "num_test", "checkpoint_every", "cpu_replicas")
+             "strategy", "num_train", "num_test", "checkpoint_every", "cpu_replicas",
+             "num_classes")
 # Flags that only steer how a run executes; a resume may change them freely. The training data
 # may move (--data_dir); its content is compared with the run's by hash.
 RUN_CONTROL_FLAGS = ("model_dir", "strategy", "cpu_replicas", "checkpoint_every",
@@ -61,6 +62,9 @@ flags.DEFINE_string("strategy", "default",
                     "tf.distribute strategy: default, mirrored or multi_worker (TF_CONFIG).")
 flags.DEFINE_integer("num_train", None, "Use only the first N training examples.")
 flags.DEFINE_integer("num_test", None, "Use only the first N test examples.")
+flags.DEFINE_integer("num_classes", None,
+                     "tiny_imagenet only: keep the first K classes of wnids.txt (labels "
+                     "0..K-1; StoBatch's setting is 30); default all 200.")
 flags.DEFINE_integer("checkpoint_every", 1, "Epochs between checkpoints.")
 flags.DEFINE_integer("stop_after_epochs", None,
                      "Exit after checkpointing this many epochs (a deterministic interruption; "
@@ -109,6 +113,7 @@ class RunSpec:
     data_dir: str | None
     download: bool
     verbose: int
+    num_classes: int | None = None
 
 
 def _is_number(value: Any) -> bool:
@@ -297,6 +302,14 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
     cpu_replicas = v.get("cpu_replicas")
     if cpu_replicas is not None and (not isinstance(cpu_replicas, int) or cpu_replicas < 1):
         raise ValueError(f"--cpu_replicas: expected an integer >= 1, got {cpu_replicas!r}")
+    num_classes = v.get("num_classes")
+    if num_classes is not None:
+        if not isinstance(num_classes, int) or not 1 <= num_classes <= 200:
+            raise ValueError(f"--num_classes: expected an integer in [1, 200], got "
+                             f"{num_classes!r}")
+        if dataset != "tiny_imagenet":
+            raise ValueError(f"--num_classes: only --dataset=tiny_imagenet takes a class "
+                             f"subset, got --dataset={dataset}")
     num_train = v.get("num_train")
     if num_train is not None and num_train < batch_size:
         raise ValueError(f"--num_train: {num_train} examples are fewer than one batch "
@@ -321,7 +334,8 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
                    overwrite=overwrite, cpu_replicas=cpu_replicas,
                    checkpoint_every=checkpoint_every,
                    stop_after_epochs=v.get("stop_after_epochs"), data_dir=v.get("data_dir"),
-                   download=bool(v.get("download")), verbose=int(v.get("verbose", 1)))
+                   download=bool(v.get("download")), verbose=int(v.get("verbose", 1)),
+                   num_classes=num_classes)
 
 
 def run_flags(spec: RunSpec) -> dict:
@@ -335,6 +349,7 @@ def run_flags(spec: RunSpec) -> dict:
         "value_range": [float(b) for b in cfg.value_range],
         "strategy": spec.strategy, "num_train": spec.num_train, "num_test": spec.num_test,
         "checkpoint_every": spec.checkpoint_every, "cpu_replicas": spec.cpu_replicas,
+        "num_classes": spec.num_classes,
     }
 
 
@@ -364,6 +379,11 @@ def _flag_str(value: Any) -> str:
     return str(value)
 
 
+def data_options(spec: RunSpec) -> dict:
+    """Loader options that define the data set (stored in config.json for the evaluator)."""
+    return {"num_classes": spec.num_classes} if spec.num_classes is not None else {}
+
+
 def load_data(spec: RunSpec):
     """Loads the training and test splits named by the spec (after validation)."""
     from tfdp import data  # pylint: disable=import-outside-toplevel
@@ -372,12 +392,13 @@ def load_data(spec: RunSpec):
     cfg = spec.config
     extra = {"download": spec.download} if cfg.dataset in ("mnist", "fashion_mnist",
                                                            "cifar10") else {}
+    extra.update(data_options(spec))
     x_train, y_train = data.load(cfg.dataset, "train", data_dir=spec.data_dir,
                                  value_range=cfg.value_range, num_examples=spec.num_train,
                                  **extra)
     x_test, y_test = data.load(cfg.dataset, "test", data_dir=spec.data_dir,
                                value_range=cfg.value_range, num_examples=spec.num_test, **extra)
-    ds_info = data.info(cfg.dataset, data_dir=spec.data_dir)
+    ds_info = data.info(cfg.dataset, data_dir=spec.data_dir, **data_options(spec))
     return loop.Data(x_train, y_train, x_test, y_test, tuple(x_train.shape[1:]),
                      int(ds_info.num_classes), spec.data_dir)
 
@@ -394,7 +415,8 @@ def execute(spec: RunSpec):
                       resume=spec.resume, checkpoint_every=spec.checkpoint_every,
                       stop_after_epochs=spec.stop_after_epochs, flags_text=flags_text(spec),
                       config_extra={"flags": run_flags(spec),
-                                    "cpu_replicas": spec.cpu_replicas},
+                                    "cpu_replicas": spec.cpu_replicas,
+                                    "data_options": data_options(spec)},
                       verbose=spec.verbose, overwrite=spec.overwrite)
 
 

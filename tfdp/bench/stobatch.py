@@ -37,7 +37,7 @@ OPTIONS = options.OptionSet("stobatch_bench_")  # every stobatch_bench_* setting
 
 _M = OPTIONS.integer("stobatch_bench_m", 300, "DP batch size m of the benchmark step.")
 _ITERS = OPTIONS.integer("stobatch_bench_attack_iters", 3, "T_mu of the benchmark step.")
-_REPEATS = OPTIONS.integer("stobatch_bench_repeats", 5,
+_REPEATS = OPTIONS.integer("stobatch_bench_repeats", 11,
                            "Interleaved repetitions per variant (median reported).")
 _SEED = OPTIONS.integer("stobatch_bench_seed", 0, "Seed of data, weights and noise.")
 

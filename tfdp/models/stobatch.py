@@ -32,6 +32,7 @@ from layers.noise import LaplaceNoise
 
 ARCHITECTURES = ("mnist", "cifar10", "resnet18", "tiny")
 BN_EVAL_MODES = ("moving", "batch")
+COMPUTE_DTYPES = ("float32", "float64")
 
 
 @keras.saving.register_keras_serializable(package="tfdp")
@@ -50,7 +51,8 @@ class RowL1Bound(keras.constraints.Constraint):
         w = tf.convert_to_tensor(w)
         flat = tf.reshape(w, [-1, tf.shape(w)[-1]])
         norms = tf.reduce_sum(tf.abs(flat), axis=1, keepdims=True)
-        factor = tf.minimum(1.0, self.bound / tf.maximum(norms, 1e-12))
+        one = tf.ones([], w.dtype)
+        factor = tf.minimum(one, self.bound / tf.maximum(norms, 1e-12 * one))
         return tf.reshape(flat * factor, tf.shape(w))
 
     def get_config(self) -> dict:
@@ -104,6 +106,69 @@ def encoder_spec(architecture: str, input_shape: Sequence[int]) -> dict:
             "fan_in": k * k * c, "beta": h1 * w1, "decoder_bias": bias}
 
 
+def _phase_taps(kernel_size: int, stride: int) -> tuple:
+    """0/1 map P[r, e, a]: tap a of a SAME k-kernel reads input row u + e + e_min of phase r.
+
+    Output row i = s u + r of conv_SAME(nearest_upsample(h, s), K) reads the upsampled row
+    i + a - pad_top, i.e. h row u + floor((r + a - pad_top) / s) (TF SAME: pad_top =
+    (k - 1) // 2).
+
+    Returns:
+        (P as float32 [s, E, k], e_min, e_max).
+    """
+    k, s = int(kernel_size), int(stride)
+    top = (k - 1) // 2
+    offset = [[(r + a - top) // s for a in range(k)] for r in range(s)]
+    e_min = min(min(o) for o in offset)
+    e_max = max(max(o) for o in offset)
+    taps = np.zeros((s, e_max - e_min + 1, k), np.float32)
+    for r in range(s):
+        for a in range(k):
+            taps[r, offset[r][a] - e_min, a] = 1.0
+    return taps, e_min, e_max
+
+
+def upsample_conv(h: tf.Tensor, kernel: tf.Tensor, stride: int, out_hw: Sequence[int]
+                  ) -> tf.Tensor:
+    """conv2d(nearest_upsample(h, stride)[:, :H, :W], kernel, stride 1, SAME).
+
+    When H = stride * h_height and W = stride * h_width, it is computed as one VALID
+    convolution of the padded h with the stride^2 phase kernels (kernel taps that read the
+    same h pixel summed first) and depth_to_space: equal in exact arithmetic, float rounding
+    differs (~1e-6 relative), and far fewer multiply-adds. Otherwise (an odd input size,
+    whose crop the phase form does not cover) the upsampled tensor is convolved directly.
+
+    Args:
+        h: [B, H1, W1, F].
+        kernel: [k, k, F, C].
+        stride: the upsampling factor s.
+        out_hw: (H, W) of the output.
+
+    Returns:
+        [B, H, W, C].
+    """
+    s = int(stride)
+    out_h, out_w = (int(v) for v in out_hw)
+    k = int(kernel.shape[0])
+    if (s == 1 or kernel.shape[0] != kernel.shape[1] or h.shape[1] is None
+            or out_h != s * int(h.shape[1]) or out_w != s * int(h.shape[2])):
+        up = h
+        if s > 1:
+            up = tf.repeat(tf.repeat(h, s, axis=1), s, axis=2)  # nearest-neighbour upsampling
+        up = up[:, :out_h, :out_w, :]
+        return tf.nn.conv2d(up, kernel, strides=1, padding="SAME")
+    taps, e_min, e_max = _phase_taps(k, s)
+    taps = tf.constant(taps, kernel.dtype)
+    size = e_max - e_min + 1
+    f, c = int(kernel.shape[2]), int(kernel.shape[3])
+    # phase kernel [E, E, F, (r, q, c)]: depth_to_space reads channel (r * s + q) * C + c
+    phase = tf.einsum("rea,qgb,abfc->egfrqc", taps, taps, kernel)
+    phase = tf.reshape(phase, [size, size, f, s * s * c])
+    padded = tf.pad(h, [[0, 0], [-e_min, e_max], [-e_min, e_max], [0, 0]])
+    z = tf.nn.conv2d(padded, phase, strides=1, padding="VALID")
+    return tf.nn.depth_to_space(z, s)
+
+
 def _bn(sync: bool, name: str, momentum: float = 0.99, epsilon: float = 1e-3):
     """BatchNormalization, synchronized across replicas when `sync`."""
     return keras.layers.BatchNormalization(synchronized=sync, momentum=momentum,
@@ -131,15 +196,28 @@ class StoBatchNet(keras.Model):
         bn_eval: BN at inference: "moving" statistics [rec], or "batch" statistics of the
             evaluated batch without updating the moving ones (the reference code's MNIST and
             CIFAR-10 inference, §2.11 ref_bn_batchstats_at_test).
+        compute_dtype: "float32" (default) or "float64": the dtype of every weight and
+            computation of the network (the stored noise stays the float32 host draw and is
+            cast exactly). float64 makes results independent of float32 summation order, so
+            replica-count equivalence (§8.1 item 28) can be checked at large m.
         **kwargs: Keras model arguments.
+
+    Raises:
+        ValueError: on an unknown bn_eval or compute_dtype.
     """
 
     def __init__(self, input_shape: Sequence[int], num_classes: int, *,
                  architecture: str = "mnist", batch_size: int = 2499, input_scale: float = 1.0,
                  latent_scale: float = 2.0, psi: float = 2.0, hidden_units: int = 256,
                  sync_bn: bool = True, norm_bound: Optional[float] = None,
-                 bn_momentum: float = 0.99, bn_eval: str = "moving", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+                 bn_momentum: float = 0.99, bn_eval: str = "moving",
+                 compute_dtype: str = "float32", **kwargs: Any) -> None:
+        if compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute_dtype: expected one of {COMPUTE_DTYPES}, got "
+                             f"{compute_dtype!r}")
+        kwargs.pop("dtype", None)
+        super().__init__(dtype=compute_dtype, **kwargs)
+        self.compute_dtype_name = compute_dtype
         self.in_shape = tuple(int(v) for v in input_shape)
         self.num_classes = int(num_classes)
         self.architecture = architecture
@@ -153,8 +231,18 @@ class StoBatchNet(keras.Model):
             raise ValueError(f"bn_eval: expected one of {BN_EVAL_MODES}, got {bn_eval!r}")
         self.bn_eval = bn_eval
         self.norm_bound = None if norm_bound is None else float(norm_bound)
-        spec = encoder_spec(architecture, self.in_shape)
-        self.spec = spec
+        self.spec = encoder_spec(architecture, self.in_shape)
+        # Sub-layers take the global dtype policy when they are created.
+        previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy(compute_dtype)
+        try:
+            self._make_layers()
+        finally:
+            keras.config.set_dtype_policy(previous)
+
+    def _make_layers(self) -> None:
+        """Creates the sub-layers (called under the model's dtype policy)."""
+        spec = self.spec
         self.input_noise = LaplaceNoise(self.input_scale, noise_mode="once",
                                         batch_divisor=self.batch_size,
                                         inference_fresh_scale=1.0 / self.psi,
@@ -276,7 +364,8 @@ class StoBatchNet(keras.Model):
         self.chi3 = self.add_weight(shape=(self.hidden_units, self.num_classes),
                                     initializer="zeros", trainable=False, name="chi3")
         # Build g by running it once symbolically on zeros.
-        self._body(tf.zeros((1,) + tuple(self.spec["h1_shape"])), training=False)
+        self._body(tf.zeros((1,) + tuple(self.spec["h1_shape"]), self.compute_dtype),
+                   training=False)
         self.output_layer.build((None, self.hidden_units))
         self.built = True
 
@@ -304,7 +393,7 @@ class StoBatchNet(keras.Model):
             (np.asarray(chi1, np.float32) / np.float32(m))[None])
         self.latent_noise.fixed_noise.assign(
             (2.0 * np.asarray(chi2, np.float32) / np.float32(m))[None])
-        self.chi3.assign(np.asarray(chi3, np.float32))
+        self.chi3.assign(np.asarray(chi3, np.float32).astype(self.chi3.dtype))
 
     def noise_values(self) -> dict:
         """The stored noise as host arrays: chi1/m, 2 chi2/m and chi3."""
@@ -320,14 +409,17 @@ class StoBatchNet(keras.Model):
         return self.encoder_clip(self._norm(self.encoder_bn, h, training))
 
     def reconstruct(self, h_bar: tf.Tensor) -> tf.Tensor:
-        """Tied decoder logits z shaped like the input (§2.5): upsample, conv W1^T, ReLU."""
+        """Tied decoder logits z shaped like the input (§2.5): upsample, conv W1^T, ReLU.
+
+        z = relu(conv_SAME(nearest_upsample(h_bar), W1^T) + b). When the input size is a
+        multiple of the stride, the same function is computed as one stride-1 convolution
+        of h_bar with s*s phase kernels followed by depth_to_space (`upsample_conv`), which
+        avoids convolving the s*s times larger upsampled tensor.
+        """
         s = self.spec["strides"]
-        h = h_bar
-        if s > 1:
-            h = tf.repeat(tf.repeat(h, s, axis=1), s, axis=2)  # nearest-neighbour upsampling
-        h = h[:, :self.in_shape[0], :self.in_shape[1], :]
         kernel = tf.transpose(self.encoder_conv.kernel, [1, 0, 3, 2])  # tied weights
-        z = tf.nn.conv2d(h, tf.cast(kernel, h.dtype), strides=1, padding="SAME")
+        kernel = tf.cast(kernel, h_bar.dtype)
+        z = upsample_conv(h_bar, kernel, s, self.in_shape[:2])
         if self.decoder_bias is not None:
             z = z + self.decoder_bias
         return tf.nn.relu(z)
@@ -346,11 +438,12 @@ class StoBatchNet(keras.Model):
             input_noise: add the stored chi1/m to x.
             latent_noise: add the stored 2 chi2/m to h1.
         """
+        x = tf.cast(x, self.compute_dtype)
         if input_noise:
-            x = x + self.input_noise.fixed_noise
+            x = x + tf.cast(self.input_noise.fixed_noise, x.dtype)
         h = self.encode(x, training)
         if latent_noise:
-            h = h + self.latent_noise.fixed_noise
+            h = h + tf.cast(self.latent_noise.fixed_noise, h.dtype)
         return self.classify(h, training)
 
     def call(self, inputs: Any, training: Optional[bool] = None) -> tf.Tensor:
@@ -364,4 +457,4 @@ class StoBatchNet(keras.Model):
                 "input_scale": self.input_scale, "latent_scale": self.latent_scale,
                 "psi": self.psi, "hidden_units": self.hidden_units, "sync_bn": self.sync_bn,
                 "norm_bound": self.norm_bound, "bn_momentum": self.bn_momentum, "bn_eval": self.bn_eval,
-                "name": self.name}
+                "compute_dtype": self.compute_dtype_name, "name": self.name}

@@ -11,7 +11,9 @@ The loop hands each step one fixed block of 2 m N_tr examples (`batch_schedule` 
 the blocks are drawn once with the run's seed and visited in a fresh order every epoch).
 Block t of the step is local trainer t's fixed pair: positions [0, m) are its benign batch
 B_i1, positions [m, 2m) its adversarial-source batch B_i2 (Alg. 4, pairing
-"alg4_fixed_pairs"). Inside `strategy.run` every replica gathers the block (exact SUM
+"alg4_fixed_pairs"). With pairing "per_epoch_random" (the reference code's shared pool,
+§3.2) the blocks come from `epoch_batches` instead: [benign, adversarial source] drawn
+without replacement from a pool of the fixed batches of m. Inside `strategy.run` every replica gathers the block (exact SUM
 all-reduces of the uneven shards the loop distributed) and takes its own contiguous,
 UNPADDED slices of both roles: with R replicas and M micro-batches per replica, slice g = r M + j of a role holds
 positions [g m / (R M), (g + 1) m / (R M)). So:
@@ -53,10 +55,11 @@ from tfdp.models import stobatch as models
 from tfdp.train import replica
 from tfdp.train.base import Method
 
-PAIRINGS = ("alg4_fixed_pairs",)
+PAIRINGS = ("alg4_fixed_pairs", "per_epoch_random")
 BN_STATS = ("global", "per_microbatch")
 NORM_MODES = ("paper_l1", "spectral_ref")
 NOISE_TERMS = ("linear", "abs_mean")
+DTYPES = models.COMPUTE_DTYPES
 
 OPTIONS = options.OptionSet("stobatch_")  # every stobatch_* setting: name, default, help
 
@@ -79,7 +82,10 @@ OPTIONS.bool("stobatch_enforce_norm_bound", True,
              "StoBatch: project theta1 after every step so its norm stays <= the initial "
              "bound used for gamma (§7 A2 option a).")
 OPTIONS.string("stobatch_pairing", "alg4_fixed_pairs",
-               "StoBatch: benign / adversarial-source pairing (alg4_fixed_pairs).")
+               "StoBatch: benign / adversarial-source pairing: alg4_fixed_pairs (Alg. 4: "
+               "fixed pairs) or per_epoch_random (the reference code's shared pool of fixed "
+               "batches, both roles drawn without replacement; needs --stobatch_trainers=1; "
+               "spec §3.2).")
 OPTIONS.integer("stobatch_trainers", 1, "StoBatch: N_tr local trainers per step.")
 OPTIONS.integer("stobatch_micro_batches", 1,
                 "StoBatch: gradient micro-batches per replica (M_dev = this x replicas).")
@@ -98,6 +104,10 @@ OPTIONS.string("stobatch_ae_optimizer", "adam",
                "StoBatch: optimizer of theta1, adam (reference code) or sgd.")
 OPTIONS.string("stobatch_noise_term", "linear",
                "StoBatch: output noise term: linear (paper) or abs_mean (ref code, §7 A3).")
+OPTIONS.string("stobatch_dtype", "float32",
+               "StoBatch: compute dtype of the network, the attacks and the losses: float32, "
+               "or float64 (slower; results do not depend on float32 summation order, e.g. "
+               "to check that replica counts give the same weights, spec §8.1 item 28).")
 OPTIONS.integer("stobatch_num_draws", 2000, "StoBatch: Monte-Carlo draws n (§2.11).")
 OPTIONS.string("stobatch_delta_rx_mode", "unit",
                "StoBatch: Delta_r^x = mu * d_cert with mu = 1 (unit), mu_a or mu_train "
@@ -282,6 +292,7 @@ class StoBatch(Method):
         self.radius_divisor = float(OPTIONS.get(opts, "stobatch_radius_divisor"))
         self.radius_psi_correction = bool(OPTIONS.get(opts, "stobatch_radius_psi_correction"))
         self.architecture = OPTIONS.get(opts, "stobatch_architecture")
+        self.dtype = OPTIONS.get(opts, "stobatch_dtype")
         # The loop's step unit: N_tr pairs of (benign, adversarial-source) fixed batches.
         super().__init__(dataclasses.replace(config, batch_size=2 * self.m * max(self.n_tr, 1)))
         self.budget: Budget | None = None
@@ -323,11 +334,16 @@ class StoBatch(Method):
                 ("stobatch_ae_optimizer", self.ae_optimizer_name, ("adam", "sgd")),
                 ("stobatch_bn_eval", self.bn_eval, models.BN_EVAL_MODES),
                 ("stobatch_delta_rx_mode", self.delta_rx_mode, ("unit", "mu_a", "mu_train")),
+                ("stobatch_dtype", self.dtype, DTYPES),
                 ("stobatch_architecture", self.architecture,
                  ("auto",) + models.ARCHITECTURES)):
             if value not in allowed:
                 raise ValueError(f"--{name}: unknown value {value!r}; choose one of "
                                  f"{list(allowed)}")
+        if self.pairing == "per_epoch_random" and self.n_tr != 1:
+            raise ValueError(f"--stobatch_trainers: --stobatch_pairing=per_epoch_random draws "
+                             f"one (benign, adversarial-source) pair per step from the shared "
+                             f"pool (the reference code's N_tr = 1), got {self.n_tr}")
         if self.bn_stats == "global" and self.micro > 1:
             raise ValueError("--stobatch_micro_batches: gradient accumulation normalises each "
                              "micro-batch alone; use --stobatch_bn_stats=per_microbatch "
@@ -344,15 +360,65 @@ class StoBatch(Method):
             raise ValueError(f"--delta: StoBatch is pure eps-DP; expected 0, got {cfg.delta!r}")
 
     def batch_schedule(self) -> str:
-        return "fixed"
+        # A label (config.json); `batches` builds the steps of both pairing modes.
+        return "per_epoch_random" if self.pairing == "per_epoch_random" else "fixed"
+
+    def epoch_batches(self, num_examples: int, fixed_seed: int,
+                      rng: np.random.Generator) -> list:
+        """One epoch of `per_epoch_random` steps: [benign batch, adversarial-source batch].
+
+        StoBatch spec §3.2 (the reference code's pairing): the data are cut ONCE into
+        n_b = floor(N/m) fixed batches of m (`fixed_seed`, the same for every epoch). Each
+        step draws its benign batch and then its adversarial-source batch without
+        replacement from one shared pool of the n_b batches, which is refilled (a fresh
+        permutation from `rng`) when it is empty. One epoch is n_b steps, i.e. exactly two
+        pool cycles, so every batch serves twice per epoch in random roles. When the pool is
+        refilled between the two draws of a step, the adversarial source is drawn from the
+        refilled pool minus that step's benign batch (spec §3.2 [rec]; the benign batch stays
+        in the pool), so no step uses one batch in both roles.
+
+        Args:
+            num_examples: N.
+            fixed_seed: seed of the one-time partition.
+            rng: this epoch's generator (pool order).
+
+        Returns:
+            n_b int64 index arrays of 2m: positions [0, m) benign, [m, 2m) adversarial source.
+        """
+        from tfdp import data  # pylint: disable=import-outside-toplevel
+        partition = np.asarray(data.fixed_batches(num_examples, self.m, fixed_seed))
+        n_b = len(partition)
+        if n_b < 2:
+            raise ValueError(f"--batch_size: per_epoch_random needs at least 2 fixed batches "
+                             f"of m = {self.m}, the data set gives {n_b}")
+        pool: list = []
+        steps = []
+        for _ in range(n_b):
+            if not pool:
+                pool = list(rng.permutation(n_b))
+            benign = pool.pop(0)
+            if not pool:  # refill between the two draws of this step
+                pool = list(rng.permutation(n_b))
+                adv = next(b for b in pool if b != benign)
+                pool.remove(adv)
+            else:
+                adv = pool.pop(0)
+            steps.append(np.concatenate([partition[benign], partition[adv]]))
+        return steps
 
     def batches(self, epoch: int, rng: np.random.Generator):
         """Per step, the N_tr (benign B_i1, adversarial-source B_i2) pairs of one fixed block.
+
+        With `per_epoch_random` pairing (N_tr = 1), the pairs of `epoch_batches` instead.
 
         Yields tuples (B_11, B_12, ..., B_N1, B_N2) of m indices each; the loop concatenates
         them in order, so trainer t's pair sits at positions [2 m t, 2 m (t + 1)).
         """
         m = self.m
+        if self.pairing == "per_epoch_random":
+            for step in self.epoch_batches(self.data_spec.num_train, self.layout_seed, rng):
+                yield step[:m], step[m:]
+            return
         for block in super().batches(epoch, rng):
             yield tuple(block[2 * m * t + r * m:2 * m * t + (r + 1) * m]
                         for t in range(self.n_tr) for r in (0, 1))
@@ -433,7 +499,7 @@ class StoBatch(Method):
             latent_scale=2.0 * b.delta_r / b.eps1, psi=self.psi,
             hidden_units=self.hidden_units, sync_bn=self.bn_stats == "global",
             norm_bound=bound, bn_momentum=self.bn_momentum,
-            bn_eval=self.bn_eval, name="stobatch")
+            bn_eval=self.bn_eval, compute_dtype=self.dtype, name="stobatch")
         model.build((None,) + tuple(input_shape))
         model.encoder_conv.kernel.assign(self._theta1_0)
         model.set_noise(self._noise["chi1"], self._noise["chi2"], self.draw_chi3(num_classes))
@@ -506,7 +572,8 @@ class StoBatch(Method):
         """
         ids = attack_graph.ensemble_ids(positions, self.m)
         return attack_graph.craft(self._attack_logits(model), xs, mu, attack_ids=ids,
-                                  nb_iter=self.attack_iters, start_noise=start_noise)
+                                  nb_iter=self.attack_iters, start_noise=start_noise,
+                                  dtype=tf.as_dtype(model.compute_dtype))
 
     def chi3_term_gradient(self, model) -> tuple:
         """This replica's share of the chi3 term and its gradient w.r.t. W_pi.
@@ -518,8 +585,8 @@ class StoBatch(Method):
         Returns:
             (term, gradient) for the calling replica.
         """
-        on_first = tf.cast(replica.is_first_replica(), tf.float32)
         w_pi = model.output_layer.kernel
+        on_first = tf.cast(replica.is_first_replica(), w_pi.dtype)
         with tf.GradientTape() as tape:
             term = losses.functional_mechanism_term(model.chi3, w_pi, divisor=self.m,
                                                     mode=self.noise_term) * on_first
@@ -534,12 +601,14 @@ class StoBatch(Method):
         rid = tf.cast(step_ctx.replica_id, tf.int64)
         m, micro, n_tr, xi = self.m, self.micro, self.n_tr, self.xi
         groups = num_rep * micro
+        dt = tf.as_dtype(model.compute_dtype)  # float32 unless --stobatch_dtype=float64
+        x = tf.cast(x, dt)
         theta1, theta2 = model.theta1, model.theta2
-        lat = model.latent_noise.fixed_noise
+        lat = tf.cast(model.latent_noise.fixed_noise, dt)
         g1 = [tf.zeros_like(v) for v in theta1]
         g2 = [tf.zeros_like(v) for v in theta2]
-        sums = {k: tf.constant(0.0) for k in ("loss", "ae_loss", "l1", "l2", "accuracy",
-                                              "adv_linf")}
+        sums = {k: tf.constant(0.0, dt) for k in ("loss", "ae_loss", "l1", "l2", "accuracy",
+                                                  "adv_linf")}
         mu_log = tf.constant(0.0)
         # Craft every adversarial micro-batch first, all against the parameters and BN
         # statistics at the start of the step (as R M replicas would).
@@ -550,8 +619,8 @@ class StoBatch(Method):
             u = tf.random.stateless_uniform([], step_ctx.step_seed(1 + t), dtype=tf.float32)
             mu = self.mu_max * (1.0 - u)  # U(0, mu_max]
             mu_log += mu
-            start_all = tf.random.stateless_uniform(
-                tf.concat([[m], tf.shape(x)[1:]], 0), step_ctx.step_seed(1000 + t), -1.0, 1.0)
+            start_all = tf.cast(tf.random.stateless_uniform(
+                tf.concat([[m], tf.shape(x)[1:]], 0), step_ctx.step_seed(1000 + t), -1.0, 1.0), dt)
             for j in range(micro):
                 g = rid * micro + j
                 lo = (g * m) // groups
@@ -559,11 +628,12 @@ class StoBatch(Method):
                 xb, yb = x[base + lo:base + hi], y[base + lo:base + hi]
                 xs, ys = x[base + m + lo:base + m + hi], y[base + m + lo:base + m + hi]
                 pos = tf.range(lo, hi)
-                xa = self.craft_adversarial(model, xs, mu, pos, tf.gather(start_all, pos))
+                xa = self.craft_adversarial(model, xs, tf.cast(mu, dt), pos,
+                                            tf.gather(start_all, pos))
                 parts.append((xb, yb, xs, ys, xa))
         for xb, yb, xs, ys, xa in parts:  # one micro-batch's gradients each
-            yb1 = tf.one_hot(tf.cast(yb, tf.int32), self.num_classes)
-            ys1 = tf.one_hot(tf.cast(ys, tf.int32), self.num_classes)
+            yb1 = tf.one_hot(tf.cast(yb, tf.int32), self.num_classes, dtype=dt)
+            ys1 = tf.one_hot(tf.cast(ys, tf.int32), self.num_classes, dtype=dt)
             with tf.GradientTape(persistent=True) as tape:
                 hb = model.encode(xb, True) + lat
                 ha = model.encode(xa, True) + lat
@@ -590,7 +660,7 @@ class StoBatch(Method):
             sums["l2"] += tf.reduce_sum(zb * yb1) / float(m * n_tr)
             sums["accuracy"] += tf.reduce_sum(tf.cast(tf.equal(
                 tf.argmax(zb, 1, output_type=tf.int64), tf.cast(yb, tf.int64)),
-                tf.float32)) / float(m * n_tr)
+                dt)) / float(m * n_tr)
             sums["adv_linf"] += tf.reduce_sum(tf.reduce_max(
                 tf.abs(tf.reshape(xa - xs, [tf.shape(xs)[0], -1])), 1)) / float(m * n_tr)
         noise_term, g_noise = self.chi3_term_gradient(model)
@@ -602,6 +672,7 @@ class StoBatch(Method):
         out = dict(sums)
         out["loss"] = sums["loss"] + noise_term
         out["noise_term"] = noise_term
+        out = {k: tf.cast(v, tf.float32) for k, v in out.items()}  # logged values
         on_first = tf.cast(replica.is_first_replica(), tf.float32)
         out["mu_t"] = mu_log / float(n_tr) * on_first
         return out
