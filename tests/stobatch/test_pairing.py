@@ -25,7 +25,7 @@ def test_per_epoch_random_pool_cycles(tmp_path, n_b):
     m = 4
     n = n_b * m + 3  # a remainder of 3 examples is dropped
     method = _method(tmp_path, m=m)
-    assert method.batch_schedule() == "method"
+    assert method.batch_schedule() == "per_epoch_random"  # a label; batches() builds them
     partition = None
     for epoch in range(3):
         steps = method.epoch_batches(n, 11, np.random.default_rng(epoch))
