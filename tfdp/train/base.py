@@ -374,6 +374,16 @@ class Method(abc.ABC):
         """Hard cap on training steps (e.g. DP-SGD's budget); None for no cap."""
         return None
 
+    def trace_any_batch_size(self) -> bool:
+        """Whether epochs with batches of varying size (Poisson lots) run one step graph.
+
+        True: the run traces the step for any batch size before the first step of such an
+        epoch, so a first run and a resume execute the same graph (needed when a graph traced
+        for a static batch size can differ in the last bit, e.g. DP-SGD's ghost paths).
+        False (default): the step is traced as batches arrive.
+        """
+        return False
+
     def setup_state(self) -> dict:
         """Host-side results of `setup` to save with the checkpoints (name -> numpy array)."""
         return {}

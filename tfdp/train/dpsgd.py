@@ -183,6 +183,12 @@ class DPSGD(Method):
         self.optimizer.apply_gradients(zip(grads, variables))
         return metrics
 
+    def trace_any_batch_size(self) -> bool:
+        # With Poisson lots, Grappler rewrites the ghost paths' graph differently for a static
+        # batch size, so a resume must run the same any-size graph (docs/dpsgd-clipping.md).
+        # The vectorized path does not differ, and keeps the graphs its results were made with.
+        return OPTIONS.get(self.config.options, "dpsgd_clipping") != "vectorized"
+
     def setup_state(self) -> dict:
         return {"noise_multiplier": np.float64(self.noise_multiplier),
                 "steps": np.int64(self._steps)}

@@ -497,7 +497,7 @@ class Run:
                 break
             batches = _flat_batches(epoch_batches(method, self.run_key, epoch))
             dataset = _epoch_dataset(self.strategy, data.x_train, data.y_train, batches)
-            if len({len(b) for b in batches}) > 1:
+            if method.trace_any_batch_size() and len({len(b) for b in batches}) > 1:
                 # Lots of varying size (Poisson): trace the step for any batch size before the
                 # first call, so that every step, first run or resume, runs this one graph (a
                 # graph traced for a static size can differ from it in the last bit).
