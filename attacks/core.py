@@ -198,6 +198,10 @@ def run_attack(name: str, model_fn: ModelFn, x: Any, eps: float, clip_min: float
         raise ValueError(f"attack name must be one of {ATTACKS}, got {name!r}")
     if not callable(model_fn):
         raise ValueError("model_fn must be callable")
+    if not tf.executing_eagerly():
+        return _in_graph(name, model_fn, x, eps, clip_min, clip_max, y, norm, nb_iter=nb_iter,
+                         eps_iter=eps_iter, decay_factor=decay_factor, rand_init=rand_init,
+                         seed=seed, eot_draws=eot_draws)
     eps = checks.check_nonnegative(eps, "eps (attack size)")
     clip_min, clip_max = checks.check_interval((clip_min, clip_max), "clip_min/clip_max")
     if norm not in (np.inf, 1, 2):
@@ -301,6 +305,47 @@ def ensemble(model_fn: ModelFn, x: Any, *, rng: Any, max_eps: float = 1.0,
 
 
 # ------------------------------------------------------------------------------ internals
+
+
+def _in_graph(name: str, model_fn: ModelFn, x: Any, eps: Any, clip_min: float,
+              clip_max: float, y: Any, norm: float, *, nb_iter: int, eps_iter: Any,
+              decay_factor: float, rand_init: bool, seed: Any, eot_draws: int) -> tf.Tensor:
+    """`run_attack` inside a `tf.function` or `strategy.run`: the graph-safe `attacks.graph`.
+
+    The same adversarial examples as the eager call (tests/attacks/test_graph.py): FGSM is
+    one I-FGSM step of size eps, and Madry's random start is the eager call's stateless
+    uniform draw for the same `seed` over this batch. Python arguments are checked as in
+    the eager call; data-dependent checks (x inside the clip range) are not possible in a
+    graph, and a Madry attack needs an explicit `seed` (no OS entropy inside a graph).
+
+    Raises:
+        ValueError: for a norm other than l_inf, eot_draws != 1, a missing Madry seed or a
+            bad Python argument.
+    """
+    from attacks import graph  # pylint: disable=import-outside-toplevel
+    if norm != np.inf:
+        raise ValueError(f"norm: only np.inf inside a tf.function, got {norm!r}")
+    if int(eot_draws) != 1:
+        raise ValueError("eot_draws: only 1 inside a tf.function")
+    clip_min, clip_max = checks.check_interval((clip_min, clip_max), "clip_min/clip_max")
+    nb_iter = 1 if name == "fgsm" else int(nb_iter)
+    if nb_iter < 1:
+        raise ValueError(f"nb_iter must be >= 1, got {nb_iter}")
+    if isinstance(eps, (int, float)):
+        eps = checks.check_nonnegative(eps, "eps (attack size)")
+    if name == "fgsm":
+        eps_iter = None  # one step of size eps
+    x = tf.convert_to_tensor(x, tf.float32)
+    start = None
+    if name == "madry" and rand_init:
+        if seed is None:
+            raise ValueError("seed: a Madry attack inside a tf.function needs an explicit seed")
+        seed_t = seed if tf.is_tensor(seed) else _seed_tensor(seed)
+        start = tf.random.stateless_uniform(tf.shape(x), seed_t, -1.0, 1.0)
+    ids = tf.fill(tf.shape(x)[:1], graph.ATTACK_IDS[name])
+    return graph.craft(model_fn, x, eps, attack_ids=ids, nb_iter=nb_iter, eps_iter=eps_iter,
+                       start_noise=start, labels=y, clip_min=clip_min, clip_max=clip_max,
+                       decay=float(decay_factor))
 
 
 def _compiled(name: str, model_fn: ModelFn, norm: float, nb_iter: int, clip_min: float,

@@ -138,3 +138,37 @@ def test_each_attack_under_two_replicas_equals_the_eager_call(model, name):
     out = np.concatenate([o.numpy() for o in strategy.experimental_local_results(step())])
     np.testing.assert_allclose(out, eager.numpy(), rtol=0, atol=1e-6)
     assert np.max(np.abs(out - x.numpy())) > 0.5 * eps  # the attack moved the points
+
+
+@pytest.mark.parametrize("name", ["fgsm", "ifgsm", "mim", "madry"])
+def test_public_attack_api_inside_strategy_run_equals_the_eager_call(model, name):
+    """attacks.fgsm/ifgsm/mim/madry called inside tf.function + strategy.run (2 replicas)."""
+    import attacks
+    from tfdp.train import loop
+    strategy = loop.cpu_mirrored_strategy()
+    x, eps = _x(n=8, low=-0.9, high=0.9), 0.2
+    kwargs = {} if name == "fgsm" else {"nb_iter": 3}
+    if name == "madry":
+        kwargs["seed"] = [5, 1]
+    fn = getattr(attacks, name)
+
+    @tf.function
+    def step():
+        def replica():
+            # each replica attacks the whole batch, so the seeded Madry start matches
+            return fn(model, x, eps, clip_min=-1.0, clip_max=1.0, **kwargs)
+        return strategy.run(replica)
+
+    eager = fn(model, x, eps, clip_min=-1.0, clip_max=1.0, **kwargs).numpy()
+    for out in strategy.experimental_local_results(step()):
+        np.testing.assert_allclose(out.numpy(), eager, rtol=0, atol=1e-6)
+    assert np.max(np.abs(eager - x.numpy())) > 0.5 * eps
+
+
+def test_public_attack_api_in_a_graph_rejects_what_it_cannot_do(model):
+    import attacks
+    x = _x(n=4)
+    with pytest.raises(ValueError, match="seed"):
+        tf.function(lambda: attacks.madry(model, x, 0.1))()
+    with pytest.raises(ValueError, match="eot_draws"):
+        tf.function(lambda: attacks.ifgsm(model, x, 0.1, eot_draws=2))()
