@@ -33,8 +33,19 @@ _CERT = {"mechanism": "pixeldp_gaussian", "construction_bound": 0.1, "epsilon": 
          "delta": 0.05}
 
 
-def _flag(name: str, overrides: dict) -> Any:
-    return OPTIONS.setting(overrides, name)
+def read_sizes(option_set: options.OptionSet, overrides: dict) -> tuple[int, ...]:
+    """(batch_size, num_draws, draws_per_step, repeats, seed) of a certification benchmark.
+
+    Raises:
+        ValueError: naming the setting, if a size is < 1.
+    """
+    def get(name):
+        return int(option_set.setting(overrides, name))
+    sizes = {k: get(k) for k in ("batch_size", "num_draws", "draws_per_step", "repeats")}
+    for name, value in sizes.items():
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    return (*sizes.values(), get("seed"))
 
 
 def build_pixeldp_cnn(seed: int = 0) -> keras.Model:
@@ -118,14 +129,7 @@ def run(**overrides: Any) -> dict:
     Raises:
         ValueError: if a size argument is < 1 or draws_per_step does not divide num_draws.
     """
-    batch, draws = int(_flag("batch_size", overrides)), int(_flag("num_draws", overrides))
-    per_step, repeats = int(_flag("draws_per_step", overrides)), int(_flag("repeats",
-                                                                           overrides))
-    seed = int(_flag("seed", overrides))
-    for name, value in (("batch_size", batch), ("num_draws", draws),
-                        ("draws_per_step", per_step), ("repeats", repeats)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+    batch, draws, per_step, repeats, seed = read_sizes(OPTIONS, overrides)
     if draws % per_step:
         raise ValueError(f"draws_per_step={per_step} must divide num_draws={draws}")
 

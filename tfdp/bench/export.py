@@ -27,10 +27,6 @@ _REPEATS = OPTIONS.integer("export_repeats", 5,
 _SEED = OPTIONS.integer("export_seed", 0, "Seed for data, weights and noise.")
 
 
-def _flag(name: str, overrides: dict) -> Any:
-    return OPTIONS.setting(overrides, name)
-
-
 def _write_run(path: str, model: keras.Model) -> None:
     """A minimal run directory for the benchmark network (model, config, empty ledger)."""
     run = rundir.RunDir(path, create=True)
@@ -64,14 +60,7 @@ def run(**overrides: Any) -> dict:
     Raises:
         ValueError: if a size argument is < 1.
     """
-    batch, draws = int(_flag("batch_size", overrides)), int(_flag("num_draws", overrides))
-    per_step, repeats = int(_flag("draws_per_step", overrides)), int(_flag("repeats",
-                                                                           overrides))
-    seed = int(_flag("seed", overrides))
-    for name, value in (("batch_size", batch), ("num_draws", draws),
-                        ("draws_per_step", per_step), ("repeats", repeats)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+    batch, draws, per_step, repeats, seed = certify_bench.read_sizes(OPTIONS, overrides)
     cert = dict(certify_bench._CERT)  # pylint: disable=protected-access
     model = certify_bench.build_pixeldp_cnn(seed)
     x = np.random.default_rng(seed).uniform(0, 1, size=(batch, 28, 28, 1)).astype(np.float32)
