@@ -64,7 +64,11 @@ def test_override_arguments_select_method_and_budgets():
     train = registry.train_job("reduced", sto.depends)
     assert train.flagfile == "flags/stobatch/mnist_reduced.flags"
     assert train.args == ("--method=stobatch", "--dataset=mnist", "--epsilon=0.2")
-    assert "--num_examples=1000" in sto.args and "--certify" not in sto.args
+    # spec §6.1: conventional accuracy is the noise-smoothed (Monte-Carlo) classifier's
+    assert "--num_examples=1000" in sto.args and "--certify" in sto.args
+    for rid in ("stobatch.mnist.secure_sgd.eps2", "stobatch.mnist.mu_drop",
+                "stobatch.mnist.stobatch.eps2.strong_attack"):
+        assert "--certify" in registry.ROWS_BY_ID[rid].jobs["reduced"]["run"].args, rid
 
 
 def test_full_dry_run_prints_existing_flagfiles():
