@@ -672,7 +672,8 @@ def _hgm_rows() -> list[Row]:
                                     high=None if band is None else band[1]),
                 extractor="attack_gap", params=(("size", mu),), jobs=jobs,
                 headline=other == "dpsgd", figure="acc_vs_eps_attack", unit=" pts",
-                note=f"smoke scale: eps in {{{eps_grid[0]:g}, {eps_grid[-1]:g}}} only"))
+                note=(f"the smoke scale runs eps in {{{eps_grid[0]:g}, {eps_grid[-1]:g}}} only, "
+                      "the other scales the whole grid")))
     for dataset, lo, hi, value in (("mnist", 0.2, 2.0, 29.67), ("cifar10", 2.0, 10.0, 18.17)):
         mu = "0.1" if dataset == "mnist" else "0.2"
         rows.append(Row(
