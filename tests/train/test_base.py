@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdp import data
 from tfdp.train import base, loop, nonprivate
 from tfdp.train.base import DataSpec, Method, StepContext, TrainConfig
 
@@ -14,12 +13,8 @@ _CLASSES = 3
 
 
 @pytest.fixture(scope="module")
-def tiny_data():
-    x_train, y_train = data.load("synthetic", "train", shape=_SHAPE, num_classes=_CLASSES,
-                                 num_examples=48, seed=1)
-    x_test, y_test = data.load("synthetic", "test", shape=_SHAPE, num_classes=_CLASSES,
-                               num_examples=12, seed=1)
-    return loop.Data(x_train, y_train, x_test, y_test, _SHAPE, _CLASSES)
+def tiny_data(synthetic_data):
+    return synthetic_data(_SHAPE, _CLASSES, num_train=48, num_test=12, seed=1)
 
 
 def _cfg(tmp_path, name, **kw):

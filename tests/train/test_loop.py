@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import layers
-from tfdp import data, mechanisms, rundir
+from tfdp import mechanisms, rundir
 from tfdp.train import dpsgd, loop, nonprivate
 from tfdp.train.base import Method, TrainConfig
 
@@ -18,12 +18,8 @@ _CLASSES = 3
 
 
 @pytest.fixture(scope="module")
-def tiny_data():
-    x_train, y_train = data.load("synthetic", "train", shape=_SHAPE, num_classes=_CLASSES,
-                                 num_examples=96, seed=0)
-    x_test, y_test = data.load("synthetic", "test", shape=_SHAPE, num_classes=_CLASSES,
-                               num_examples=40, seed=0)
-    return loop.Data(x_train, y_train, x_test, y_test, _SHAPE, _CLASSES)
+def tiny_data(synthetic_data):
+    return synthetic_data(_SHAPE, _CLASSES, num_train=96, num_test=40, seed=0)
 
 
 def _mirrored():
