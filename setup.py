@@ -9,7 +9,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["tfdp", "tfdp.*", "layers", "layers.*", "attacks",
                                      "attacks.*"]),
-    package_data={"tfdp": ["data_files/*.npz"]},
+    package_data={"tfdp": ["data_files/*.npz", "kernels/*.cc"]},
     install_requires=[
         "keras>=3.15,<4",
         "numpy>=2.0,<3",

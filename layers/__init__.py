@@ -4,10 +4,12 @@ from layers.adlm import BatchStatNorm, BiasNoise, CropStandardize
 from layers.autoencoder import DPAutoEncoderConv
 from layers.bounding import BoundedLRN, Clip, MinMaxBound
 from layers.control import set_inference_noise
-from layers.noise import (NOISE_MODES, GaussianNoise, HeterogeneousGaussianNoise,
-                          LaplaceNoise)
+from layers.noise import (NOISE_KERNELS, NOISE_MODES, GaussianNoise,
+                          HeterogeneousGaussianNoise, LaplaceNoise, get_noise_kernel,
+                          noise_kernel, set_noise_kernel)
 
 __all__ = [
+    "NOISE_KERNELS",
     "NOISE_MODES",
     "BatchStatNorm",
     "BiasNoise",
@@ -19,5 +21,8 @@ __all__ = [
     "HeterogeneousGaussianNoise",
     "LaplaceNoise",
     "MinMaxBound",
+    "get_noise_kernel",
+    "noise_kernel",
     "set_inference_noise",
+    "set_noise_kernel",
 ]

@@ -98,6 +98,54 @@ def unit_laplace(shape: Any, seed: tf.Tensor) -> tf.Tensor:
     return tf.reshape(unit_laplace_from_words(_words(tf.reduce_prod(shape), 2, seed)), shape)
 
 
+# ---------------------------------------------------------------------------- kernels
+#
+# "portable" draws with the TensorFlow ops above (any device; the default). "fused" adds
+# the fresh per-example/inference draws with one compiled CPU op (tfdp.kernels): the same
+# Philox words, the same float32 formulas with vectorised log/cos/sin (a draw may differ
+# from the portable one in its last few bits), scale and add in the same pass. The kernel
+# is read when a layer is traced: set it before building a training step.
+
+NOISE_KERNELS = ("portable", "fused")
+_KERNEL = {"mode": "portable"}
+
+
+def set_noise_kernel(mode: str) -> None:
+    """Selects how fresh noise is drawn from now on: "portable" or "fused".
+
+    Args:
+        mode: one of NOISE_KERNELS. "fused" builds the compiled kernel now (once per
+            machine; a few seconds) so that a missing compiler fails here, before any work.
+
+    Raises:
+        ValueError: if mode is unknown.
+        tfdp.kernels.KernelUnavailable: if mode is "fused" and the kernel cannot be built.
+    """
+    if mode not in NOISE_KERNELS:
+        raise ValueError(f"noise kernel must be one of {NOISE_KERNELS}, got {mode!r}")
+    if mode == "fused":
+        from tfdp import kernels  # pylint: disable=import-outside-toplevel
+
+        kernels.load()
+    _KERNEL["mode"] = mode
+
+
+def get_noise_kernel() -> str:
+    """The noise kernel layers use when traced now."""
+    return _KERNEL["mode"]
+
+
+@contextlib.contextmanager
+def noise_kernel(mode: str) -> Iterator[None]:
+    """Context manager form of `set_noise_kernel` (restores the previous kernel on exit)."""
+    previous = _KERNEL["mode"]
+    set_noise_kernel(mode)
+    try:
+        yield
+    finally:
+        _KERNEL["mode"] = previous
+
+
 @contextlib.contextmanager
 def example_index_scope(index: Any) -> Iterator[None]:
     """Keys fresh per-example noise by the example's position inside the block.
@@ -338,6 +386,43 @@ class _NoiseLayer(keras.layers.Layer):
         shape = tf.concat([batch, tf.constant(self._feature_shape, dtype=tf.int32)], axis=0)
         return self._sample(shape, self._next_seed(tag, per_replica=True), inputs.dtype, factor)
 
+    def _fused_applies(self, inputs: tf.Tensor) -> bool:
+        """Whether this call adds its fresh draw with the fused kernel (see NOISE_KERNELS).
+
+        Only for float32 inputs whose noise has the input's full shape (no shared axes), and
+        never inside example_index_scope (per-example calls under tf.vectorized_map, which
+        has no rule for the compiled op).
+        """
+        return (_KERNEL["mode"] == "fused" and inputs.dtype == tf.float32
+                and self._fused_distribution() is not None
+                and getattr(_EXAMPLE, "index", None) is None
+                and tuple(inputs.shape[1:]) == self._feature_shape)
+
+    def _fused_distribution(self) -> Optional[str]:
+        """The fused kernel's distribution for this layer's unit draw (None: not supported)."""
+        standard = type(self)._standard
+        if standard is LaplaceNoise._standard:
+            return "laplace"
+        if standard in (GaussianNoise._standard, HeterogeneousGaussianNoise._standard):
+            return "gaussian"
+        return None
+
+    def _add_fresh(self, inputs: tf.Tensor, tag: int, factor: float) -> tf.Tensor:
+        """inputs + a fresh per-example draw (scaled by `factor`)."""
+        if not self._fused_applies(inputs):
+            return inputs + self._fresh_per_example(inputs, tag, factor)
+        from tfdp import kernels  # pylint: disable=import-outside-toplevel
+
+        seed = self._next_seed(tag, per_replica=True)
+        key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=seed)
+        scale = self._noise_scale * factor
+        if np.all(scale == scale.flat[0]):
+            flat = np.array([scale.flat[0]], dtype=np.float32)
+        else:
+            flat = np.broadcast_to(scale, self._feature_shape).astype(np.float32).reshape(-1)
+        return kernels.load().tfdp_noisy_add(inputs, tf.constant(flat), key, counter,
+                                             distribution=self._fused_distribution())
+
     # ------------------------------------------------------------------ call
 
     def _assert_in_bounds(self, inputs: tf.Tensor) -> tf.Tensor:
@@ -369,7 +454,7 @@ class _NoiseLayer(keras.layers.Layer):
                 noise = self._sample(shape, self._next_seed(_TAG_FRESH, per_replica=False),
                                      inputs.dtype)
             else:
-                noise = self._fresh_per_example(inputs, _TAG_FRESH, 1.0)
+                return self._add_fresh(inputs, _TAG_FRESH, 1.0)
             return inputs + noise
         if not self.inference_noise:
             return inputs
@@ -380,7 +465,7 @@ class _NoiseLayer(keras.layers.Layer):
         if self.noise_mode == "once" and self.inference_fixed_noise:
             out = out + tf.cast(self.fixed_noise.value, inputs.dtype)
         if self.inference_fresh_scale > 0.0:
-            out = out + self._fresh_per_example(inputs, _TAG_INFERENCE, self.inference_fresh_scale)
+            out = self._add_fresh(out, _TAG_INFERENCE, self.inference_fresh_scale)
         return out
 
     def compute_output_shape(self, input_shape: Any) -> Any:

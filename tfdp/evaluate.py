@@ -64,6 +64,8 @@ class EvalOptions:
             authors' code, HGM spec §4.6; the "strong" preset uses 2.5).
         restarts: random restarts of the Madry (PGD) attack; an example counts as broken if
             any restart breaks the noise-free network.
+        noise_kernel: how the noise layers draw (layers.NOISE_KERNELS); run directories only
+            (an export's graph is fixed when it is written).
     """
 
     attacks: Sequence[str] = ("fgsm", "ifgsm", "mim", "madry")
@@ -83,6 +85,7 @@ class EvalOptions:
     data_dir: Optional[str] = None
     eps_iter_scale: float = 1.0
     restarts: int = 1
+    noise_kernel: str = "portable"
 
 
 # Attack presets (issue 13 item 5): the papers' setting (step mu/T, as the authors' code) and
@@ -186,6 +189,9 @@ def validate_options(options: EvalOptions) -> EvalOptions:
         raise ValueError(f"eps_iter_scale must be > 0, got {options.eps_iter_scale!r}")
     if int(options.restarts) < 1:
         raise ValueError(f"restarts must be >= 1, got {options.restarts!r}")
+    if options.noise_kernel not in ("portable", "fused"):
+        raise ValueError(f"noise_kernel: expected portable or fused, got "
+                         f"{options.noise_kernel!r}")
     return dataclasses.replace(options, attacks=tuple(names), attack_sizes=tuple(sizes),
                                size_range=size_range)
 
@@ -567,9 +573,13 @@ def evaluate_run(model_dir: str, options: EvalOptions) -> dict:
             logging.info("evaluated %d/%d example-attacks (%.1f/s, ETA %.0f s)", done, total,
                          rate, eta)
 
-    summary, records = evaluate_arrays(model, x, y, value_range=value_range,
-                                       certification=config.get("certification"),
-                                       options=opts, progress=progress)
+    from tfdp import kernels  # pylint: disable=import-outside-toplevel
+
+    with kernels.noise_kernel_flag(opts.noise_kernel, flag="noise_kernel"):
+        summary, records = evaluate_arrays(model, x, y, value_range=value_range,
+                                           certification=config.get("certification"),
+                                           options=opts, progress=progress)
+    summary["noise_kernel"] = opts.noise_kernel
     summary["model_dir"] = rd.path
     summary["method"] = config.get("method")
     summary["dataset"] = config.get("dataset")

@@ -49,6 +49,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from layers import noise as noise_layers
 from tfdp import certify as certify_lib
 from tfdp import checks, rundir
 
@@ -499,6 +500,9 @@ def build_module(model: Any, certification: Optional[Mapping[str, Any]],
                  draws_per_step: int = DEFAULT_DRAWS_PER_STEP) -> tuple[tf.Module, dict]:
     """The tf.Module whose tf.functions become the SavedModel's signatures.
 
+    The functions are traced with the portable noise kernel whatever the process uses
+    (layers.noise_kernel): a SavedModel must load where tfdp's compiled op does not exist.
+
     Args:
         model: the run's Keras model (inputs -> logits).
         certification: the run's certification dict, or None (no `certify` signature).
@@ -515,6 +519,14 @@ def build_module(model: Any, certification: Optional[Mapping[str, Any]],
     Raises:
         ValueError: on a bad bound, draws_per_step or certification.
     """
+    with noise_layers.noise_kernel("portable"):
+        return _build_module(model, certification, input_shape, num_classes, bound=bound,
+                             draws_per_step=draws_per_step)
+
+
+def _build_module(model: Any, certification: Optional[Mapping[str, Any]],
+                  input_shape: Sequence[int], num_classes: int, *, bound: str,
+                  draws_per_step: int) -> tuple[tf.Module, dict]:
     if bound not in certify_lib.BOUNDS:
         raise ValueError(f"bound must be one of {certify_lib.BOUNDS}, got {bound!r}")
     draws_per_step = checks.check_int(draws_per_step, "draws_per_step", minimum=1)
@@ -852,7 +864,8 @@ def export_run(model_dir: str, export_dir: str, *, overwrite: bool = False,
     try:
         card_path = rundir.write_json_atomic(os.path.join(staging, CARD_FILE), card)
         module.model_card = tf.saved_model.Asset(card_path)
-        tf.saved_model.save(module, tmp, signatures=signatures)
+        with noise_layers.noise_kernel("portable"):  # any retrace stays portable
+            tf.saved_model.save(module, tmp, signatures=signatures)
         shutil.copyfile(card_path, os.path.join(tmp, CARD_FILE))
         if include_keras:
             shutil.copyfile(run.file(rundir.MODEL_FILE), os.path.join(tmp, KERAS_FILE))

@@ -39,6 +39,10 @@ flags.DEFINE_string("data_dir", None, "Data root (default: the run's data_dir)."
 flags.DEFINE_string("saved_model", None, "Evaluate this SavedModel written by tfdp-export "
                     "instead of a run directory; results go to --model_dir if given, else "
                     "to SAVED_MODEL-evaluation.")
+flags.DEFINE_enum("noise_kernel", "portable", ["portable", "fused"],
+                  "How the noise layers draw fresh noise (Monte-Carlo prediction, EOT "
+                  "attacks): 'portable' TensorFlow ops or the 'fused' compiled CPU op (built "
+                  "with g++ on first use). Run directories only.")
 flags.DEFINE_enum("attack_preset", None, ["paper", "strong"],
                   "paper: step mu/T_a as the authors' code; strong: PGD step 2.5 mu/T_a, "
                   "5x --nb_iter, 5 random restarts (unset: as the other flags say).")
@@ -52,7 +56,8 @@ def _options() -> evaluate_lib.EvalOptions:
         use_true_labels=FLAGS.use_true_labels, certify=FLAGS.certify,
         num_draws=FLAGS.num_draws, alpha=FLAGS.alpha, bound=FLAGS.bound,
         num_examples=FLAGS.num_examples, batch_size=FLAGS.batch_size,
-        draws_per_step=FLAGS.draws_per_step, seed=FLAGS.seed, data_dir=FLAGS.data_dir)
+        draws_per_step=FLAGS.draws_per_step, seed=FLAGS.seed, data_dir=FLAGS.data_dir,
+        noise_kernel=FLAGS.noise_kernel)
 
 
 def check_model_dir(model_dir: str) -> str | None:
@@ -82,6 +87,10 @@ def main(argv: list[str]) -> None:
         if FLAGS.attack_preset:
             options = evaluate_lib.apply_attack_preset(options, FLAGS.attack_preset)
         options = evaluate_lib.validate_options(options)
+        from tfdp import kernels  # pylint: disable=import-outside-toplevel
+
+        with kernels.noise_kernel_flag(options.noise_kernel):
+            pass  # builds the fused kernel now: a missing compiler fails before any work
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     problem = check_model_dir(FLAGS.model_dir)

@@ -24,12 +24,12 @@ DEFAULTS = {"epochs": 1, "batch_size": 128, "learning_rate": 1e-3, "optimizer": 
 RUN_FLAGS = ("method", "dataset", "data_dir", "model_dir", "epochs", "batch_size",
              "learning_rate", "optimizer", "seed", "epsilon", "delta", "value_range",
              "strategy", "num_train", "num_test", "checkpoint_every", "cpu_replicas",
-             "num_classes")
+             "num_classes", "noise_kernel")
 # Flags that only steer how a run executes; a resume may change them freely. The training data
 # may move (--data_dir); its content is compared with the run's by hash.
 RUN_CONTROL_FLAGS = ("model_dir", "strategy", "cpu_replicas", "checkpoint_every",
-                     "stop_after_epochs", "verbose", "download", "data_dir", "num_test",
-                     "resume", "overwrite")
+                     "noise_kernel", "stop_after_epochs", "verbose", "download", "data_dir",
+                     "num_test", "resume", "overwrite")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("method", "adlm", f"Training method: one of {sorted(registry.METHODS)}.")
@@ -74,6 +74,11 @@ flags.DEFINE_bool("overwrite", False,
                   "Start afresh in a --model_dir that holds files but no checkpoint and no "
                   "finished model (a run stopped before its first checkpoint). Never deletes a "
                   "run that can be resumed.")
+flags.DEFINE_enum("noise_kernel", "portable", ["portable", "fused"],
+                  "How the noise layers draw fresh noise: 'portable' (TensorFlow ops, any "
+                  "device) or 'fused' (one compiled CPU op per layer, built with g++ on first "
+                  "use; same Philox words, draws equal to the portable ones up to a few float32 "
+                  "ulps). Recorded in config.json; a resume may change it.")
 flags.DEFINE_integer("cpu_replicas", None,
                      "Split the CPU into N logical devices before any strategy is built, so "
                      "--strategy=mirrored runs N replicas on a CPU-only machine.")
@@ -114,6 +119,7 @@ class RunSpec:
     download: bool
     verbose: int
     num_classes: int | None = None
+    noise_kernel: str = "portable"
 
 
 def _is_number(value: Any) -> bool:
@@ -310,6 +316,9 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
         if dataset != "tiny_imagenet":
             raise ValueError(f"--num_classes: only --dataset=tiny_imagenet takes a class "
                              f"subset, got --dataset={dataset}")
+    noise_kernel = v.get("noise_kernel") or "portable"
+    if noise_kernel not in ("portable", "fused"):
+        raise ValueError(f"--noise_kernel: expected portable or fused, got {noise_kernel!r}")
     num_train = v.get("num_train")
     if num_train is not None and num_train < batch_size:
         raise ValueError(f"--num_train: {num_train} examples are fewer than one batch "
@@ -335,7 +344,7 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
                    checkpoint_every=checkpoint_every,
                    stop_after_epochs=v.get("stop_after_epochs"), data_dir=v.get("data_dir"),
                    download=bool(v.get("download")), verbose=int(v.get("verbose", 1)),
-                   num_classes=num_classes)
+                   num_classes=num_classes, noise_kernel=noise_kernel)
 
 
 def run_flags(spec: RunSpec) -> dict:
@@ -349,7 +358,7 @@ def run_flags(spec: RunSpec) -> dict:
         "value_range": [float(b) for b in cfg.value_range],
         "strategy": spec.strategy, "num_train": spec.num_train, "num_test": spec.num_test,
         "checkpoint_every": spec.checkpoint_every, "cpu_replicas": spec.cpu_replicas,
-        "num_classes": spec.num_classes,
+        "num_classes": spec.num_classes, "noise_kernel": spec.noise_kernel,
     }
 
 
@@ -408,16 +417,20 @@ def execute(spec: RunSpec):
     from tfdp.train import loop  # pylint: disable=import-outside-toplevel
     from tfdp.train import strategy as strategies  # pylint: disable=import-outside-toplevel
 
-    method = spec.method_cls(spec.config)
-    strategy = strategies.make_strategy(spec.strategy)
-    run_data = load_data(spec)
-    return loop.train(method, run_data, strategy=strategy, optimizer=spec.optimizer,
-                      resume=spec.resume, checkpoint_every=spec.checkpoint_every,
-                      stop_after_epochs=spec.stop_after_epochs, flags_text=flags_text(spec),
-                      config_extra={"flags": run_flags(spec),
-                                    "cpu_replicas": spec.cpu_replicas,
-                                    "data_options": data_options(spec)},
-                      verbose=spec.verbose, overwrite=spec.overwrite)
+    from tfdp import kernels  # pylint: disable=import-outside-toplevel
+
+    with kernels.noise_kernel_flag(spec.noise_kernel):  # a clear error before data loading
+        method = spec.method_cls(spec.config)
+        strategy = strategies.make_strategy(spec.strategy)
+        run_data = load_data(spec)
+        return loop.train(method, run_data, strategy=strategy, optimizer=spec.optimizer,
+                          resume=spec.resume, checkpoint_every=spec.checkpoint_every,
+                          stop_after_epochs=spec.stop_after_epochs,
+                          flags_text=flags_text(spec),
+                          config_extra={"flags": run_flags(spec),
+                                        "cpu_replicas": spec.cpu_replicas,
+                                        "data_options": data_options(spec)},
+                          verbose=spec.verbose, overwrite=spec.overwrite)
 
 
 def values_from_flags(flag_values) -> tuple[dict, dict, set]:
@@ -484,6 +497,10 @@ def main(argv) -> None:
                 replicas = None  # reported by resolve, naming the file
         _split_cpu(replicas)
         spec = resolve(*values_from_flags(FLAGS))
+        from tfdp import kernels  # pylint: disable=import-outside-toplevel
+
+        with kernels.noise_kernel_flag(spec.noise_kernel):
+            pass  # builds the fused kernel now: a missing compiler fails before any work
     except (ValueError, ImportError) as e:
         sys.exit(f"tfdp-train: error: {e}")
     try:

@@ -32,6 +32,9 @@ _WARMUP = OPTIONS.integer("layers_warmup", 3, "Untimed steps per variant after t
 _MODE = OPTIONS.enum("layers_noise_mode", "per_example", list(tfdp_layers.NOISE_MODES),
                      "Noise mode of the candidate's noise layers.")
 _SEED = OPTIONS.integer("layers_seed", 0, "Seed for data, weights and noise.")
+_KERNEL = OPTIONS.enum("layers_noise_kernel", "portable", list(tfdp_layers.NOISE_KERNELS),
+                       "How the candidate's noise layers draw fresh noise: 'portable' "
+                       "(TensorFlow ops) or 'fused' (the compiled CPU kernel, tfdp.kernels).")
 
 
 def _flag(name: str, overrides: dict) -> Any:
@@ -136,6 +139,10 @@ def run(**overrides: Any) -> dict:
     batch, steps = int(_flag("batch_size", overrides)), int(_flag("steps", overrides))
     repeats, warmup = int(_flag("repeats", overrides)), int(_flag("warmup", overrides))
     noise_mode, seed = _flag("noise_mode", overrides), int(_flag("seed", overrides))
+    kernel = _flag("noise_kernel", overrides)
+    if kernel not in tfdp_layers.NOISE_KERNELS:
+        raise ValueError(f"noise_kernel must be one of {tfdp_layers.NOISE_KERNELS}, "
+                         f"got {kernel!r}")
     for name, value in (("batch_size", batch), ("steps", steps), ("repeats", repeats)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
@@ -150,8 +157,9 @@ def run(**overrides: Any) -> dict:
     x = tf.constant(rng.uniform(0, 1, size=(batch,) + reference.input_shape[1:]), tf.float32)
     y = tf.constant(rng.integers(0, 10, size=batch), tf.int32)
     steps_fn = {"reference": _train_step_fn(reference), "candidate": _train_step_fn(candidate)}
-    for fn in steps_fn.values():
-        _time_steps(fn, x, y, max(warmup, 1))  # trace + warm up
+    with tfdp_layers.noise_kernel(kernel):  # the kernel is fixed when the step is traced
+        for fn in steps_fn.values():
+            _time_steps(fn, x, y, max(warmup, 1))  # trace + warm up
     times: dict[str, list[float]] = {"reference": [], "candidate": []}
     for rep in range(repeats):
         order = ("reference", "candidate") if rep % 2 == 0 else ("candidate", "reference")
@@ -172,7 +180,8 @@ def run(**overrides: Any) -> dict:
         "target": TARGET_RATIO,
         "passed": bool(ratio <= TARGET_RATIO),
         "reference": "CNN training step without noise layers",
-        "candidate": "same CNN with " + ", ".join(noise_layers),
+        "candidate": "same CNN with " + ", ".join(noise_layers)
+                     + f", {kernel} noise kernel",
         "reference_ms_per_step": ref_ms,
         "candidate_ms_per_step": cand_ms,
         "ratio_of_medians": cand_ms / ref_ms,
@@ -185,6 +194,7 @@ def run(**overrides: Any) -> dict:
         "repeats": repeats,
         "warmup": warmup,
         "noise_mode": noise_mode,
+        "noise_kernel": kernel,
         "seed": seed,
         "tensorflow": tf.__version__,
         "keras": keras.__version__,

@@ -22,6 +22,11 @@ RUNS = (
      "tfdp-bench layers --output=results/bench/layers.json"),
     ("layers_mnist", "layers", {"model": "mnist"},
      "tfdp-bench layers --layers_model=mnist --output=results/bench/layers_mnist.json"),
+    ("layers_fused", "layers", {"noise_kernel": "fused"},
+     "tfdp-bench layers --layers_noise_kernel=fused --output=results/bench/layers_fused.json"),
+    ("layers_mnist_fused", "layers", {"model": "mnist", "noise_kernel": "fused"},
+     "tfdp-bench layers --layers_model=mnist --layers_noise_kernel=fused "
+     "--output=results/bench/layers_mnist_fused.json"),
     ("certify", "certify", {},
      "tfdp-bench certify --output=results/bench/certify.json"),
     ("gpm", "gpm", {},
@@ -35,7 +40,8 @@ RUNS = (
 )
 PLOT = "dpsgd.png"
 # Whether a benchmark's ratio must stay below (time ratios) or above (throughput) its target.
-DIRECTION = {"layers": "<=", "layers_mnist": "<=", "gpm": "<=", "dpsgd": "<=",
+DIRECTION = {"layers": "<=", "layers_mnist": "<=", "layers_fused": "<=",
+             "layers_mnist_fused": "<=", "gpm": "<=", "dpsgd": "<=",
              "certify": ">=", "export": ">=", "stobatch": "<="}
 
 

@@ -1,0 +1,151 @@
+"""Optional compiled kernels, built on this machine on first use.
+
+`load()` compiles `noise_kernel.cc` against the installed TensorFlow with the system C++
+compiler (g++ by default, `CXX` to change it) into a cache directory keyed by the source,
+the TensorFlow version, the compiler flags and the CPU, then loads it. Nothing here is
+used unless asked for (`layers.set_noise_kernel("fused")`, `--noise_kernel=fused`); when
+asked for and it cannot be built, the error says why and nothing falls back silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any, Iterator
+
+import tensorflow as tf
+
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "noise_kernel.cc")
+# -ffast-math only for the vectorised libmvec log/cos/sin; no FMA contraction, so the
+# multiply-adds are the portable path's float32 operations.
+_OPT_FLAGS = ("-O3", "-march=native", "-ffast-math",
+              "-ffp-contract=off", "-fopenmp-simd", "-fPIC", "-shared")
+_LOCK = threading.Lock()
+_MODULE: dict[str, Any] = {}
+
+
+class KernelUnavailable(RuntimeError):
+    """The compiled kernel cannot be built or loaded here (the message says why)."""
+
+
+def cache_dir() -> str:
+    """Where built kernels are kept: $TFDP_KERNEL_CACHE, else ~/.cache/tfdp/kernels."""
+    return os.environ.get("TFDP_KERNEL_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "tfdp", "kernels")
+
+
+def _cpu_signature() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return line.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _build_key(compiler: str) -> str:
+    h = hashlib.sha256()
+    with open(_SOURCE, "rb") as f:
+        h.update(f.read())
+    for part in (tf.__version__, compiler, " ".join(_OPT_FLAGS),
+                 " ".join(tf.sysconfig.get_compile_flags()), _cpu_signature(), sys.platform):
+        h.update(part.encode())
+    return h.hexdigest()[:16]
+
+
+def library_path() -> str:
+    """Path of the built library for this source, TensorFlow, compiler and CPU (built if absent).
+
+    Raises:
+        KernelUnavailable: no compiler, not Linux/x86-64, or the build failed.
+    """
+    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
+        raise KernelUnavailable(
+            f"the fused noise kernel is built for Linux x86-64 only (this is {sys.platform} "
+            f"{platform.machine()}); use the portable kernel")
+    compiler = os.environ.get("CXX", "g++")
+    if shutil.which(compiler) is None:
+        raise KernelUnavailable(
+            f"the fused noise kernel needs a C++ compiler: {compiler!r} is not on PATH "
+            "(install g++ or set CXX), or use the portable kernel")
+    out_dir = os.path.join(cache_dir(), _build_key(compiler))
+    lib = os.path.join(out_dir, "tfdp_noise_kernel.so")
+    if os.path.exists(lib):
+        return lib
+    os.makedirs(out_dir, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
+    os.close(fd)
+    cmd = ([compiler, "-std=c++17", *_OPT_FLAGS, _SOURCE, "-o", tmp]
+           + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags() + ["-lmvec", "-lm"])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        os.unlink(tmp)
+        raise KernelUnavailable(f"building the fused noise kernel failed: {exc}") from exc
+    if proc.returncode != 0:
+        os.unlink(tmp)
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        raise KernelUnavailable(
+            f"building the fused noise kernel failed (exit {proc.returncode}):\n{tail}")
+    os.replace(tmp, lib)  # atomic: a concurrent builder sees no half-written library
+    return lib
+
+
+def load() -> Any:
+    """The loaded op module (ops: tfdp_noisy_add); builds it on first use.
+
+    Raises:
+        KernelUnavailable: see `library_path`.
+    """
+    with _LOCK:
+        if "module" not in _MODULE:
+            module = tf.load_op_library(library_path())
+
+            @tf.RegisterGradient("TfdpNoisyAdd")
+            def _noisy_add_grad(op: Any, grad: tf.Tensor) -> list:  # pylint: disable=unused-argument
+                # y = x + scale * z with z independent of every input: dy/dx = identity.
+                return [grad, None, None, None]
+
+            _MODULE["module"] = module
+        return _MODULE["module"]
+
+
+def available() -> bool:
+    """Whether the fused kernel builds and loads here."""
+    try:
+        load()
+        return True
+    except KernelUnavailable:
+        return False
+
+
+@contextlib.contextmanager
+def noise_kernel_flag(kernel: str, flag: str = "--noise_kernel") -> Iterator[None]:
+    """The noise layers use `kernel` inside the block; the apps' form of layers.noise_kernel.
+
+    Entering builds the fused kernel if asked for, so a missing compiler fails before any
+    work, as a ValueError naming `flag`.
+
+    Raises:
+        ValueError: naming `flag`, for an unknown kernel or one that cannot be built here.
+    """
+    from layers import noise  # pylint: disable=import-outside-toplevel
+
+    scope = noise.noise_kernel(kernel)
+    try:
+        scope.__enter__()  # pylint: disable=unnecessary-dunder-call
+    except (KernelUnavailable, ValueError) as e:
+        raise ValueError(f"{flag}={kernel}: {e}") from e
+    try:
+        yield
+    finally:
+        scope.__exit__(None, None, None)
