@@ -81,7 +81,12 @@ ROWS = {
         [("5.81", _dp_audit_gpm_with_key)], {"0.125"}),
     "`tfdp-bench layers`": (
         "results/bench/layers.json",
-        [("1.07", lambda: _json("results/bench/layers.json")["ratio"])],
+        [("1.03", lambda: _json("results/bench/layers.json")["ratio"])],
+        {"1.10"}),
+    "`tfdp-bench layers --layers_model=mnist`": (
+        "results/bench/layers_mnist_fused.json",
+        [("1.49", lambda: _json("results/bench/layers_mnist.json")["ratio"]),
+         ("1.08", lambda: _json("results/bench/layers_mnist_fused.json")["ratio"])],
         {"1.10"}),
     "`tfdp-bench gpm`": (
         "results/bench/gpm.json",

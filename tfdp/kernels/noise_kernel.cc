@@ -167,8 +167,8 @@ inline void Words(const Philox& base, uint64_t first_block, int64_t count,
 // y[first + k] = x[first + k] + z[k] * scale[(first + k) % nscale] for k < count, in runs
 // that do not wrap around the scale (one division per run, vectorised inner loops).
 inline void AddScaled(const float* __restrict z, int64_t first, int64_t count,
-                      const float* __restrict x, const float* __restrict scale, int64_t nscale,
-                      float* __restrict y) {
+                      const float* x, const float* __restrict scale, int64_t nscale,
+                      float* y) {
   if (nscale == 1) {
     const float s = scale[0];
 #pragma omp simd
@@ -184,8 +184,8 @@ inline void AddScaled(const float* __restrict z, int64_t first, int64_t count,
     const int64_t run = std::min(count - k, nscale - j);
     const float* __restrict zk = z + k;
     const float* __restrict sj = scale + j;
-    const float* __restrict xk = x + first + k;
-    float* __restrict yk = y + first + k;
+    const float* xk = x + first + k;
+    float* yk = y + first + k;
 #pragma omp simd
     for (int64_t t = 0; t < run; ++t) {
       const float noise = zk[t] * sj[t];
@@ -198,8 +198,8 @@ inline void AddScaled(const float* __restrict z, int64_t first, int64_t count,
 
 // Gaussian pairs [p0, p0 + np) -> y[2 p0 ...], at most 2 n outputs written.
 void GaussianChunk(const Philox& base, int64_t p0, int64_t np, int64_t n,
-                   const float* __restrict x, const float* __restrict scale, int64_t nscale,
-                   float* __restrict y) {
+                   const float* x, const float* __restrict scale, int64_t nscale,
+                   float* y) {
   // 3 kChunk words = 48 * kLanes blocks (kChunk = 256): whole vector batches.
   alignas(64) uint32_t w[3 * kChunk];
   alignas(64) float radius[kChunk], angle[kChunk], zc[kChunk], zs[kChunk];
@@ -227,8 +227,8 @@ void GaussianChunk(const Philox& base, int64_t p0, int64_t np, int64_t n,
 }
 
 // Laplace draws [i0, i0 + ni) -> y[i0 ...].
-void LaplaceChunk(const Philox& base, int64_t i0, int64_t ni, const float* __restrict x,
-                  const float* __restrict scale, int64_t nscale, float* __restrict y) {
+void LaplaceChunk(const Philox& base, int64_t i0, int64_t ni, const float* x,
+                  const float* __restrict scale, int64_t nscale, float* y) {
   alignas(64) uint32_t w[2 * kChunk];
   alignas(64) float z[kChunk];
   Words(base, static_cast<uint64_t>(2 * i0 / 4), 2 * kChunk, w);
@@ -269,7 +269,8 @@ class TfdpNoisyAddOp : public OpKernel {
                 tensorflow::errors::InvalidArgument(
                     "scale has ", nscale, " elements, which do not tile x's ", n));
     Tensor* y = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
+    // y may take over x's buffer when nothing else reads x (one pass, no new allocation).
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, x.shape(), &y));
     if (n == 0) return;
 
     Philox base;
