@@ -132,3 +132,22 @@ def test_app_reports_unavailable_rows_without_crashing(tmp_path):
     assert "| `stobatch.mnist.mu_drop` |" in text
     line = [ln for ln in text.splitlines() if ln.startswith("| `stobatch.mnist.mu_drop`")][0]
     assert "not run at this scale" in line
+
+
+def test_dry_run_marks_finished_jobs_and_estimates_what_is_left(tmp_path):
+    rows = registry.select(["gpm"])
+    tasks = runner.tasks_for(rows, "smoke", 1)
+    assert len(tasks) >= 2
+    done = tasks[0]
+    runner._write_json(runner._job_file(str(tmp_path), "smoke", done.key),  # pylint: disable=protected-access
+                       {"status": "ok", "key": done.key})
+    lines = []
+    runner.dry_run(rows, "smoke", 1, log=lines.append, results_dir=str(tmp_path))
+    text = "\n".join(lines)
+    assert text.count("finished (results_dir)") == 1
+    assert done.command() + "\n    # " in text
+    left = sum(t.job.est_seconds for t in tasks[1:])
+    assert f"# not yet finished in {tmp_path}: about {runner._fmt_seconds(left)}" in text  # pylint: disable=protected-access
+    lines = []
+    runner.dry_run(rows, "smoke", 1, log=lines.append)  # without results_dir: nothing marked
+    assert "finished (results_dir)" not in "\n".join(lines)

@@ -68,7 +68,7 @@ def main(argv) -> None:
         print(f"tfdp-reproduce: report written from {FLAGS.results_dir}")
         return
     if FLAGS.dry_run:
-        runner.dry_run(rows, FLAGS.scale, FLAGS.seeds)
+        runner.dry_run(rows, FLAGS.scale, FLAGS.seeds, results_dir=FLAGS.results_dir)
         return
     tasks = runner.tasks_for(rows, FLAGS.scale, FLAGS.seeds)
     data_dir = FLAGS.data_dir or os.environ.get("TFDP_DATA_DIR")

@@ -419,10 +419,15 @@ def load_jobs(results_dir: str) -> dict[tuple[str, str], dict]:
     return out
 
 
-def dry_run(rows: list[Row], scale: str, seeds: int, log: Callable[[str], None] = print) -> None:
-    """Prints the commands of a scale with their compute estimates (nothing runs)."""
+def dry_run(rows: list[Row], scale: str, seeds: int, log: Callable[[str], None] = print,
+            results_dir: str | None = None) -> None:
+    """Prints the commands of a scale with their compute estimates (nothing runs).
+
+    With `results_dir`, jobs already finished there are marked, and the estimate of what is
+    left is printed after the total.
+    """
     tasks = tasks_for(rows, scale, seeds)
-    total = 0.0
+    total = left = 0.0
     log(f"# tfdp-reproduce --scale={scale}: {len(tasks)} jobs for {len(rows)} rows")
     for t in tasks:
         why = unavailable(t.job)
@@ -430,10 +435,17 @@ def dry_run(rows: list[Row], scale: str, seeds: int, log: Callable[[str], None] 
         if why:
             note += f"; {extract.NOT_AVAILABLE}: {why}"
         data = "  [needs --data_dir or TFDP_DATA_DIR]" if t.job.needs_data else ""
+        done = results_dir is not None and load_job(results_dir, scale, t.key) is not None
+        if done:
+            note += "; finished (results_dir)"
+        else:
+            left += t.job.est_seconds
         log(f"{t.command()}{data}\n    # {note}")
         total += t.job.est_seconds
     log(f"# CPU estimate if run here: about {_fmt_seconds(total)} "
         "(GPU-scale jobs: see each job's note)")
+    if results_dir is not None:
+        log(f"# not yet finished in {results_dir}: about {_fmt_seconds(left)}")
 
 
 def recompute_rows(results_dir: str, rows: Iterable[Row] | None = None) -> int:
