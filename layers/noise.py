@@ -121,8 +121,7 @@ def set_noise_kernel(mode: str) -> None:
         ValueError: if mode is unknown.
         tfdp.kernels.KernelUnavailable: if mode is "fused" and the kernel cannot be built.
     """
-    if mode not in NOISE_KERNELS:
-        raise ValueError(f"noise kernel must be one of {NOISE_KERNELS}, got {mode!r}")
+    checks.check_choice(mode, "noise kernel", NOISE_KERNELS)
     if mode == "fused":
         from tfdp import kernels  # pylint: disable=import-outside-toplevel
 

@@ -189,9 +189,9 @@ def validate_options(options: EvalOptions) -> EvalOptions:
         raise ValueError(f"eps_iter_scale must be > 0, got {options.eps_iter_scale!r}")
     if int(options.restarts) < 1:
         raise ValueError(f"restarts must be >= 1, got {options.restarts!r}")
-    if options.noise_kernel not in ("portable", "fused"):
-        raise ValueError(f"noise_kernel: expected portable or fused, got "
-                         f"{options.noise_kernel!r}")
+    from tfdp import kernels  # pylint: disable=import-outside-toplevel
+
+    kernels.check_noise_kernel(options.noise_kernel, "noise_kernel")  # builds "fused" now
     return dataclasses.replace(options, attacks=tuple(names), attack_sizes=tuple(sizes),
                                size_range=size_range)
 

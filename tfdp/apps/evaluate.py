@@ -86,11 +86,7 @@ def main(argv: list[str]) -> None:
         options = _options()
         if FLAGS.attack_preset:
             options = evaluate_lib.apply_attack_preset(options, FLAGS.attack_preset)
-        options = evaluate_lib.validate_options(options)
-        from tfdp import kernels  # pylint: disable=import-outside-toplevel
-
-        with kernels.noise_kernel_flag(options.noise_kernel):
-            pass  # builds the fused kernel now: a missing compiler fails before any work
+        options = evaluate_lib.validate_options(options)  # builds a fused kernel now
     except ValueError as e:
         raise app.UsageError(str(e)) from e
     problem = check_model_dir(FLAGS.model_dir)

@@ -235,6 +235,7 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
       ImportError: the chosen method's module is missing.
     """
     from tfdp import data  # pylint: disable=import-outside-toplevel
+    from tfdp import kernels  # pylint: disable=import-outside-toplevel
     from tfdp import rundir  # pylint: disable=import-outside-toplevel
     from tfdp.train import base  # pylint: disable=import-outside-toplevel
     from tfdp.train import strategy as strategies  # pylint: disable=import-outside-toplevel
@@ -316,9 +317,8 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
         if dataset != "tiny_imagenet":
             raise ValueError(f"--num_classes: only --dataset=tiny_imagenet takes a class "
                              f"subset, got --dataset={dataset}")
-    noise_kernel = v.get("noise_kernel") or "portable"
-    if noise_kernel not in ("portable", "fused"):
-        raise ValueError(f"--noise_kernel: expected portable or fused, got {noise_kernel!r}")
+    # builds the fused kernel now: a missing compiler fails here, before any work
+    noise_kernel = kernels.check_noise_kernel(v.get("noise_kernel") or "portable")
     num_train = v.get("num_train")
     if num_train is not None and num_train < batch_size:
         raise ValueError(f"--num_train: {num_train} examples are fewer than one batch "
@@ -419,7 +419,7 @@ def execute(spec: RunSpec):
 
     from tfdp import kernels  # pylint: disable=import-outside-toplevel
 
-    with kernels.noise_kernel_flag(spec.noise_kernel):  # a clear error before data loading
+    with kernels.noise_kernel_flag(spec.noise_kernel):
         method = spec.method_cls(spec.config)
         strategy = strategies.make_strategy(spec.strategy)
         run_data = load_data(spec)
@@ -497,10 +497,6 @@ def main(argv) -> None:
                 replicas = None  # reported by resolve, naming the file
         _split_cpu(replicas)
         spec = resolve(*values_from_flags(FLAGS))
-        from tfdp import kernels  # pylint: disable=import-outside-toplevel
-
-        with kernels.noise_kernel_flag(spec.noise_kernel):
-            pass  # builds the fused kernel now: a missing compiler fails before any work
     except (ValueError, ImportError) as e:
         sys.exit(f"tfdp-train: error: {e}")
     try:

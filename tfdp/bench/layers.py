@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 import layers as tfdp_layers
-from tfdp import options
+from tfdp import kernels, options
 
 TARGET_RATIO = 1.10
 MODELS = ("mnist", "cifar10")
@@ -139,10 +139,7 @@ def run(**overrides: Any) -> dict:
     batch, steps = int(_flag("batch_size", overrides)), int(_flag("steps", overrides))
     repeats, warmup = int(_flag("repeats", overrides)), int(_flag("warmup", overrides))
     noise_mode, seed = _flag("noise_mode", overrides), int(_flag("seed", overrides))
-    kernel = _flag("noise_kernel", overrides)
-    if kernel not in tfdp_layers.NOISE_KERNELS:
-        raise ValueError(f"noise_kernel must be one of {tfdp_layers.NOISE_KERNELS}, "
-                         f"got {kernel!r}")
+    kernel = kernels.check_noise_kernel(_flag("noise_kernel", overrides), "noise_kernel")
     for name, value in (("batch_size", batch), ("steps", steps), ("repeats", repeats)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")

@@ -22,6 +22,8 @@ from typing import Any, Iterator
 
 import tensorflow as tf
 
+from tfdp import checks
+
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "noise_kernel.cc")
 # -ffast-math only for the vectorised libmvec log/cos/sin; no FMA contraction, so the
 # multiply-adds are the portable path's float32 operations.
@@ -128,24 +130,34 @@ def available() -> bool:
         return False
 
 
-@contextlib.contextmanager
-def noise_kernel_flag(kernel: str, flag: str = "--noise_kernel") -> Iterator[None]:
-    """The noise layers use `kernel` inside the block; the apps' form of layers.noise_kernel.
+def check_noise_kernel(kernel: str, flag: str = "--noise_kernel") -> str:
+    """Checks a noise kernel name; for "fused", builds the kernel now, before any work.
 
-    Entering builds the fused kernel if asked for, so a missing compiler fails before any
-    work, as a ValueError naming `flag`.
+    Returns:
+        kernel, unchanged.
 
     Raises:
         ValueError: naming `flag`, for an unknown kernel or one that cannot be built here.
     """
     from layers import noise  # pylint: disable=import-outside-toplevel
 
-    scope = noise.noise_kernel(kernel)
-    try:
-        scope.__enter__()  # pylint: disable=unnecessary-dunder-call
-    except (KernelUnavailable, ValueError) as e:
-        raise ValueError(f"{flag}={kernel}: {e}") from e
-    try:
+    checks.check_choice(kernel, flag, noise.NOISE_KERNELS)
+    if kernel == "fused":
+        try:
+            load()
+        except KernelUnavailable as e:
+            raise ValueError(f"{flag}=fused: {e}") from e
+    return kernel
+
+
+@contextlib.contextmanager
+def noise_kernel_flag(kernel: str, flag: str = "--noise_kernel") -> Iterator[None]:
+    """The noise layers use `kernel` inside the block (the apps' form of layers.noise_kernel).
+
+    Raises:
+        ValueError: naming `flag`, for an unknown kernel or one that cannot be built here.
+    """
+    from layers import noise  # pylint: disable=import-outside-toplevel
+
+    with noise.noise_kernel(check_noise_kernel(kernel, flag)):
         yield
-    finally:
-        scope.__exit__(None, None, None)
