@@ -11,12 +11,6 @@ import pytest
 
 from tfdp.reproduce import extract, registry, report, runner
 
-# The DP-SGD baseline of HGM Fig. 4 has no CIFAR-10 flagfile at reduced / full scale; those
-# jobs must say so (and they are the only absent ones).
-_ABSENT = {"flags/baselines/dpsgd_cifar10_reduced.flags",
-           "flags/baselines/dpsgd_cifar10_full.flags"}
-
-
 def _trainer_rows():
     return [r for r in registry.select(["hgm", "stobatch"])
             if not r.extractor.startswith("closed")]
@@ -36,8 +30,6 @@ def test_every_trainer_row_runs_at_the_scales_with_flagfiles():
                 why = runner.unavailable(train)
                 if scale == "short":
                     assert why == f"flagfile {train.flagfile} is absent", (row.id, why)
-                elif train.flagfile in _ABSENT:
-                    assert why == f"flagfile {train.flagfile} is absent"
                 else:
                     assert why is None, (row.id, scale, train.id, why)
     # Every headline Fig. 3 / Fig. 5 / StoBatch Fig. 2 and Fig. 6 row is runnable everywhere.
@@ -57,7 +49,20 @@ def test_override_arguments_select_method_and_budgets():
                       "--hgm_eps_r=1")
     fig5 = registry.ROWS_BY_ID["hgm.mnist.secure_sgd_minus_secure_sgd_agm"].jobs
     assert sorted(fig5["smoke"]) == ["a0.2", "a2", "b0.2", "b2"]
-    assert len(fig5["full"]) == 8
+    assert len(fig5["full"]) == len(fig5["reduced"]) == 8
+    # CIFAR-10 (Fig. 4): the grid's two ends at smoke and reduced scale, all five at full.
+    fig4 = registry.ROWS_BY_ID["hgm.cifar10.secure_sgd_minus_dpsgd"].jobs
+    assert sorted(fig4["reduced"]) == sorted(fig4["smoke"]) == ["a10", "a2", "b10", "b2"]
+    assert len(fig4["full"]) == 10
+    dpsgd = registry.train_job("reduced", fig4["reduced"]["b2"].depends)
+    assert dpsgd.flagfile == "flags/baselines/dpsgd_cifar10_reduced.flags"
+    assert runner.unavailable(dpsgd) is None
+    # AdLM Fig. 5a: eps in {2.5, 5, 8} at reduced scale, the nine-point grid at full.
+    for method in ("adlm", "dpsgd"):
+        jobs = registry.ROWS_BY_ID[f"adlm.cifar10.{method}.mean_eps"].jobs
+        assert sorted(jobs["reduced"]) == ["eps2.5", "eps5", "eps8"]
+        assert len(jobs["full"]) == 9
+        assert all(runner.unavailable(j) is None for j in jobs["reduced"].values())
     agm = registry.train_job("smoke", fig5["smoke"]["b2"].depends)
     assert agm.args == ("--method=secure_sgd_agm", "--epsilon=2", "--hgm_r_source=uniform")
     sto = registry.ROWS_BY_ID["stobatch.mnist.stobatch.eps0.2"].jobs["reduced"]["run"]
@@ -78,8 +83,7 @@ def test_full_dry_run_prints_existing_flagfiles():
     assert len(commands) > 20
     for cmd in commands:
         flagfile = re.search(r"--flagfile=(\S+)", cmd).group(1)
-        assert flagfile in _ABSENT or os.path.exists(
-            os.path.join(runner.REPO_ROOT, flagfile)), cmd
+        assert os.path.exists(os.path.join(runner.REPO_ROOT, flagfile)), cmd
         assert re.search(r"--method=\w+", cmd), cmd
     assert not any("_hgm_pixeldp_epsr" in c or "_secure_sgd_full" in c for c in commands)
 
