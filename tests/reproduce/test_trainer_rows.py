@@ -140,3 +140,29 @@ def test_empty_epsilon_unsets_the_flagfile_budget():
     from tfdp.apps import train  # pylint: disable=import-outside-toplevel
     parser = train._OptionalFloatParser()  # pylint: disable=protected-access
     assert parser.parse("") is None and parser.parse("0.5") == 0.5
+
+
+def _flag_value(train, name):
+    """The value of --name for a train job: its flagfile's, overridden by its arguments."""
+    value = None
+    with open(os.path.join(runner.REPO_ROOT, train.flagfile)) as f:
+        for line in f:
+            if line.startswith(f"--{name}="):
+                value = line.strip().split("=", 1)[1]
+    for arg in train.args:
+        if arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def test_every_training_runs_on_its_rows_data_set():
+    # A flagfile that leaves --dataset out would silently train on the embedded sample.
+    seen = 0
+    for row in _trainer_rows():
+        for scale in registry.TRAINER_SCALES:
+            for train in _train_jobs(row, scale):
+                dataset = train.id.split(".")[2].split("_")[0]
+                dataset = "tiny_imagenet" if dataset == "tiny" else dataset
+                assert _flag_value(train, "dataset") == dataset, (row.id, scale, train.id)
+                seen += 1
+    assert seen > 100
