@@ -445,10 +445,12 @@ def _trainer_jobs(paper: str, method: str, dataset: str, eps: float | None, scal
     if scale == "reduced" and dataset != "mnist" and "--certify" in eval_args:
         # Monte-Carlo prediction on the CIFAR-10 / Tiny ImageNet networks costs tens of times
         # MNIST's per image: 200 test images at reduced scale (binomial SE <= 3.5 points).
-        # 32 draws per forward pass: the default 256 tiles a 100-image batch 25,600 times,
-        # which needs more than 20 GB on the StoBatch CIFAR-10 network.
+        # StoBatch's networks: 32 draws per forward pass. The default 256 tiles a 100-image
+        # batch 25,600 times, which needs more than 20 GB on the StoBatch CIFAR-10 network
+        # (HGM's CPU-sized network needs about 5 GB with the default).
         n = _EVAL_EXAMPLES_MC_REDUCED
-        eval_args = eval_args + ("--draws_per_step=32",)
+        if paper == "stobatch":
+            eval_args = eval_args + ("--draws_per_step=32",)
         est_eval = 1200
     eval_args = eval_args + (() if n is None else (f"--num_examples={n}",))
     digest = hashlib.sha1(" ".join(eval_args).encode()).hexdigest()[:8]
