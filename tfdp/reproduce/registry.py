@@ -704,9 +704,11 @@ def _hgm_rows() -> list[Row]:
                                     high=None if band is None else band[1]),
                 extractor="attack_gap", params=(("size", mu),), jobs=jobs,
                 headline=other == "dpsgd", figure="acc_vs_eps_attack", unit=" pts",
-                note=(f"the smoke scale{' and the reduced scale' if dataset == 'cifar10' else ''} "
-                      f"run eps in {{{eps_grid[0]:g}, {eps_grid[-1]:g}}} only, the other scales "
-                      "the whole grid")))
+                note=((f"the smoke and reduced scales run eps in {{{eps_grid[0]:g}, "
+                       f"{eps_grid[-1]:g}}} only, the full scale the whole grid")
+                      if dataset == "cifar10" else
+                      (f"the smoke scale runs eps in {{{eps_grid[0]:g}, {eps_grid[-1]:g}}} only, "
+                       "the other scales the whole grid"))))
     for dataset, lo, hi, value in (("mnist", 0.2, 2.0, 29.67), ("cifar10", 2.0, 10.0, 18.17)):
         mu = "0.1" if dataset == "mnist" else "0.2"
         rows.append(Row(
