@@ -166,3 +166,17 @@ def test_every_training_runs_on_its_rows_data_set():
                 assert _flag_value(train, "dataset") == dataset, (row.id, scale, train.id)
                 seen += 1
     assert seen > 100
+
+
+def test_reduced_monte_carlo_evaluations_of_cifar10_models_are_sized_for_a_cpu():
+    sto = registry.ROWS_BY_ID["stobatch.cifar10.eps2"].jobs["reduced"]["run"].args
+    assert "--num_examples=200" in sto and "--draws_per_step=32" in sto and "--certify" in sto
+    fig2 = registry.ROWS_BY_ID["hgm.fig2.cifar10_hgm_pixeldp_minus_pixeldp"].jobs["reduced"]
+    for job in fig2.values():
+        assert "--num_examples=200" in job.args
+        assert not any(a.startswith("--draws_per_step") for a in job.args)
+    # Without Monte-Carlo prediction, and on MNIST, the 1,000 images of the reduced scale.
+    fig4 = registry.ROWS_BY_ID["hgm.cifar10.secure_sgd_minus_dpsgd"].jobs["reduced"]["a2"]
+    assert "--num_examples=1000" in fig4.args
+    mnist = registry.ROWS_BY_ID["stobatch.mnist.stobatch.eps2"].jobs["reduced"]["run"].args
+    assert "--num_examples=1000" in mnist and not any("draws_per_step" in a for a in mnist)
