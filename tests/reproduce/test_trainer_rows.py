@@ -170,7 +170,8 @@ def test_every_training_runs_on_its_rows_data_set():
 
 def test_reduced_monte_carlo_evaluations_of_cifar10_models_are_sized_for_a_cpu():
     sto = registry.ROWS_BY_ID["stobatch.cifar10.eps2"].jobs["reduced"]["run"].args
-    assert "--num_examples=200" in sto and "--draws_per_step=32" in sto and "--certify" in sto
+    assert "--num_examples=100" in sto and "--draws_per_step=32" in sto and "--certify" in sto
+    assert "--num_draws=50" in sto
     fig2 = registry.ROWS_BY_ID["hgm.fig2.cifar10_hgm_pixeldp_minus_pixeldp"].jobs["reduced"]
     for job in fig2.values():
         assert "--num_examples=200" in job.args
