@@ -144,11 +144,7 @@ def test_empty_epsilon_unsets_the_flagfile_budget():
 
 def _flag_value(train, name):
     """The value of --name for a train job: its flagfile's, overridden by its arguments."""
-    value = None
-    with open(os.path.join(runner.REPO_ROOT, train.flagfile)) as f:
-        for line in f:
-            if line.startswith(f"--{name}="):
-                value = line.strip().split("=", 1)[1]
+    value = runner._flagfile_values(train.flagfile).get(name)  # pylint: disable=protected-access
     for arg in train.args:
         if arg.startswith(f"--{name}="):
             value = arg.split("=", 1)[1]
