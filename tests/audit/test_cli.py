@@ -39,11 +39,25 @@ def test_gpm_bounds_and_hist(tmp_path):
 def test_dp_subcommand(tmp_path):
     with flagsaver.flagsaver():
         _run(["dp", f"--audit_output_dir={tmp_path}", "--audit_trials=2000",
-              "--audit_threshold_trials=2000"])
-    rows = {r["name"]: r for r in _rows(os.path.join(tmp_path, "dp_audit.csv"))
-            if r["method"] == "balanced"}
+              "--audit_threshold_trials=2000", "--audit_gdp_trials=100000"])
+    all_rows = _rows(os.path.join(tmp_path, "dp_audit.csv"))
+    rows = {r["name"]: r for r in all_rows if r["method"] == "balanced"}
     assert rows["gpm_with_key"]["exceeds_claim"] == "True"
     assert rows["laplace"]["exceeds_claim"] == "False"
+    # Gaussian-DP audit at n = 100000 per input: sd(mu_hat) ~ 0.0045 vs the control's
+    # margin mu(sigma x 0.9) - mu(claim) = 0.030 (6.6 sd), and 0.9 x claim is ~ 6 sd below
+    # the analytic Gaussian's expected bound.
+    gdp_rows = {r["name"]: r for r in all_rows if r["method"] == "gdp"}
+    assert gdp_rows["control_gaussian_analytic_sigma_x0.9"]["exceeds_claim"] == "True"
+    assert float(gdp_rows["gaussian_analytic"]["eps_lower"]) >= 0.9
+    assert gdp_rows["gaussian_analytic"]["exceeds_claim"] == "False"
+
+
+def test_dp_subcommand_bad_gdp_trials(tmp_path):
+    with flagsaver.flagsaver():
+        with pytest.raises(Exception, match="audit_gdp_trials"):
+            _run(["dp", f"--audit_output_dir={tmp_path}", "--audit_gdp_trials=5"])
+    assert not os.path.exists(os.path.join(tmp_path, "dp_audit.csv"))
 
 
 def test_unknown_subcommand():

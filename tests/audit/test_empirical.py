@@ -23,12 +23,14 @@ def test_clopper_pearson_and_eps_conversion():
 
 def test_no_shipped_mechanism_exceeds_its_claim_and_gpm_is_caught():
     all_results = dp_suite.run_dp_suite(trials=20000, seed=0, gpm_trials=1000,
-                                        threshold_trials=200000)
+                                        threshold_trials=200000, gdp_trials=0)
+    # The under-noised control is no shipped mechanism (tests/audit/test_gdp.py audits it).
+    control = "control_gaussian_analytic_sigma_x0.9"
     results = {r.name: r for r in all_results if r.method == "balanced"}
     tail = {r.name: r for r in all_results if r.method == "threshold"}
     assert set(tail) == set(results) - {"gpm_without_key", "gpm_with_key"}
     for name, r in tail.items():
-        assert not r.exceeds_claim, r
+        assert name == control or not r.exceeds_claim, r
         # The tail audit is far tighter than the balanced one for every mechanism (at q =
         # 0.0256 one DP-SGD step leaks too little for 2e5 runs to show: both bounds are 0).
         if name == "dpsgd_step":
@@ -39,10 +41,10 @@ def test_no_shipped_mechanism_exceeds_its_claim_and_gpm_is_caught():
                 "gaussian_tail_thm2.3", "pixeldp_laplace", "pixeldp_gaussian",
                 "heterogeneous_gaussian", "layer_LaplaceNoise",
                 "layer_GaussianNoise", "layer_HeterogeneousGaussianNoise", "gpm_without_key",
-                "gpm_with_key", "dpsgd_step"}
+                "gpm_with_key", "dpsgd_step", control}
     assert set(results) == expected
     for name, r in results.items():
-        if name != "gpm_with_key":
+        if name not in ("gpm_with_key", control):
             assert not r.exceeds_claim, r
     key = results["gpm_with_key"]
     assert key.exceeds_claim and key.eps_lower > 5.0

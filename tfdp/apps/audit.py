@@ -24,13 +24,17 @@ import numpy as np
 
 SUBCOMMANDS = ("samplers", "dp", "gpm-hist", "gpm-dpsgd", "gpm-bounds", "gpm-precision")
 
-_OUT = flags.DEFINE_string("audit_output_dir", "results/gpm", "Directory for CSV / PNG / text.")
+_OUT = flags.DEFINE_string("audit_output_dir", "runs/audit",
+                           "Directory for CSV / PNG / text (committed results name theirs).")
 _SEED = flags.DEFINE_integer("audit_seed", 0, "Seed of every random draw.")
 _TRIALS = flags.DEFINE_integer("audit_trials", None,
                                "Games per cell (default: dp 20000, gpm-hist 1000, "
                                "gpm-dpsgd 100, gpm-precision 40).")
 _THRESH = flags.DEFINE_integer("audit_threshold_trials", 200000,
                                "dp: runs per input of the tail-threshold audit (0: skip it).")
+_GDP = flags.DEFINE_integer("audit_gdp_trials", 200000,
+                            "dp: runs per input of the Gaussian-DP (mu) audit of the Gaussian "
+                            "mechanisms (0: skip it).")
 _N = flags.DEFINE_integer("audit_samples", 20000, "samplers: samples per sampler call.")
 _DATA_DIR = flags.DEFINE_string("audit_data_dir", None,
                                 "Root with mnist/ and cifar10/ (default: $TFDP_DATA_DIR).")
@@ -69,7 +73,7 @@ _SAVE_WEIGHTS = flags.DEFINE_boolean("gpm_save_weights", True,
 def _write_csv(path: str, rows: list[dict]) -> None:
     if not rows:
         return
-    keys = list(rows[0].keys())
+    keys = list(dict.fromkeys(k for r in rows for k in r))  # union, first-seen order
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
@@ -152,8 +156,13 @@ def _cmd_dp(out: str) -> None:
     from tfdp.audit import dp_suite  # pylint: disable=import-outside-toplevel
 
     trials = _TRIALS.value or 20000
+    if _GDP.value and _GDP.value < 100:
+        raise app.UsageError(f"--audit_gdp_trials must be 0 or >= 100, got {_GDP.value}")
+    if _THRESH.value and _THRESH.value < 200:
+        raise app.UsageError(f"--audit_threshold_trials must be 0 or >= 200, got {_THRESH.value}")
     res = dp_suite.run_dp_suite(trials=trials, seed=_SEED.value,
-                                threshold_trials=_THRESH.value, progress=print)
+                                threshold_trials=_THRESH.value, gdp_trials=_GDP.value,
+                                progress=print)
     rows = [r.to_dict() for r in res]
     for r in rows:
         r.pop("disclaimer", None)

@@ -10,6 +10,7 @@ import numpy as np
 
 from tfdp import mechanisms
 from tfdp.audit import empirical
+from tfdp.audit import gdp
 from tfdp.gpm import experiments as gpm_experiments
 from tfdp.gpm import pancake
 
@@ -138,7 +139,16 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
         cases.append(dict(name=name, mechanism=_gaussian_mech(sigma),
                           attacker=empirical.gaussian_attacker(x0, x1, sigma),
                           score=empirical.gaussian_score(x0, x1, sigma),
-                          claimed_eps=e, delta=delta))
+                          claimed_eps=e, delta=delta, stddevs=sigma))
+    # Control: the analytic Gaussian with 10% less noise than calibrated, claiming the same
+    # eps. A tight audit must flag it (its true eps at delta is about 1.13 x the claim).
+    sigma_low = 0.9 * mechanisms.analytic_gaussian_sigma(epsilon=eps, delta=delta,
+                                                         sensitivity=1.0)
+    cases.append(dict(name="control_gaussian_analytic_sigma_x0.9",
+                      mechanism=_gaussian_mech(sigma_low),
+                      attacker=empirical.gaussian_attacker(x0, x1, sigma_low),
+                      score=empirical.gaussian_score(x0, x1, sigma_low),
+                      claimed_eps=eps, delta=delta, stddevs=sigma_low, control=True))
     # PixelDP multipliers (attack bound L = 1, unit sensitivity: the pair is at distance L).
     b_px = mechanisms.pixeldp_laplace_multiplier(epsilon=eps)
     cases.append(dict(name="pixeldp_laplace", mechanism=_laplace_mech(b_px),
@@ -149,7 +159,7 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
     cases.append(dict(name="pixeldp_gaussian", mechanism=_gaussian_mech(s_px),
                       attacker=empirical.gaussian_attacker(x0, x1, s_px),
                       score=empirical.gaussian_score(x0, x1, s_px), claimed_eps=e_px,
-                      delta=delta))
+                      delta=delta, stddevs=s_px))
     # Heterogeneous Gaussian mechanism with a non-uniform redistribution (HGM Theorem 3).
     r = rng.uniform(0.2, 1.0, _D)
     r /= r.sum()
@@ -159,7 +169,7 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
     cases.append(dict(name="heterogeneous_gaussian", mechanism=_gaussian_mech(stds),
                       attacker=empirical.gaussian_attacker(x0, x1, stds),
                       score=empirical.gaussian_score(x0, x1, stds),
-                      claimed_eps=eps, delta=delta))
+                      claimed_eps=eps, delta=delta, stddevs=stds))
     if include_layers:
         import layers  # pylint: disable=import-outside-toplevel
         lap = layers.LaplaceNoise(b, seed=seed + 1)
@@ -172,12 +182,12 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
         cases.append(dict(name="layer_GaussianNoise", mechanism=_layer_mech(gl),
                           attacker=empirical.gaussian_attacker(x0, x1, sigma_g),
                           score=empirical.gaussian_score(x0, x1, sigma_g),
-                          claimed_eps=eps, delta=delta))
+                          claimed_eps=eps, delta=delta, stddevs=sigma_g))
         hl = layers.HeterogeneousGaussianNoise(sigma, r=r, seed=seed + 3)
         cases.append(dict(name="layer_HeterogeneousGaussianNoise", mechanism=_layer_mech(hl),
                           attacker=empirical.gaussian_attacker(x0, x1, stds),
                           score=empirical.gaussian_score(x0, x1, stds),
-                          claimed_eps=eps, delta=delta))
+                          claimed_eps=eps, delta=delta, stddevs=stds))
     # DP-SGD's per-step mechanism at the executed sampling rate and noise multiplier.
     for q, sig in (dpsgd_steps if dpsgd_steps is not None else [dpsgd_smoke_step()]):
         cases.append(dpsgd_step_case(q, sig, delta))
@@ -191,20 +201,25 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
 
 def run_dp_suite(trials: int = 20000, seed: int = 0, include_layers: bool = True,
                  confidence: float = 0.95, gpm_trials: int = 1000,
-                 threshold_trials: int = 200000,
+                 threshold_trials: int = 200000, gdp_trials: int = 200000,
                  progress: Callable[[str], None] | None = None) -> list[empirical.AuditResult]:
     """Audits every case of `audit_cases`.
 
     Every case gets the balanced game (`empirical.audit`; GPM cases with `gpm_trials`
     games); the shipped mechanisms also get the tail-threshold audit
     (`empirical.audit_threshold`, `threshold_trials` runs per input), which is much closer
-    to their true epsilon. Each result holds at `confidence` on its own.
+    to their true epsilon, and the Gaussian mechanisms the Gaussian-DP audit
+    (`gdp.audit_gaussian_dp`, `gdp_trials` runs per input), which uses the whole output
+    distribution and is tight under its Gaussian-output assumption. Each result holds at
+    `confidence` on its own.
 
     Returns:
-      AuditResults (names as in `audit_cases`; `method` tells the two audits apart).
+      AuditResults (names as in `audit_cases`; `method` tells the audits apart).
     """
     if threshold_trials and threshold_trials < 200:
         raise ValueError(f"threshold_trials must be 0 or >= 200, got {threshold_trials!r}")
+    if gdp_trials and gdp_trials < 100:
+        raise ValueError(f"gdp_trials must be 0 or >= 100, got {gdp_trials!r}")
     out = []
     for i, case in enumerate(audit_cases(seed=seed, include_layers=include_layers)):
         n = gpm_trials if case.get("research") else trials
@@ -220,10 +235,21 @@ def run_dp_suite(trials: int = 20000, seed: int = 0, include_layers: bool = True
                     trials=threshold_trials, claimed_eps=case["claimed_eps"],
                     delta=case["delta"], seed=seed * 1000 + 500 + i, confidence=confidence,
                     name=case["name"]))
+            if "stddevs" in case and gdp_trials:
+                runs.append(gdp.audit_gaussian_dp(
+                    case["mechanism"], case["x0"], case["x1"], case["score"],
+                    trials=gdp_trials, claimed_eps=case["claimed_eps"], delta=case["delta"],
+                    seed=seed * 1000 + 700 + i, confidence=confidence, name=case["name"],
+                    exact_eps=gdp.exact_epsilon(case["x0"], case["x1"], case["stddevs"],
+                                                case["delta"])))
         for res in runs:
             if progress:
+                extra = ""
+                if isinstance(res, gdp.GDPAuditResult):
+                    extra = (f" (mu_lower {res.mu_lower:.4f}, exact eps of the noise "
+                             f"{res.exact_eps:.3f}{', FLAGGED' if res.exceeds_claim else ''})")
                 progress(f"{res.name} [{res.method}]: eps_lower {res.eps_lower:.3f} vs "
-                         f"claimed {res.claimed_eps:g}")
+                         f"claimed {res.claimed_eps:g}{extra}")
             out.append(res)
     return out
 
