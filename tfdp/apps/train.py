@@ -11,11 +11,12 @@ import os
 import sys
 from typing import Any, Mapping
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if not any(a.startswith("--verbose=") and a[10:].strip() not in ("0", "1") for a in sys.argv):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # --verbose=2 shows TensorFlow's log
 
 from absl import app, flags, logging  # noqa: E402  (after the TF log level is set)
 
-from tfdp.apps import option_flags  # noqa: E402
+from tfdp.apps import cli, option_flags, train_help  # noqa: E402
 from tfdp.train import registry  # noqa: E402
 
 DEFAULTS = {"epochs": 1, "batch_size": 128, "learning_rate": 1e-3, "optimizer": "sgd",
@@ -31,7 +32,11 @@ RUN_CONTROL_FLAGS = ("model_dir", "strategy", "cpu_replicas", "checkpoint_every"
                      "noise_kernel", "stop_after_epochs", "verbose", "download", "data_dir",
                      "num_test", "resume", "overwrite")
 
-FLAGS = flags.FLAGS
+# The method flags are defined on first use of `FLAGS` (module __getattr__ below) or by
+# `define_method_flags()`, because the method modules import TensorFlow: `--help` and
+# `--list_methods` answer without it.
+_FLAGS = flags.FLAGS
+_BEFORE = set(_FLAGS)
 flags.DEFINE_string("method", "adlm", f"Training method: one of {sorted(registry.METHODS)}.")
 flags.DEFINE_string("dataset", "sample",
                     "Data set: mnist, fashion_mnist, cifar10, tiny_imagenet, synthetic, or sample "
@@ -69,7 +74,11 @@ flags.DEFINE_integer("checkpoint_every", 1, "Epochs between checkpoints.")
 flags.DEFINE_integer("stop_after_epochs", None,
                      "Exit after checkpointing this many epochs (a deterministic interruption; "
                      "continue with --resume).")
-flags.DEFINE_integer("verbose", 1, "0: quiet; 1: progress bar and summary.")
+flags.DEFINE_integer("verbose", 1,
+                     "0: quiet; 1: progress (a bar on a terminal, one line per epoch "
+                     "otherwise) and summary; 2: also TensorFlow's start-up log and library "
+                     "warnings.")
+flags.DEFINE_bool("list_methods", False, "List the training methods and exit.")
 flags.DEFINE_bool("overwrite", False,
                   "Start afresh in a --model_dir that holds files but no checkpoint and no "
                   "finished model (a run stopped before its first checkpoint). Never deletes a "
@@ -84,20 +93,31 @@ flags.DEFINE_integer("cpu_replicas", None,
                      "--strategy=mirrored runs N replicas on a CPU-only machine.")
 
 
+# tfdp-train's own flags, in definition order (the "common flags" of its help).
+COMMON_FLAGS = tuple(dict.fromkeys(_FLAGS[n].name for n in _FLAGS if n not in _BEFORE))
 
-def _define_method_flags() -> None:
+
+def define_method_flags(flag_values: flags.FlagValues = _FLAGS) -> flags.FlagValues:
     """Defines every registered method's flags (from its module's OPTIONS) before parsing.
 
     A module that is absent from the package is reported when that method is chosen (the
     registry raises ImportError then); a module that exists but fails to import fails here.
+
+    Returns:
+      flag_values.
     """
     for module in sorted({registry.method_module(n) for n in registry.METHODS}):
         if importlib.util.find_spec(module) is None:
             continue
-        option_flags.define_module_flags(module, FLAGS)
+        option_flags.define_module_flags(module, flag_values)
+    return flag_values
 
 
-_define_method_flags()
+def __getattr__(name: str):
+    """`tfdp.apps.train.FLAGS`: absl's FLAGS with every method flag defined."""
+    if name == "FLAGS":
+        return define_method_flags()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclasses.dataclass
@@ -409,7 +429,28 @@ def load_data(spec: RunSpec):
                                value_range=cfg.value_range, num_examples=spec.num_test, **extra)
     ds_info = data.info(cfg.dataset, data_dir=spec.data_dir, **data_options(spec))
     return loop.Data(x_train, y_train, x_test, y_test, tuple(x_train.shape[1:]),
-                     int(ds_info.num_classes), spec.data_dir)
+                     int(ds_info.num_classes), resolved_data_dir(cfg.dataset, spec.data_dir))
+
+
+def resolved_data_dir(dataset: str, data_dir: str | None) -> str | None:
+    """The data root a run read (recorded in config.json so tfdp-evaluate finds the data).
+
+    --data_dir if given, else TFDP_DATA_DIR, else the Keras cache, as an absolute path; None
+    for the data sets that need no files (sample, synthetic).
+    """
+    if dataset in ("sample", "synthetic"):
+        return None
+    from tfdp.data import sources  # pylint: disable=import-outside-toplevel
+    return sources.roots(data_dir)[0]
+
+
+def data_dir_source(dataset: str, data_dir: str | None) -> str | None:
+    """Where the data root came from: 'flag', the environment variable's name, or 'default'."""
+    if dataset in ("sample", "synthetic"):
+        return None
+    if data_dir is not None:
+        return "flag"
+    return "TFDP_DATA_DIR" if os.environ.get("TFDP_DATA_DIR") else "default"
 
 
 def execute(spec: RunSpec):
@@ -428,6 +469,8 @@ def execute(spec: RunSpec):
                           stop_after_epochs=spec.stop_after_epochs,
                           flags_text=flags_text(spec),
                           config_extra={"flags": run_flags(spec),
+                                        "data_dir_source": data_dir_source(
+                                            spec.config.dataset, spec.data_dir),
                                         "cpu_replicas": spec.cpu_replicas,
                                         "data_options": data_options(spec)},
                           verbose=spec.verbose, overwrite=spec.overwrite)
@@ -478,12 +521,17 @@ def _split_cpu(replicas: int | None) -> None:
 
 def main(argv) -> None:
     """absl main: validate every flag, then train."""
+    FLAGS = _FLAGS  # pylint: disable=invalid-name
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    # Library chatter (pfor fallbacks, accountant order warnings) would bury the progress bar.
-    logging.set_verbosity(logging.ERROR)
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    tf.get_logger().setLevel("ERROR")
+    if FLAGS.list_methods:
+        cli.print_and_exit(train_help.list_methods_lines())
+    # Library chatter (pfor fallbacks, accountant order warnings) would bury the progress.
+    if FLAGS.verbose < 2:
+        logging.set_verbosity(logging.ERROR)
+    tf = cli.import_tensorflow(verbose=FLAGS.verbose >= 2)
+    if FLAGS.verbose < 2:
+        tf.get_logger().setLevel("ERROR")
     from tfdp import data  # pylint: disable=import-outside-toplevel
     from tfdp import rundir  # pylint: disable=import-outside-toplevel
     from tfdp.train import loop  # pylint: disable=import-outside-toplevel
@@ -516,8 +564,22 @@ def main(argv) -> None:
         sys.exit(f"tfdp-train: error: {e}")
 
 
+def _help_lines(kind: str) -> list[str]:
+    method = cli.argv_value(sys.argv, "method")
+    if method is not None and method not in registry.METHODS:
+        sys.exit(f"tfdp-train: error: --method: unknown method {method!r}; choose one of "
+                 f"{list(registry.METHODS)}")
+    return train_help.help_lines([_FLAGS[n] for n in COMMON_FLAGS], method, kind,
+                                 (__doc__ or "").splitlines()[0])
+
+
 def run() -> None:
-    """Console entry point (tfdp-train)."""
+    """Console entry point (tfdp-train): help and --list_methods first, then train."""
+    cli.handle_help(sys.argv, _help_lines)
+    if "--list_methods" in sys.argv[1:] or "--list_methods=true" in sys.argv[1:]:
+        cli.print_and_exit(train_help.list_methods_lines())
+    cli.quiet_start(sys.argv, level=2)
+    define_method_flags()
     app.run(main)
 
 

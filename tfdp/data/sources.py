@@ -169,6 +169,7 @@ def download_note(name: str, download: bool, target: str, failure: str | None) -
     if name not in DOWNLOADS:
         return f"{name} cannot be downloaded automatically."
     if not download:
-        return "Download not attempted (download=False)."
+        return ("Download not attempted (download=False); tfdp-train --download (or "
+                "download=True in Python) fetches it.")
     return (f"Download through Keras into {target} failed ({failure}). On a machine without "
             f"network access, copy the files in instead.")

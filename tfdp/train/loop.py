@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import sys
 import time
 from typing import Any, Callable, Mapping
 
@@ -394,11 +395,22 @@ class Run:
                                    "setup is not deterministic given its rng, so resuming "
                                    "would spend budget again")
         else:
+            started = time.time()
+            self._say(f"{self.cfg.method}: setup before the first step (e.g. pre-training, "
+                      "private statistics; some methods take minutes here)")
             _run_setup(method, spec, self.ledger, setup_rng, self.strategy)
+            self._say(f"{self.cfg.method}: setup done in "
+                      f"{report.seconds_text(time.time() - started)}")
             os.makedirs(self.rd.path, exist_ok=True)
             state = method.setup_state()
             if state and self.chief:
                 rundir.save_arrays(setup_path, state)
+
+    def _say(self, text: str) -> None:
+        """A progress message on the chief, flushed at once (logs show it while it runs)."""
+        if self.verbose and self.chief:
+            self.print_fn(text)
+            sys.stdout.flush()
 
     def _write_config(self, config: dict) -> None:
         if not self.chief:
@@ -526,6 +538,7 @@ class Run:
             self.epoch_var.assign(epoch + 1)
             reporter.end_epoch(epoch, epoch_means, int(self.step_var.numpy()))
             last = epoch + 1 == cfg.epochs or stopped
+            self._epoch_line(reporter, epoch, epoch_means, last)
             halt = (self.stop_after_epochs is not None and epoch + 1 >= self.stop_after_epochs
                     and not last)
             if self.chief:
@@ -545,9 +558,28 @@ class Run:
                              epochs_completed, steps)
         return self._finish(reporter, segments, segment, epoch_means, stopped)
 
+    def _epoch_line(self, reporter: report.Reporter, epoch: int, epoch_means: Mapping,
+                    last: bool) -> None:
+        """The epoch's progress line: test accuracy (not on the last epoch, whose accuracy
+        the run's result gives), epsilon spent so far. Only when something is shown."""
+        if not (reporter.verbose and self.chief):
+            return
+        accuracy = None
+        if not last:
+            # The model's state (e.g. the noise layers' draw counters, which inference noise
+            # advances) is put back, so the run continues exactly as without this check.
+            state = [(v, v.numpy()) for v in self.model.non_trainable_variables]
+            accuracy = evaluate_accuracy(self.model, self.data.x_test, self.data.y_test)
+            for var, value in state:
+                var.assign(value)
+        epsilon = self.ledger.to_dict().get("epsilon") if self.ledger.entries else None
+        reporter.epoch_line(epoch, self.cfg.epochs, int(self.step_var.numpy()), epoch_means,
+                            accuracy, epsilon, self.cfg.epsilon)
+
     def _finish(self, reporter: report.Reporter, segments: list, segment: dict,
                 epoch_means: Mapping, stopped: bool) -> RunResult:
         cfg, data = self.cfg, self.data
+        reporter.say(f"evaluating on {len(data.x_test)} test examples")
         test_accuracy = evaluate_accuracy(self.model, data.x_test, data.y_test)
         self._save_progress(segments, segment, epoch_means)
         epochs_completed = int(self.epoch_var.numpy())

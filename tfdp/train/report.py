@@ -6,7 +6,38 @@ The ledger texts (`ledger_lines`, `privacy_summary`) import no TensorFlow, so li
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+import math
+import sys
+import time
+from typing import Any, Callable, Mapping, Optional
+
+
+def round_up(value: Any, digits: int = 4) -> str:
+    """A privacy parameter for people: `digits` significant digits, rounded UP.
+
+    Console output only (files keep full precision). Rounding up never shows a budget smaller
+    than the one spent (1.999998890499241 -> '2', 0.12341 -> '0.1235').
+    """
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return value
+    x = float(value)
+    if not math.isfinite(x) or x == 0.0:
+        return "inf" if x == math.inf else f"{x:g}"
+    scale = 10.0 ** (math.floor(math.log10(abs(x))) - digits + 1)
+    up = math.ceil(round(x / scale, 6)) * scale
+    return f"{up:.{digits}g}"
+
+
+def seconds_text(seconds: float) -> str:
+    """A duration for people: 42s, 3m05s, 1h02m."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
 
 
 def _scalar_metadata() -> bytes:
@@ -36,51 +67,79 @@ def ledger_lines(ledger: Mapping[str, Any]) -> list[str]:
     lines = ["privacy ledger:"]
     for entry in ledger.get("entries", []):
         parts = [f"  - {entry.get('name')}: {entry.get('mechanism', '')}",
-                 f"eps={entry.get('epsilon')}", f"delta={entry.get('delta')}"]
+                 f"eps={round_up(entry.get('epsilon'))}", f"delta={round_up(entry.get('delta'))}"]
         if entry.get("claimed_epsilon") is not None:
-            parts.append(f"claimed eps={entry.get('claimed_epsilon')}")
+            parts.append(f"claimed eps={round_up(entry.get('claimed_epsilon'))}")
         lines.append(" ".join(parts))
     relation = {"add_remove": "add/remove-one", "replace_one": "replace-one"}.get(
         ledger.get("relation"), ledger.get("relation"))
-    lines.append(f"  total (sound accounting): epsilon={ledger.get('epsilon')} "
-                 f"delta={ledger.get('delta')}" + (f" ({relation} neighbours)" if relation else ""))
+    lines.append(f"  total (sound accounting): epsilon={round_up(ledger.get('epsilon'))} "
+                 f"delta={round_up(ledger.get('delta'))}"
+                 + (f" ({relation} neighbours)" if relation else ""))
     if not ledger.get("entries"):
         lines.append("  (no entries: this run spends no privacy budget)")
     elif ledger.get("differs"):
-        lines.append(f"  total (as claimed): epsilon={ledger.get('claimed_epsilon')} "
-                     f"delta={ledger.get('claimed_delta')}  <- differs from the sound value; "
-                     "see the entries' notes in ledger.json")
+        lines.append(f"  total (as claimed): epsilon={round_up(ledger.get('claimed_epsilon'))} "
+                     f"delta={round_up(ledger.get('claimed_delta'))}  <- differs from the sound "
+                     "value; see the entries' notes in ledger.json")
     else:
         lines.append("  (claimed total equals the sound total)")
+    lines.append("  (values rounded up to 4 significant digits; ledger.json has them in full)")
     return lines
 
 
 def privacy_summary(ledger: Mapping[str, Any]) -> str:
     """One line: the claimed and the sound epsilon of a ledger."""
-    return (f"privacy: claimed epsilon={ledger.get('claimed_epsilon')}, sound epsilon="
-            f"{ledger.get('epsilon')} at delta={ledger.get('delta')}")
+    return (f"privacy: claimed epsilon={round_up(ledger.get('claimed_epsilon'))}, sound "
+            f"epsilon={round_up(ledger.get('epsilon'))} at delta={round_up(ledger.get('delta'))}")
 
 
 class Reporter:
     """TensorBoard events and printed output of one run (silent on non-chief workers).
 
+    On a terminal each epoch shows a progress bar; otherwise (a log file, a pipe) there is no
+    bar, only the one-line epoch summary (steps, loss, test accuracy, epsilon spent so far,
+    time and ETA), so logs stay readable.
+
     Args:
       logdir: the TensorBoard folder, or None for no events.
-      verbose: 0 silent, 1 progress bar and summary.
+      verbose: 0 silent, 1 progress and summary.
       print_fn: where printed lines go.
+      interactive: progress bars (default: whether stdout is a terminal).
     """
 
-    def __init__(self, logdir: str | None, verbose: int, print_fn: Callable[[str], None]):
+    def __init__(self, logdir: str | None, verbose: int, print_fn: Callable[[str], None],
+                 interactive: Optional[bool] = None):
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         self.writer = tf.summary.create_file_writer(logdir) if logdir else None
         self.verbose = bool(verbose) and logdir is not None
         self.print_fn = print_fn
+        if interactive is None:
+            interactive = bool(getattr(sys.stdout, "isatty", lambda: False)())
+        self.interactive = interactive
         self._bar = None
+        self._start = time.time()
+        self._epoch_start = self._start
+        self._first_epoch: Optional[int] = None
+        self._first_seconds = 0.0
+
+    def say(self, text: str) -> None:
+        """A progress message (e.g. before a phase that takes more than a few seconds)."""
+        if self.verbose:
+            self.print_fn(text)
+            if hasattr(sys.stdout, "flush"):
+                sys.stdout.flush()
 
     def start_epoch(self, epoch: int, epochs: int, steps: int) -> None:
-        """Prints the epoch header and opens its progress bar."""
+        """Opens the epoch's progress bar (terminal) and notes its start time."""
         self._bar = None
-        if self.verbose:
+        self._epoch_start = time.time()
+        if self._first_epoch is None:
+            self._first_epoch = epoch
+            self._start = self._epoch_start
+            self.say(f"training: epochs {epoch + 1}-{epochs}, {steps} steps per epoch "
+                     "(the first step also builds the graph)")
+        if self.verbose and self.interactive:
             import keras  # pylint: disable=import-outside-toplevel
             self._bar = keras.utils.Progbar(steps, unit_name="step",
                                             stateful_metrics=["loss", "accuracy"])
@@ -100,6 +159,52 @@ class Reporter:
             summary_scalar(self.writer, f"nonprivate_train/{k}", v, epoch + 1)
         summary_scalar(self.writer, "train/steps", float(steps), epoch + 1)
         self.writer.flush()
+
+    def epoch_line(self, epoch: int, epochs: int, steps: int, means: Mapping[str, float],
+                   test_accuracy: Optional[float], epsilon: Any,
+                   target_epsilon: Optional[float]) -> None:
+        """Prints one line per epoch and writes its test accuracy and epsilon to TensorBoard.
+
+        Args:
+          epoch: the epoch just finished (0-based).
+          epochs: the planned number of epochs.
+          steps: steps run so far (all epochs).
+          means: the epoch's mean training statistics (not privatized; loss shown only).
+          test_accuracy: test accuracy after the epoch, or None.
+          epsilon: sound epsilon spent so far (None: no privacy accounting).
+          target_epsilon: the run's --epsilon, or None.
+        """
+        if self.writer is not None:
+            if test_accuracy is not None:
+                summary_scalar(self.writer, "test/accuracy_per_epoch", test_accuracy, epoch + 1)
+            if isinstance(epsilon, (int, float)) and math.isfinite(float(epsilon)):
+                summary_scalar(self.writer, "privacy/epsilon_spent", float(epsilon), epoch + 1)
+            self.writer.flush()
+        if not self.verbose:
+            return
+        now = time.time()
+        done = epoch + 1 - (self._first_epoch or 0)
+        left = epochs - epoch - 1
+        elapsed = now - self._start
+        parts = [f"epoch {epoch + 1}/{epochs}", f"step {steps}"]
+        if "loss" in means:
+            parts.append(f"loss {means['loss']:.4f}")
+        if test_accuracy is not None:
+            parts.append(f"test acc {test_accuracy:.4f}")
+        if epsilon is not None:
+            eps = f"eps {round_up(epsilon)}"
+            if target_epsilon is not None:
+                eps += f" of {round_up(target_epsilon)}"
+            parts.append(eps)
+        parts.append(f"{seconds_text(now - self._epoch_start)}/epoch")
+        parts.append(f"elapsed {seconds_text(elapsed)}")
+        if done == 1:
+            self._first_seconds = elapsed  # includes building the graph: not in the ETA
+        if left > 0 and done > 0:
+            per_epoch = (elapsed / done if done == 1
+                         else (elapsed - self._first_seconds) / (done - 1))
+            parts.append(f"ETA {seconds_text(per_epoch * left)}")
+        self.print_fn("  ".join(parts))
 
     def interrupted(self, epochs_completed: int, path: str) -> None:
         """Says where a deliberately interrupted run can be resumed."""
