@@ -6,8 +6,9 @@ Usage: tfdp-audit SUBCOMMAND [flags], SUBCOMMAND one of:
   gpm-hist       GPM DP-hist experiment (GPM Figure 5, Table 4)
   gpm-dpsgd      GPM on DP-SGD gradients (MNIST LeNet-5: Figure 6; CIFAR-10: Table 2)
   gpm-bounds     GPM privacy bounds vs delta (GPM Figure 4)
-  gpm-precision  float64 vs float32 key attack at d = 1e6 (GPM spec A7)
-Results (CSV, PNG, text) go to --audit_output_dir.
+  gpm-precision  float64 vs float32 key attack at d = 1e6 (docs/gpm.md)
+Results (CSV, PNG, text) go to --audit_output_dir (default runs/audit; the committed
+results/gpm/ files are rewritten only when that directory is named explicitly).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import warnings
 from absl import app, flags, logging
 import numpy as np
 
+from tfdp.apps import cli
+
+_BEFORE = set(flags.FLAGS)
 SUBCOMMANDS = ("samplers", "dp", "gpm-hist", "gpm-dpsgd", "gpm-bounds", "gpm-precision")
 
 _OUT = flags.DEFINE_string("audit_output_dir", "runs/audit",
@@ -68,6 +72,9 @@ _WEIGHTS = flags.DEFINE_string("gpm_weights", None,
                                "instead of pretraining.")
 _SAVE_WEIGHTS = flags.DEFINE_boolean("gpm_save_weights", True,
                                      "gpm-dpsgd: save pretrained weights in the output dir.")
+
+flags.DEFINE_bool("verbose", False, "Show TensorFlow's start-up log and library warnings.")
+OWN_FLAGS = cli.new_flags(_BEFORE)
 
 
 def _write_csv(path: str, rows: list[dict]) -> None:
@@ -355,6 +362,8 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
     """Console-script entry point."""
+    cli.handle_help(sys.argv, lambda kind: cli.app_help(__doc__, OWN_FLAGS, kind))
+    cli.quiet_start(sys.argv)
     app.run(main, argv=sys.argv)
 
 

@@ -13,18 +13,24 @@ import sys
 
 from absl import app, flags
 
-from tfdp.apps import option_flags
+from tfdp.apps import cli, option_flags
 from tfdp.bench import BENCHMARKS  # name -> module with `run(**overrides) -> dict`
+
+_BEFORE = set(flags.FLAGS)
 
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the result as JSON to this file.")
 _REPORT = flags.DEFINE_bool("report", False,
                             "With `all`: also render --report_file from the result files.")
-_RESULTS_DIR = flags.DEFINE_string("results_dir", "results/bench",
-                                   "`all` / `report`: directory of the JSON result files.")
-_REPORT_FILE = flags.DEFINE_string("report_file", "BENCHMARKS.md",
-                                   "`all --report` / `report`: the Markdown report to write.")
+_RESULTS_DIR = flags.DEFINE_string("results_dir", "runs/bench",
+                                   "`all` / `report`: directory of the JSON result files (the "
+                                   "committed ones: results/bench).")
+_REPORT_FILE = flags.DEFINE_string("report_file", "runs/bench/BENCHMARKS.md",
+                                   "`all --report` / `report`: the Markdown report to write "
+                                   "(the committed one: BENCHMARKS.md).")
 _ONLY = flags.DEFINE_list("only", None, "`all`: run only these result stems (e.g. dpsgd).")
+flags.DEFINE_bool("verbose", False, "Show TensorFlow's start-up log and library warnings.")
 COMMANDS = ("all", "report")
+OWN_FLAGS = cli.new_flags(_BEFORE)
 
 
 def _load_named(argv: list[str]) -> None:
@@ -71,9 +77,31 @@ def main(argv: list[str]) -> None:
             f.write(text + "\n")
 
 
+def _help(kind: str) -> list[str]:
+    """tfdp-bench's help: the benchmarks and commands; with NAME, that benchmark's flags."""
+    names = [a for a in sys.argv[1:] if not a.startswith("-")]
+    extra = ["", "Benchmarks: " + ", ".join(BENCHMARKS) + "; commands: " + ", ".join(COMMANDS),
+             "tfdp-bench NAME --help shows the flags of benchmark NAME."]
+    lines = cli.app_help(__doc__, OWN_FLAGS, kind, extra=extra)
+    if names and names[0] in BENCHMARKS:
+        cli.quiet_start(sys.argv)
+        option_set = importlib.import_module(BENCHMARKS[names[0]]).OPTIONS
+        tail = lines[-3:]
+        lines = lines[:-3] + ["", f"Flags of {names[0]}:"]
+        for opt in option_set:
+            flag = flags.FLAGS[opt.name] if opt.name in flags.FLAGS else None
+            default = cli.flag_default(flag) if flag is not None else str(opt.default or "")
+            lines += cli.format_flag(opt.name, default, opt.help)
+        lines += tail
+    return lines
+
+
 def run() -> None:
     """Console-script entry point."""
+    if [a for a in sys.argv[1:] if not a.startswith("-")]:  # a benchmark: TensorFlow
+        cli.quiet_start(sys.argv)
     _load_named(sys.argv)
+    cli.handle_help(sys.argv, _help)
     app.run(main, argv=sys.argv)
 
 

@@ -208,6 +208,25 @@ def module_flags(module_name: str, flag_values=None) -> list:
     return list(fv.flags_by_module_dict().get(module_name, []))
 
 
+def new_flags(before: set, flag_values=None) -> tuple[str, ...]:
+    """Names of the flags defined since `before` (a set of names), in definition order."""
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    fv = flags.FLAGS if flag_values is None else flag_values
+    return tuple(dict.fromkeys(fv[n].name for n in fv if n not in before))
+
+
+def app_help(doc: str, names: Sequence[str], kind: str, flag_values=None,
+             extra: Sequence[str] = ()) -> list[str]:
+    """An app's help: its docstring, `extra` lines, then its own flags (full text)."""
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    fv = flags.FLAGS if flag_values is None else flag_values
+    lines = [line.rstrip() for line in doc.strip("\n").splitlines()]
+    lines += list(extra)
+    lines += ["", "Flags:"]
+    lines += format_flags([fv[n] for n in names], full=True)
+    return lines + common_footer()
+
+
 def print_and_exit(lines: Sequence[str], code: int = 0) -> None:
     """Prints the help lines to stdout and exits."""
     sys.stdout.write("\n".join(lines).rstrip() + "\n")

@@ -7,10 +7,11 @@ import sys
 
 from absl import app, flags, logging
 
-from tfdp import evaluate as evaluate_lib
 from tfdp import rundir
+from tfdp.apps import cli
 
 FLAGS = flags.FLAGS
+_BEFORE = set(FLAGS)
 flags.DEFINE_string("model_dir", None, "Run directory written by tfdp-train.")
 flags.DEFINE_list("attacks", ["fgsm", "ifgsm", "mim", "madry"],
                   "Attacks, comma-separated, from fgsm, ifgsm, mim, madry (empty: clean only).")
@@ -48,8 +49,20 @@ flags.DEFINE_enum("attack_preset", None, ["paper", "strong"],
                   "5x --nb_iter, 5 random restarts (unset: as the other flags say).")
 
 
-def _options() -> evaluate_lib.EvalOptions:
-    return evaluate_lib.EvalOptions(
+flags.DEFINE_bool("verbose", False, "Show TensorFlow's start-up log and library warnings.")
+OWN_FLAGS = cli.new_flags(_BEFORE)
+
+
+def _lib():
+    """tfdp.evaluate (TensorFlow), imported after the help was handled."""
+    cli.quiet_start(sys.argv)
+    from tfdp import evaluate as evaluate_lib  # pylint: disable=import-outside-toplevel
+    return evaluate_lib
+
+
+def _options():
+    """The evaluation options from the flags (a tfdp.evaluate.EvalOptions)."""
+    return _lib().EvalOptions(
         attacks=tuple(FLAGS.attacks), attack_sizes=tuple(FLAGS.attack_sizes),
         size_range=tuple(FLAGS.attack_size_range) if FLAGS.attack_size_range else None,
         nb_iter=FLAGS.nb_iter, eot_draws=FLAGS.eot_draws,
@@ -75,6 +88,7 @@ def check_model_dir(model_dir: str) -> str | None:
 
 
 def main(argv: list[str]) -> None:
+    evaluate_lib = _lib()
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if FLAGS.saved_model:
@@ -104,11 +118,37 @@ def main(argv: list[str]) -> None:
             cert = res["certified_accuracy"]
             logging.info("%s @ %s: accuracy %.4f, certified %s", name, size, res["accuracy"],
                          "n/a" if cert is None else f"{cert:.4f}")
+    write_tensorboard(FLAGS.model_dir, summary)
     print(f"wrote {summary['model_dir']}/evaluation.json")
+
+
+def write_tensorboard(model_dir: str, summary: dict) -> None:
+    """Writes the evaluation's accuracies to the run's TensorBoard log (logs/, tag eval/...).
+
+    The step is the run's number of training epochs, so the points sit at the end of the
+    training curves.
+    """
+    from tfdp.train import report  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    metrics = rundir.RunDir(model_dir)
+    step = 0
+    if metrics.exists(rundir.METRICS_FILE):
+        step = int(metrics.read_json(rundir.METRICS_FILE).get("epochs_completed") or 0)
+    writer = tf.summary.create_file_writer(os.path.join(model_dir, rundir.TENSORBOARD_DIR))
+    values = {"eval/clean_accuracy": summary.get("clean_accuracy")}
+    for name, entry in (summary.get("attacks") or {}).items():
+        for size, res in entry.items():
+            values[f"eval/{name}@{size}/accuracy"] = res.get("accuracy")
+            values[f"eval/{name}@{size}/certified_accuracy"] = res.get("certified_accuracy")
+    for tag, value in values.items():
+        if isinstance(value, (int, float)):
+            report.summary_scalar(writer, tag, value, step)
+    writer.flush()
 
 
 def _evaluate_saved_model() -> None:
     """--saved_model: evaluates an exported model; results beside it or in --model_dir."""
+    evaluate_lib = _lib()
     try:
         options = _options()
         if FLAGS.attack_preset:
@@ -123,6 +163,7 @@ def _evaluate_saved_model() -> None:
 
 def run() -> None:
     """Console-script entry point."""
+    cli.handle_help(sys.argv, lambda kind: cli.app_help(__doc__, OWN_FLAGS, kind))
     app.run(main, argv=sys.argv)
 
 

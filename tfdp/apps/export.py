@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from absl import app, flags, logging  # noqa: E402
 
-from absl import app, flags, logging  # noqa: E402  (after the TF log level is set)
+from tfdp.apps import cli  # noqa: E402
 
 FLAGS = flags.FLAGS
+_BEFORE = set(FLAGS)
 flags.DEFINE_string("model_dir", None, "Run directory written by tfdp-train.")
 flags.DEFINE_string("export_dir", None, "SavedModel directory to write (default: "
                     "MODEL_DIR/saved_model).")
@@ -26,6 +27,9 @@ flags.DEFINE_integer("draws_per_step", 256, "Monte-Carlo draws per forward pass 
 flags.DEFINE_bool("include_keras", True, "Also copy model.keras into the export.")
 flags.DEFINE_string("latest_under", None, "Instead of --model_dir: export the most recently "
                     "finished run directory (one holding model.keras) inside this folder.")
+
+flags.DEFINE_bool("verbose", False, "Show TensorFlow's start-up log and library warnings.")
+OWN_FLAGS = cli.new_flags(_BEFORE)
 
 
 def describe(export_dir: str) -> str:
@@ -77,6 +81,8 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
     """Console-script entry point."""
+    cli.handle_help(sys.argv, lambda kind: cli.app_help(__doc__, OWN_FLAGS, kind))
+    cli.quiet_start(sys.argv)
     app.run(main, argv=sys.argv)
 
 

@@ -20,9 +20,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
+from tfdp.apps import cli  # noqa: E402
 from tfdp.reproduce import extract, registry, report, runner  # noqa: E402
 
 FLAGS = flags.FLAGS
+_BEFORE = set(FLAGS)
 flags.DEFINE_list("papers", list(registry.PAPERS), f"Papers: any of {list(registry.PAPERS)}.")
 flags.DEFINE_string("scale", "smoke", f"One of {list(registry.SCALES)} (short: the reduced "
                     "settings cut to about 20 minutes on 2 CPU cores).")
@@ -38,6 +40,8 @@ flags.DEFINE_string("work_dir", runner.DEFAULT_WORK, "Run directories (not commi
 flags.DEFINE_string("report_path", None, "Report file (default: REPRODUCTION.md at the repo "
                     "root).")
 flags.DEFINE_string("data_dir", None, "Real data root (default: TFDP_DATA_DIR).")
+flags.DEFINE_bool("verbose", False, "Show TensorFlow's start-up log and library warnings.")
+OWN_FLAGS = cli.new_flags(_BEFORE)
 
 
 def validate(papers, scale, seeds, only) -> list[registry.Row]:
@@ -92,6 +96,7 @@ def main(argv) -> None:
 
 def run() -> None:
     """Console entry point (tfdp-reproduce)."""
+    cli.handle_help(sys.argv, lambda kind: cli.app_help(__doc__, OWN_FLAGS, kind))
     app.run(main)
 
 
