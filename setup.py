@@ -27,6 +27,9 @@ setup(
         "cpu": ["tensorflow-cpu>=2.21,<2.22"],
         "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"],
         "test": ["pytest>=8", "pytest-xdist>=3"],
+        # Viewing a run's logs/ (the event files are written without it):
+        #   pip install -e '.[tensorboard]'; tensorboard --logdir runs/
+        "tensorboard": ["tensorboard>=2.21,<2.22"],
         # Peers timed by `tfdp-bench dpsgd` (optional; large: PyTorch is several GB):
         #   pip install -e '.[bench-peers]'
         "bench-peers": ["tf-keras>=2.21,<2.22", "tensorflow-privacy>=0.9", "torch>=2.2",
@@ -40,6 +43,7 @@ setup(
             "tfdp-bench=tfdp.apps.bench:run",
             "tfdp-export=tfdp.apps.export:run",
             "tfdp-reproduce=tfdp.apps.reproduce:run",
+            "tfdp-runs=tfdp.apps.runs:run",
         ],
     },
 )

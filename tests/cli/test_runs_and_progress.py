@@ -1,0 +1,139 @@
+"""tfdp-train's progress off a terminal, and tfdp-runs over real and hand-written runs."""
+
+import csv
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tfdp.apps import runs
+from tfdp.train import report
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _py(*args, cwd=_ROOT):
+    env = dict(os.environ, PYTHONPATH=_ROOT)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=900, check=False)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny DP-SGD run through tfdp-train, output to a pipe (not a terminal)."""
+    root = tmp_path_factory.mktemp("runs")
+    out = _py("-m", "tfdp.apps.train", "--method=dpsgd", "--num_train=512", "--num_test=200",
+              "--epochs=2", "--batch_size=128", "--seed=3", f"--model_dir={root / 'dpsgd'}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return root, out
+
+
+def test_progress_off_a_terminal_is_one_line_per_epoch(trained):
+    _, out = trained
+    lines = out.stdout.splitlines()
+    epoch_lines = [line for line in lines if line.startswith("epoch ")]
+    assert [line.split()[1] for line in epoch_lines] == ["1/2", "2/2"]
+    first = epoch_lines[0]
+    for part in ("step 4", "test acc ", "eps ", "of 2", "/epoch", "ETA "):
+        assert part in first, (part, first)
+    assert "\x08" not in out.stdout and "\r" not in out.stdout  # no progress bar
+    assert all(len(line) < 200 for line in lines)
+    assert any("setup before the first step" in line for line in lines)
+    # TensorFlow's start-up notices are held back
+    assert "oneDNN" not in out.stderr and "absl::InitializeLog" not in out.stderr
+    # the console rounds epsilon up; ledger.json keeps full precision
+    ledger_line = next(line for line in lines if "total (sound accounting)" in line)
+    shown = float(ledger_line.split("epsilon=")[1].split()[0])
+    with open(os.path.join(trained[0], "dpsgd", "ledger.json"), encoding="utf-8") as f:
+        full = json.load(f)["epsilon"]
+    assert shown >= full and len(str(shown)) <= 6 and shown - full < 1e-3 * full
+
+
+def test_round_up_never_understates():
+    for x in (1.999998890499241, 2.00004, 0.12341, 7.0, 1e-5, 123456.7, 0.000123449):
+        assert float(report.round_up(x)) >= x
+        assert float(report.round_up(x)) <= x * (1 + 1e-3)
+    assert report.round_up(1.999998890499241) == "2"
+    assert report.round_up(None) == "none" and report.round_up(math.inf) == "inf"
+
+
+def _write(path, name, obj):
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, name), "w", encoding="utf-8") as f:
+        json.dump(obj, f)
+
+
+def test_runs_table_three_runs(trained, tmp_path):
+    root, _ = trained
+    base = tmp_path / "runs"
+    shutil.copytree(root / "dpsgd", base / "dpsgd")
+    # A non-private run as newer runs write it ("inf") and a legacy one (0.0, no entries).
+    for name, eps in (("nonprivate", "inf"), ("legacy", 0.0)):
+        run = base / name
+        _write(run, "config.json", {"method": "nonprivate", "dataset": "sample", "epochs": 1,
+                                    "num_test": 100})
+        _write(run, "ledger.json", {"epsilon": eps, "claimed_epsilon": eps, "delta": 0.0,
+                                    "entries": []})
+        _write(run, "metrics.json", {"test_accuracy": 0.9, "epochs_completed": 1})
+        (run / "model.keras").write_bytes(b"")
+    # A stopped run: a checkpoint, no metrics.
+    stopped = base / "stopped"
+    _write(stopped, "config.json", {"method": "stobatch", "dataset": "mnist", "epochs": 5})
+    _write(stopped, "ledger.json", {"epsilon": 0.51, "claimed_epsilon": 0.5, "delta": 1e-5,
+                                    "entries": [{"name": "x"}]})
+    _write(stopped / "checkpoints", "segments.json", {"segments": [{"end_epoch": 2}]})
+    (stopped / "checkpoints" / "checkpoint").write_text("")
+    _write(base / "dpsgd", "evaluation.json", {
+        "num_examples": 100, "clean_accuracy": 0.5,
+        "attacks": {"fgsm": {"0.1": {"accuracy": 0.4, "certified_accuracy": None},
+                             "0.2": {"accuracy": 0.3, "certified_accuracy": 0.1}},
+                    "madry": {"0.2": {"accuracy": 0.2, "certified_accuracy": 0.1}}}})
+
+    out = _py("-m", "tfdp.apps.runs", str(base), "--format=csv")
+    assert out.returncode == 0, out.stderr
+    rows = {r["run"]: r for r in csv.DictReader(io.StringIO(out.stdout))}
+    assert set(rows) == {"dpsgd", "nonprivate", "legacy", "stopped"}
+    with open(base / "dpsgd" / "ledger.json", encoding="utf-8") as f:
+        ledger = json.load(f)
+    assert float(rows["dpsgd"]["sound_epsilon"]) == ledger["epsilon"]
+    assert float(rows["dpsgd"]["claimed_epsilon"]) == ledger["claimed_epsilon"]
+    assert rows["dpsgd"]["status"] == "finished"
+    assert rows["dpsgd"]["attack"] == "madry@0.2"  # the worst attack at the largest size
+    assert float(rows["dpsgd"]["attacked_accuracy"]) == 0.2
+    low, high = float(rows["dpsgd"]["attacked_ci_low"]), float(rows["dpsgd"]["attacked_ci_high"])
+    assert low < 0.2 < high and rows["dpsgd"]["attacked_n"] == "100"
+    assert float(rows["dpsgd"]["certified_accuracy"]) == 0.1
+    assert rows["nonprivate"]["sound_epsilon"] == "inf" == rows["legacy"]["sound_epsilon"]
+    assert rows["stopped"]["status"] == "stopped" and rows["stopped"]["epochs"] == "2/5"
+    assert float(rows["stopped"]["sound_epsilon"]) == 0.51
+    assert float(rows["stopped"]["claimed_epsilon"]) == 0.5
+
+    table = _py("-m", "tfdp.apps.runs", str(base))
+    assert table.returncode == 0, table.stderr
+    body = [line for line in table.stdout.splitlines()[2:] if not line.startswith("(")]
+    assert len(body) == 4 and "claimed eps" in table.stdout and "sound eps" in table.stdout
+    md = _py("-m", "tfdp.apps.runs", str(base), "--format=markdown",
+             f"--plot={tmp_path / 'plot.png'}")
+    assert md.returncode == 0, md.stderr
+    assert md.stdout.count("\n| ") == 4 and os.path.getsize(tmp_path / "plot.png") > 1000
+
+
+def test_runs_bad_input(tmp_path):
+    out = _py("-m", "tfdp.apps.runs", str(tmp_path / "missing"))
+    assert out.returncode == 2 and "DIR" in out.stderr
+    out = _py("-m", "tfdp.apps.runs", str(tmp_path), "--plot=x.txt")
+    assert out.returncode == 2 and "--plot" in out.stderr
+    assert not os.path.exists(tmp_path / "x.txt")
+
+
+def test_epsilon_value():
+    assert runs.epsilon_value("inf", False) == math.inf
+    assert runs.epsilon_value(None, False) == math.inf
+    assert runs.epsilon_value(0.0, False) == math.inf
+    assert runs.epsilon_value(0.0, True) == 0.0
+    assert runs.epsilon_value(1.5, True) == 1.5
