@@ -73,7 +73,7 @@ _WEIGHTS = flags.DEFINE_string("gpm_weights", None,
 _SAVE_WEIGHTS = flags.DEFINE_boolean("gpm_save_weights", True,
                                      "gpm-dpsgd: save pretrained weights in the output dir.")
 
-flags.DEFINE_bool("verbose", False, "Show TensorFlow's start-up log and library warnings.")
+cli.define_verbose()
 OWN_FLAGS = cli.new_flags(_BEFORE)
 
 

@@ -28,7 +28,7 @@ _REPORT_FILE = flags.DEFINE_string("report_file", "runs/bench/BENCHMARKS.md",
                                    "`all --report` / `report`: the Markdown report to write "
                                    "(the committed one: BENCHMARKS.md).")
 _ONLY = flags.DEFINE_list("only", None, "`all`: run only these result stems (e.g. dpsgd).")
-flags.DEFINE_bool("verbose", False, "Show TensorFlow's start-up log and library warnings.")
+cli.define_verbose()
 COMMANDS = ("all", "report")
 OWN_FLAGS = cli.new_flags(_BEFORE)
 

@@ -208,6 +208,15 @@ def module_flags(module_name: str, flag_values=None) -> list:
     return list(fv.flags_by_module_dict().get(module_name, []))
 
 
+def define_verbose() -> None:
+    """Defines the apps' --verbose (a bool), unless a flag of that name exists already (apps
+    imported together, e.g. in tests; tfdp-train's --verbose is a level)."""
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    if "verbose" not in flags.FLAGS:
+        flags.DEFINE_bool("verbose", False,
+                          "Show TensorFlow's start-up log and library warnings.")
+
+
 def new_flags(before: set, flag_values=None) -> tuple[str, ...]:
     """Names of the flags defined since `before` (a set of names), in definition order."""
     from absl import flags  # pylint: disable=import-outside-toplevel

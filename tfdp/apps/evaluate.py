@@ -49,7 +49,7 @@ flags.DEFINE_enum("attack_preset", None, ["paper", "strong"],
                   "5x --nb_iter, 5 random restarts (unset: as the other flags say).")
 
 
-flags.DEFINE_bool("verbose", False, "Show TensorFlow's start-up log and library warnings.")
+cli.define_verbose()
 OWN_FLAGS = cli.new_flags(_BEFORE)
 
 

@@ -28,7 +28,7 @@ flags.DEFINE_bool("include_keras", True, "Also copy model.keras into the export.
 flags.DEFINE_string("latest_under", None, "Instead of --model_dir: export the most recently "
                     "finished run directory (one holding model.keras) inside this folder.")
 
-flags.DEFINE_bool("verbose", False, "Show TensorFlow's start-up log and library warnings.")
+cli.define_verbose()
 OWN_FLAGS = cli.new_flags(_BEFORE)
 
 

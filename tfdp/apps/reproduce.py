@@ -40,7 +40,7 @@ flags.DEFINE_string("work_dir", runner.DEFAULT_WORK, "Run directories (not commi
 flags.DEFINE_string("report_path", None, "Report file (default: REPRODUCTION.md at the repo "
                     "root).")
 flags.DEFINE_string("data_dir", None, "Real data root (default: TFDP_DATA_DIR).")
-flags.DEFINE_bool("verbose", False, "Show TensorFlow's start-up log and library warnings.")
+cli.define_verbose()
 OWN_FLAGS = cli.new_flags(_BEFORE)
 
 
