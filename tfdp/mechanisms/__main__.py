@@ -1,4 +1,8 @@
-"""Prints the Gaussian calibration table of the HGM spec §2.7 (GM, AGM, HGM and exact deltas)."""
+"""python -m tfdp.mechanisms: the Gaussian calibration table (GM, AGM, HGM and exact deltas).
+
+The HGM paper's Theorems 2/3 next to the classical Gaussian mechanism and the analytic one
+(Balle & Wang 2018), at the given delta, for each epsilon.
+"""
 
 from __future__ import annotations
 
@@ -51,5 +55,10 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
+    import sys  # pylint: disable=import-outside-toplevel
+    from tfdp.apps import cli  # pylint: disable=import-outside-toplevel
+    _BEFORE = set(FLAGS)
     _define_flags()
+    _OWN = cli.new_flags(_BEFORE)
+    cli.handle_help(sys.argv, lambda kind: cli.app_help(__doc__, _OWN, kind))
     app.run(main)
