@@ -137,3 +137,43 @@ def test_epsilon_value():
     assert runs.epsilon_value(0.0, False) == math.inf
     assert runs.epsilon_value(0.0, True) == 0.0
     assert runs.epsilon_value(1.5, True) == 1.5
+
+
+def _event_tags(logdir):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tensorflow.core.util import event_pb2  # pylint: disable=import-outside-toplevel
+    tags = {}
+    for name in os.listdir(logdir):
+        for record in tf.data.TFRecordDataset(os.path.join(logdir, name)):
+            event = event_pb2.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                tags[value.tag] = tf.make_ndarray(value.tensor).item()
+    return tags
+
+
+def test_epoch_and_evaluation_metrics_in_tensorboard(trained, tmp_path):
+    root, _ = trained
+    run = tmp_path / "run"
+    shutil.copytree(root / "dpsgd", run)
+    tags = _event_tags(run / "logs")
+    assert "test/accuracy_per_epoch" in tags and "privacy/epsilon_spent" in tags
+    out = _py("-m", "tfdp.apps.evaluate", f"--model_dir={run}", "--attacks=fgsm",
+              "--attack_sizes=0.1", "--num_examples=50")
+    assert out.returncode == 0, out.stderr[-3000:]
+    with open(run / "evaluation.json", encoding="utf-8") as f:
+        evaluation = json.load(f)
+    tags = _event_tags(run / "logs")
+    assert tags["eval/clean_accuracy"] == pytest.approx(evaluation["clean_accuracy"])
+    assert tags["eval/fgsm@0.1/accuracy"] == pytest.approx(
+        evaluation["attacks"]["fgsm"]["0.1"]["accuracy"])
+    assert "oneDNN" not in out.stderr
+
+
+def test_config_records_the_resolved_data_dir(monkeypatch, tmp_path):
+    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
+    monkeypatch.setenv("TFDP_DATA_DIR", str(tmp_path))
+    assert train_app.resolved_data_dir("mnist", None) == str(tmp_path)
+    assert train_app.data_dir_source("mnist", None) == "TFDP_DATA_DIR"
+    assert train_app.resolved_data_dir("mnist", "/elsewhere") == "/elsewhere"
+    assert train_app.data_dir_source("mnist", "/elsewhere") == "flag"
+    assert train_app.resolved_data_dir("sample", None) is None
