@@ -509,26 +509,67 @@ def write_certificates(path: str, records: Sequence[tuple]) -> str:
     return path
 
 
+def _plot_title(path: str, summary: Mapping[str, Any], n: Optional[int]) -> str:
+    """Method, data, sound epsilon (the run's ledger.json), N and the certificates' soundness."""
+    import json  # pylint: disable=import-outside-toplevel
+    from tfdp.train import report  # pylint: disable=import-outside-toplevel
+    parts = [f"{summary.get('method', '?')} on {summary.get('dataset', '?')}"]
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(path)), "ledger.json"),
+                  encoding="utf-8") as f:
+            eps = json.load(f).get("epsilon")
+        parts.append(f"sound eps {report.round_up(eps)}")
+    except (OSError, ValueError):
+        pass
+    if n:
+        parts.append(f"N = {n}")
+    cert = summary.get("certification")
+    if isinstance(cert, Mapping):
+        sound = cert.get("sensitivity_sound", summary.get("certificates_sound", True))
+        parts.append("certificates sound" if sound else "certificates NOT formally sound")
+    return ", ".join(parts)
+
+
 def plot_accuracy(path: str, summary: Mapping[str, Any]) -> str:
-    """PNG of accuracy (solid) and certified accuracy (dashed) against attack size."""
+    """PNG of accuracy (solid) and certified accuracy (dashed) against attack size.
+
+    The x axis is the attack size as a fraction of the pixel range (comparable across
+    methods whatever their value range); the bands are 95% Clopper-Pearson intervals over the
+    N evaluated examples; the title names the method, data, sound epsilon, N and whether the
+    certificates are sound.
+    """
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-    fig, ax = plt.subplots(figsize=(6, 4))
+    from tfdp.apps.runs import clopper_pearson  # pylint: disable=import-outside-toplevel
+    n = summary.get("num_examples")
+    n = n if isinstance(n, int) and n > 0 else None
+    lo, hi = (float(v) for v in summary["size_range"])
+
+    def band(ax, xs, ys, color):
+        if n is None:
+            return
+        bounds = [clopper_pearson(int(round(y * n)), n) for y in ys]
+        ax.fill_between(xs, [b[0] for b in bounds], [b[1] for b in bounds], color=color,
+                        alpha=0.15, linewidth=0)
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for i, (name, entry) in enumerate(sorted(summary["attacks"].items())):
         sizes = sorted(entry, key=float)
-        xs = [0.0] + [float(s) for s in sizes]
+        xs = [0.0] + [float(s) / (hi - lo) for s in sizes]
+        ys = [summary["clean_accuracy"]] + [entry[s]["accuracy"] for s in sizes]
         color = f"C{i}"
-        ax.plot(xs, [summary["clean_accuracy"]] + [entry[s]["accuracy"] for s in sizes],
-                "o-", color=color, label=f"{name}")
+        ax.plot(xs, ys, "o-", color=color, label=f"{name}")
+        band(ax, xs, ys, color)
         cert = [entry[s]["certified_accuracy"] for s in sizes]
         if all(c is not None for c in cert) and cert:
-            ax.plot([float(s) for s in sizes], cert, "s--", color=color,
-                    label=f"{name} (certified)")
-    lo, hi = summary["size_range"]
-    ax.set_xlabel(f"attack size (l_inf, inputs on [{lo:g}, {hi:g}])")
-    ax.set_ylabel("accuracy")
+            cx = [float(s) / (hi - lo) for s in sizes]
+            ax.plot(cx, cert, "s--", color=color, label=f"{name} (certified)")
+            band(ax, cx, cert, color)
+    ax.set_xlabel("attack size (l_inf, as a fraction of the pixel range)")
+    ax.set_ylabel("accuracy" + (" (95% CI bands)" if n else ""))
     ax.set_ylim(0.0, 1.02)
+    ax.set_title(_plot_title(path, summary, n), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

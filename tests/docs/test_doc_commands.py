@@ -292,3 +292,16 @@ def test_document_runs_as_written(path, tmp_path):
             ran += 1
     if not ran:
         pytest.skip("; ".join(skipped) or "no bash/sh/python block")
+
+
+@pytest.mark.slow
+def test_readme_python_example_trains_above_80_percent(tmp_path):
+    """README's "Use it from Python" block, in a fresh interpreter: > 80% on the sample."""
+    block = next(b for b in _PYTHON if b.path == "README.md")
+    assert "loop.train(" in block.text and 'data.load("sample"' in block.text
+    env = _scratch(tmp_path)
+    out = subprocess.run([sys.executable, "-c", block.text], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=3600, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    accuracy, epsilon = (float(v) for v in out.stdout.strip().splitlines()[-1].split())
+    assert accuracy > 0.8 and 0 < epsilon <= 2.0
