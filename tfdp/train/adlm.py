@@ -58,7 +58,7 @@ OPTIONS.float("adlm_beta_floor", None,
               "1e-2 CIFAR-10; code release).")
 OPTIONS.bool("adlm_perturb_bias", True,
              "Perturb the first layer's bias with Lap(Delta_h0/eps2)/|L| drawn once "
-             "(Algorithm 1 line 14; no privacy role, spec E11).")
+             "(Algorithm 1 line 14; no privacy role).")
 OPTIONS.bool("adlm_output_bias", False,
              "Output layer bias (the paper has none; the code release has one). With a "
              "bias, Delta_F counts it as one more hidden unit.")
@@ -78,7 +78,7 @@ OPTIONS.enum("adlm_aux_model", "same", list(adlm_models.AUX_KINDS),
              "network's structure or a one-hidden-layer MLP.")
 OPTIONS.integer("adlm_aux_epochs", 2, "Training epochs of the auxiliary model.")
 OPTIONS.enum("adlm_aux_data", "private", list(AUX_DATA),
-             "Data of the auxiliary relevance model (spec E4): private = the training set "
+             "Data of the auxiliary relevance model: private = the training set "
              "D itself, without privacy (the paper; no finite sound eps1); public_split = "
              "a held-out split removed from D (--adlm_aux_public_size records), so the "
              "relevance function is independent of D and eps1 is a sound bound.")

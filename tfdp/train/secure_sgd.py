@@ -44,17 +44,17 @@ OPTIONS.float("hgm_eps_r", None, "Robustness budget eps_r > 0 (PixelDP w.r.t. in
 OPTIONS.float("hgm_delta_r", 1e-5, "Robustness delta_r in (0, 1).")
 OPTIONS.float("hgm_construction_bound", 0.2,
               "Construction attack bound L (l_inf radius the noise is calibrated for, in "
-              "the data's pixel units; HGM spec §3.4).")
+              "the data's pixel units).")
 OPTIONS.enum("hgm_r_source", None, list(R_SOURCES),
              "Redistribution r: nonprivate_pretrain (HGM Eq. 7 from a noise-free "
-             "pre-trained model; not private, spec §8 A6), uniform, or file "
+             "pre-trained model; not private), uniform, or file "
              "(--hgm_r_file). Default: nonprivate_pretrain for secure_sgd and "
              "hgm_pixeldp; secure_sgd_agm and pixeldp always use uniform r.")
 OPTIONS.string("hgm_r_file", None, ".npy file with K*r (the code release's convention: "
                "entries > 0 summing to K = the number of conv1 units).")
 OPTIONS.float("hgm_beta", 1.0, "Inflation rate beta of HGM Eq. 7 (0 gives uniform r).")
 OPTIONS.float("hgm_r_mix", 0.0, "Weight lam of the uniform vector mixed into r.")
-OPTIONS.float("hgm_r_floor", 0.01, "Floor of r relative to 1/K (spec §3.3).")
+OPTIONS.float("hgm_r_floor", 0.01, "Floor of r relative to 1/K.")
 OPTIONS.integer("hgm_pretrain_epochs", 1, "Noise-free pre-training epochs for r.")
 OPTIONS.integer("hgm_pretrain_examples", 5000, "Examples whose gradients give r.")
 OPTIONS.enum("hgm_sensitivity_mode", "layer_max", list(redistribution.SENSITIVITY_MODES),
@@ -68,7 +68,7 @@ OPTIONS.enum("hgm_train_noise", "fresh", list(TRAIN_NOISE),
              "Robustness noise in training: fresh per example and step, or fixed_once "
              "(Algorithm 1 / the code release: one draw, checkpointed).")
 OPTIONS.enum("hgm_model", "mnist", list(hgm_models.ARCHITECTURES),
-             "Architecture: mnist (spec §5.1), cifar10 (§5.2) or small (CPU-sized).")
+             "Architecture: mnist or cifar10 (the paper's networks) or small (CPU-sized).")
 OPTIONS.enum("hgm_clipping", "per_example", list(CLIPPING),
              "Secure-SGD privacy: per_example DP-SGD, or batch_mean (the code release: "
              "per-layer clipping of the batch-mean gradient; NOT DP, the ledger's sound "

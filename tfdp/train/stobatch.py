@@ -65,7 +65,7 @@ OPTIONS = options.OptionSet("stobatch_")  # every stobatch_* setting: name, defa
 
 OPTIONS.string("stobatch_architecture", "auto",
                "StoBatch: network (mnist, cifar10, resnet18, tiny); auto picks it from "
-               "the data set (spec §4).")
+               "the data set.")
 OPTIONS.float("stobatch_eps2", 0.1,
               "StoBatch: eps2 of the output coefficients (MNIST 0.1; CIFAR-10 1 + r/3; "
               "Tiny ImageNet 1). eps1 = (--epsilon - eps2) / (1 + 1/gamma + 1/gamma_x).")
@@ -74,18 +74,18 @@ OPTIONS.float("stobatch_psi", 2.0,
               "StoBatch: fresh inference noise is 1/psi of the training scale (App. N).")
 OPTIONS.integer("stobatch_attack_iters", 10, "StoBatch: T_mu, training attack iterations.")
 OPTIONS.float("stobatch_mu_max", 1.0,
-              "StoBatch: mu_t ~ U(0, mu_max] per trainer step (spec §7 A8).")
+              "StoBatch: mu_t ~ U(0, mu_max] per trainer step.")
 OPTIONS.integer("stobatch_hidden_units", 256, "StoBatch: |h_pi|.")
 OPTIONS.string("stobatch_norm_mode", "paper_l1",
-               "StoBatch: first-layer norm for gamma: paper_l1 or spectral_ref (§7 A2).")
+               "StoBatch: first-layer norm for gamma: paper_l1 or spectral_ref.")
 OPTIONS.bool("stobatch_enforce_norm_bound", True,
              "StoBatch: project theta1 after every step so its norm stays <= the initial "
-             "bound used for gamma (§7 A2 option a).")
+             "bound used for gamma.")
 OPTIONS.string("stobatch_pairing", "alg4_fixed_pairs",
                "StoBatch: benign / adversarial-source pairing: alg4_fixed_pairs (Alg. 4: "
                "fixed pairs) or per_epoch_random (the reference code's shared pool of fixed "
                "batches, both roles drawn without replacement; needs --stobatch_trainers=1; "
-               "spec §3.2).")
+               "docs/stobatch.md).")
 OPTIONS.integer("stobatch_trainers", 1, "StoBatch: N_tr local trainers per step.")
 OPTIONS.integer("stobatch_micro_batches", 1,
                 "StoBatch: gradient micro-batches per replica (M_dev = this x replicas).")
@@ -99,23 +99,23 @@ OPTIONS.float("stobatch_bn_momentum", 0.99,
 OPTIONS.string("stobatch_bn_eval", "moving",
                "StoBatch: BN at inference and in the training attacks: moving [rec] or batch "
                "(statistics of the evaluated batch; the reference code's MNIST/CIFAR-10 "
-               "inference, spec §2.11).")
+               "inference).")
 OPTIONS.string("stobatch_ae_optimizer", "adam",
                "StoBatch: optimizer of theta1, adam (reference code) or sgd.")
 OPTIONS.string("stobatch_noise_term", "linear",
-               "StoBatch: output noise term: linear (paper) or abs_mean (ref code, §7 A3).")
+               "StoBatch: output noise term: linear (paper) or abs_mean (ref code).")
 OPTIONS.string("stobatch_dtype", "float32",
                "StoBatch: compute dtype of the network, the attacks and the losses: float32, "
                "or float64 (slower; results do not depend on float32 summation order, e.g. "
-               "to check that replica counts give the same weights, spec §8.1 item 28).")
-OPTIONS.integer("stobatch_num_draws", 2000, "StoBatch: Monte-Carlo draws n (§2.11).")
+               "to check that replica counts give the same weights).")
+OPTIONS.integer("stobatch_num_draws", 2000, "StoBatch: Monte-Carlo draws n.")
 OPTIONS.string("stobatch_delta_rx_mode", "unit",
                "StoBatch: Delta_r^x = mu * d_cert with mu = 1 (unit), mu_a or mu_train "
-               "(§7 A1).")
+               "(docs/stobatch.md).")
 OPTIONS.float("stobatch_radius_divisor", 1.0,
               "StoBatch: extra radius divisor (1 = paper-literal; the code's 0.005).")
 OPTIONS.bool("stobatch_radius_psi_correction", True,
-             "StoBatch: divide the certified radius by psi (§7 A19).")
+             "StoBatch: divide the certified radius by psi.")
 
 StoBatchConfig = OPTIONS.config_class(
     "StoBatchConfig",
