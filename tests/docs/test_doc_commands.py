@@ -50,6 +50,9 @@ SKIP = {
     "--scale=short": "about 20 CPU minutes (docs/reproduce.md)",
     "--scale=reduced": "CPU hours",
     "--scale=smoke": "runs every paper's smoke grid (CPU minutes); tests/reproduce covers it",
+    "tfdp-reproduce --report": "rewrites the committed REPRODUCTION.md from results/reproduce/ "
+                               "(a maintainer command; tests/reproduce covers it)",
+    "tfdp-bench report": "rewrites the committed BENCHMARKS.md (tests/bench covers it)",
     "--strategy=multi_worker": "needs a TF_CONFIG cluster of several processes or hosts",
     "TF_CONFIG=": "needs a TF_CONFIG cluster of several processes or hosts",
     "hist_full.flags": "the full DP-hist grid: CPU hours",
