@@ -565,7 +565,9 @@ class Run:
         if not (reporter.verbose and self.chief):
             return
         accuracy = None
-        if not last:
+        # Not on multi-worker runs: there every worker evaluates together (at the end only).
+        multi_worker = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        if not last and not multi_worker:
             # The model's state (e.g. the noise layers' draw counters, which inference noise
             # advances) is put back, so the run continues exactly as without this check.
             state = [(v, v.numpy()) for v in self.model.non_trainable_variables]
