@@ -58,7 +58,7 @@ def test_round_up_never_understates():
     for x in (1.999998890499241, 2.00004, 0.12341, 7.0, 1e-5, 123456.7, 0.000123449):
         assert float(report.round_up(x)) >= x
         assert float(report.round_up(x)) <= x * (1 + 1e-3)
-    assert report.round_up(1.999998890499241) == "2"
+    assert report.round_up(1.999998890499241) == "2.0" and report.round_up(2.5) == "2.5"
     assert report.round_up(None) == "none" and report.round_up(math.inf) == "inf"
 
 

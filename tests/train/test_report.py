@@ -34,12 +34,12 @@ def test_privacy_summary():
 
 def test_reporter_prints_and_writes_events(tmp_path):
     out = []
-    rep = report.Reporter(str(tmp_path / "logs"), 1, out.append)
+    rep = report.Reporter(str(tmp_path / "logs"), 1, out.append, interactive=True)
     rep.start_epoch(0, 2, 3)
     rep.step(1, {"loss": 0.5})
     rep.end_epoch(0, {"loss": 0.5}, 3)
     rep.finish(0.75, 10, 1, _ledger(), 1.0, "/run")
-    assert out[0] == "epoch 1/2"
+    assert "epoch 1/2" in out  # the progress bar's header (on a terminal)
     assert "test accuracy: 0.7500 (10 examples)" in out
     assert any("exceeds --epsilon=1" in line for line in out)
     assert out[-1] == "run directory: /run"
@@ -47,3 +47,16 @@ def test_reporter_prints_and_writes_events(tmp_path):
     quiet = []
     report.Reporter(None, 1, quiet.append).finish(0.5, 1, 1, _ledger(), None, "/run")
     assert quiet == []  # not the chief: nothing printed, no events
+
+
+def test_reporter_off_a_terminal_prints_one_line_per_epoch(tmp_path):
+    out = []
+    rep = report.Reporter(str(tmp_path / "logs"), 1, out.append, interactive=False)
+    rep.start_epoch(0, 2, 3)
+    rep.step(1, {"loss": 0.5})
+    rep.end_epoch(0, {"loss": 0.5}, 3)
+    rep.epoch_line(0, 2, 3, {"loss": 0.5}, 0.8125, 1.999998890499241, 2.0)
+    assert "epoch 1/2" not in out  # no progress-bar header
+    line = out[-1]
+    assert line.startswith("epoch 1/2  step 3  loss 0.5000  test acc 0.8125  eps 2.0 of 2.0")
+    assert "/epoch" in line and "ETA" in line

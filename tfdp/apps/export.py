@@ -74,9 +74,12 @@ def main(argv: list[str]) -> None:
     print("signatures:")
     print(describe(result.export_dir))
     ledger = result.card.get("ledger") or {}
+    from tfdp.train.report import round_up  # pylint: disable=import-outside-toplevel
     print(f"model card: {os.path.join(result.export_dir, export.CARD_FILE)} "
-          f"(sound epsilon={ledger.get('epsilon')}, delta={ledger.get('delta')}; claimed "
-          f"epsilon={ledger.get('claimed_epsilon')}, delta={ledger.get('claimed_delta')})")
+          f"(sound epsilon={round_up(ledger.get('epsilon'))}, "
+          f"delta={round_up(ledger.get('delta'))}; claimed "
+          f"epsilon={round_up(ledger.get('claimed_epsilon'))}, "
+          f"delta={round_up(ledger.get('claimed_delta'))}; rounded up, in full in the card)")
 
 
 def run() -> None:

@@ -27,7 +27,8 @@ def round_up(value: Any, digits: int = 4) -> str:
         return "inf" if x == math.inf else f"{x:g}"
     scale = 10.0 ** (math.floor(math.log10(abs(x))) - digits + 1)
     up = math.ceil(round(x / scale, 6)) * scale
-    return f"{up:.{digits}g}"
+    text = f"{up:.{digits}g}"
+    return f"{text}.0" if text.lstrip("-").isdigit() else text  # 2.0, as Python prints it
 
 
 def seconds_text(seconds: float) -> str:
@@ -84,7 +85,6 @@ def ledger_lines(ledger: Mapping[str, Any]) -> list[str]:
                      "value; see the entries' notes in ledger.json")
     else:
         lines.append("  (claimed total equals the sound total)")
-    lines.append("  (values rounded up to 4 significant digits; ledger.json has them in full)")
     return lines
 
 
@@ -226,6 +226,8 @@ class Reporter:
         self.print_fn(f"test accuracy: {test_accuracy:.4f} ({num_test} examples)")
         for line in ledger_lines(ledger):
             self.print_fn(line)
+        self.print_fn("  (epsilon and delta rounded up to 4 significant digits; ledger.json "
+                      "holds them in full)")
         if target_epsilon is not None and ledger["epsilon"] > target_epsilon * (1 + 1e-9):
             self.print_fn(f"  note: the sound epsilon of what ran exceeds "
                           f"--epsilon={target_epsilon:g}")
