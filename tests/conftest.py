@@ -55,3 +55,14 @@ def real_data_dir() -> str:
             pytest.fail("real data not found: set TFDP_DATA_DIR (see .ci/run)")
         pytest.skip("real MNIST/CIFAR-10 not available: set TFDP_DATA_DIR")
     return path
+
+
+@pytest.fixture(scope="session")
+def leak_scan():
+    """tests/leak_scan.py (finds a run's seed and derived values in files), as a module."""
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    spec = importlib.util.spec_from_file_location(
+        "tfdp_tests_leak_scan", os.path.join(_ROOT, "tests", "leak_scan.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

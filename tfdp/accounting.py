@@ -20,6 +20,21 @@ RELATIONS = ("replace_one", "add_remove")
 ACCOUNTANTS = ("rdp", "pld")
 SAMPLINGS = ("poisson", "shuffle", "shuffle_no_amplification")
 
+# How an infinite epsilon ("no finite bound") is written in ledger.json and model cards: the
+# JSON string "inf" (JSON has no infinity; Python's json would write the non-standard
+# `Infinity`). `epsilon_value` reads it back.
+INF_JSON = "inf"
+NO_GUARANTEE = "no differential-privacy guarantee"
+# Where the randomness of a run's privacy mechanisms came from (ledger and model card).
+NOISE_SEEDS = ("os_entropy", "user_supplied")
+NOISE_SEED_NOTES = {
+    "os_entropy": ("the noise of every privacy mechanism came from at least 128 bits of OS "
+                   "entropy, kept only in the run's checkpoint"),
+    "user_supplied": ("the noise of every privacy mechanism was derived from a seed the user "
+                      "supplied: epsilon holds only while that seed stays secret (anyone who "
+                      "knows it can regenerate the noise)"),
+}
+
 _ENTRY_FIELDS = ("name", "mechanism", "epsilon", "delta", "protects", "composition", "group",
                  "claimed_epsilon", "claimed_delta", "note", "relation", "covers", "segments")
 # Fields a ledger file written before `relation` / `covers` / `segments` existed may lack.
@@ -64,6 +79,29 @@ class PrivacyLedger:
 
     def __init__(self) -> None:
         self._entries: dict[str, dict] = {}
+        self._noise_seed: Optional[str] = None
+
+    @property
+    def noise_seed(self) -> Optional[str]:
+        """Where the run's noise came from: "os_entropy", "user_supplied" or None (unknown)."""
+        return self._noise_seed
+
+    @noise_seed.setter
+    def noise_seed(self, value: Optional[str]) -> None:
+        if value is not None and value not in NOISE_SEEDS:
+            raise ValueError(f"noise_seed must be one of {NOISE_SEEDS} or None, got {value!r}")
+        self._noise_seed = value
+
+    def guarantee(self) -> bool:
+        """True when the sound total is a finite epsilon (a differential-privacy guarantee).
+
+        An empty ledger gives no guarantee: a model trained on the data with no accounted
+        mechanism is not differentially private (its epsilon is infinite, never 0).
+        """
+        return bool(self._composed_entries()) and math.isfinite(self.total()[0])
+
+    def _composed_entries(self) -> list[dict]:
+        return [e for e in self._entries.values() if e["composition"] != "separate"]
 
     # -------------------------------------------------------------------------- entries
 
@@ -288,6 +326,8 @@ class PrivacyLedger:
         a group of two: (eps, delta) -> (2 eps, (1 + e^eps) delta)); `relation()` says which
         relation the total refers to.
         """
+        if not self._composed_entries():
+            return math.inf, 0.0  # nothing accounted: no guarantee (never epsilon = 0)
         return _compose(self._entries.values(), claimed=False)
 
     def relation(self) -> str:
@@ -297,6 +337,8 @@ class PrivacyLedger:
 
     def claimed_total(self) -> tuple[float, float]:
         """(epsilon, delta) as the papers claim, falling back to the sound value per entry."""
+        if not self._composed_entries():
+            return math.inf, 0.0
         return _compose(self._entries.values(), claimed=True)
 
     def differs(self) -> bool:
@@ -307,18 +349,33 @@ class PrivacyLedger:
     # -------------------------------------------------------------------------- I/O
 
     def to_dict(self) -> dict:
-        """JSON-ready dict: sound totals, entries, claimed totals and whether they differ."""
+        """JSON-ready dict: sound totals, entries, claimed totals and whether they differ.
+
+        An infinite epsilon is the string "inf" (`INF_JSON`; read numbers back with
+        `epsilon_value`). Without a finite sound total, "guarantee" is false and "note" says
+        "no differential-privacy guarantee". "noise_seed" says where the noise came from.
+        """
         eps, dlt = self.total()
         c_eps, c_dlt = self.claimed_total()
-        return {
-            "epsilon": eps,
+        out = {
+            "epsilon": _json_eps(eps),
             "delta": dlt,
-            "claimed_epsilon": c_eps,
+            "claimed_epsilon": _json_eps(c_eps),
             "claimed_delta": c_dlt,
             "differs": self.differs(),
             "relation": self.relation(),
-            "entries": self.entries,
+            "guarantee": self.guarantee(),
+            "entries": [_json_entry(e) for e in self._entries.values()],
         }
+        if not out["guarantee"]:
+            out["note"] = (NO_GUARANTEE + ": the sound epsilon is infinite ("
+                           + ("nothing protects the training data"
+                              if not self._composed_entries() else
+                              "an entry has no finite bound: see its note") + ")")
+        if self._noise_seed is not None:
+            out["noise_seed"] = self._noise_seed
+            out["noise_seed_note"] = NOISE_SEED_NOTES[self._noise_seed]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "PrivacyLedger":
@@ -342,10 +399,16 @@ class PrivacyLedger:
                                  "needs its own name")
             kwargs = {k: e[k] for k in _ENTRY_FIELDS if k in e and k != "name"}
             ledger.add(e["name"], **kwargs)
+        if data.get("noise_seed") is not None:
+            ledger.noise_seed = data["noise_seed"]
         for key, value in (("epsilon", ledger.total()[0]), ("delta", ledger.total()[1]),
                            ("claimed_epsilon", ledger.claimed_total()[0]),
                            ("claimed_delta", ledger.claimed_total()[1])):
-            if key in data and not _close(float(data[key]), value):
+            try:
+                stored = epsilon_value(data[key]) if key in data else value
+            except ValueError as e:
+                raise ValueError(f"data: stored {key} {data[key]!r} is not a number") from e
+            if not _close(stored, value):
                 raise ValueError(f"data: stored {key} {data[key]!r} does not match the entries "
                                  f"({value!r})")
         if "relation" in data and data["relation"] != ledger.relation():
@@ -354,7 +417,7 @@ class PrivacyLedger:
         return ledger
 
     def save(self, path: str) -> str:
-        """Writes the ledger as JSON atomically; returns the path (inf is written as Infinity)."""
+        """Writes the ledger as JSON atomically; returns the path (inf is written as "inf")."""
         from tfdp.rundir import write_json_atomic  # local import: keeps this module light
         return write_json_atomic(path, self.to_dict())
 
@@ -388,7 +451,8 @@ class PrivacyLedger:
             lines.append(f"{e['name']}: {e['mechanism']} eps={e['epsilon']:.4g} "
                          f"delta={e['delta']:.3g} {e['composition']}{grp}{claimed}")
         eps, dlt = self.total()
-        lines.append(f"total (sound): eps={eps:.4g} delta={dlt:.3g}")
+        lines.append(f"total (sound): eps={eps:.4g} delta={dlt:.3g}"
+                     + ("" if self.guarantee() else f" -- {NO_GUARANTEE}"))
         if self.differs():
             c_eps, c_dlt = self.claimed_total()
             lines.append(f"total (as claimed): eps={c_eps:.4g} delta={c_dlt:.3g} "
@@ -515,7 +579,47 @@ def segments_epsilon(segments: list, *, delta: float, accountant: str = "rdp",
         dp_accounting.ComposedDpEvent(events)).get_epsilon(dlt))
 
 
+def epsilon_value(value: Any) -> float:
+    """A ledger epsilon as a float: numbers as they are, "inf" (`INF_JSON`) as math.inf.
+
+    Raises:
+        ValueError: for anything else (other strings, None, bools).
+    """
+    if isinstance(value, str):
+        if value.strip().lower() in (INF_JSON, "infinity", "+inf"):
+            return math.inf
+        raise ValueError(f"epsilon must be a number or {INF_JSON!r}, got {value!r}")
+    if value is None:
+        raise ValueError(f"epsilon must be a number or {INF_JSON!r}, got None")
+    eps = _validate.as_float(value, "epsilon", allow_nonfinite=True)
+    if math.isnan(eps) or eps < 0.0:
+        raise ValueError(f"epsilon must be >= 0 (or {INF_JSON!r}), got {value!r}")
+    return eps
+
+
+def format_epsilon(value: Any) -> str:
+    """An epsilon for people: "inf (no differential-privacy guarantee)" or the number."""
+    eps = epsilon_value(value)
+    return f"inf ({NO_GUARANTEE})" if math.isinf(eps) else f"{eps:.4g}"
+
+
+def _json_eps(value: Optional[float]) -> Any:
+    return INF_JSON if value is not None and math.isinf(value) else value
+
+
+def _json_entry(entry: dict) -> dict:
+    out = dict(entry)
+    for key in ("epsilon", "claimed_epsilon"):
+        out[key] = _json_eps(out[key])
+    return out
+
+
 def _ledger_epsilon(value: Any, name: str) -> float:
+    if isinstance(value, str):
+        try:
+            return epsilon_value(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number >= 0 or {INF_JSON!r}, got {value!r}") from None
     eps = _validate.as_float(value, name, allow_nonfinite=True)
     if math.isnan(eps) or eps < 0.0:
         raise ValueError(f"{name} must be >= 0 (inf allowed), got {value!r}")

@@ -75,7 +75,7 @@ _AGM_WIDTH = 1e-15
 _CONFIG_KEYS = ("method", "dataset", "value_range", "input_shape", "num_classes", "epochs",
                 "batch_size", "learning_rate", "optimizer", "epsilon", "delta",
                 "strategy", "num_replicas", "num_train", "num_test", "batch_schedule",
-                "seed_source")
+                "noise_seed")
 # Flags never copied to the model card: the seed regenerates the run's privacy noise; the
 # others are local paths or run-control switches.
 _PRIVATE_FLAGS = ("seed", "model_dir", "data_dir", "resume", "stop_after_epochs", "verbose",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -9,7 +10,7 @@ import os
 import socket
 import tempfile
 import time
-from typing import Any
+from typing import Any, Iterator
 
 # File names inside a run directory (DESIGN.md "A run is a directory").
 FLAGS_FILE = "flags.txt"
@@ -339,12 +340,51 @@ def load_arrays(path: str) -> dict:
         raise ValueError(f"{path}: corrupt setup state ({e})") from None
 
 
+@contextlib.contextmanager
+def _seeds_withheld(model: Any) -> Iterator[None]:
+    """Within the block, `model` holds no seed of the run: a saved model is public.
+
+    Every layer's `seed` attribute (written into the saved config) is None, and every Keras
+    SeedGenerator state (saved with the weights) is a fresh OS-entropy value, so a saved
+    model carries nothing from which the run's noise could be regenerated (issue 22). The
+    in-memory model is restored afterwards.
+    """
+    import secrets  # pylint: disable=import-outside-toplevel
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    layers = list(model._flatten_layers(include_self=True, recursive=True))  # pylint: disable=protected-access
+    seeds, states = [], []
+    try:
+        for layer in layers:
+            seed = vars(layer).get("seed")
+            if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+                seeds.append((layer, seed))
+                object.__setattr__(layer, "seed", None)
+            for gen in getattr(layer, "_seed_generators", None) or []:
+                state = gen.state
+                old = np.asarray(state.numpy())
+                states.append((state, old))
+                fresh = np.zeros_like(old)
+                fresh.flat[0] = secrets.randbits(31)
+                state.assign(fresh)
+        yield
+    finally:
+        for layer, seed in seeds:
+            object.__setattr__(layer, "seed", seed)
+        for state, old in states:
+            state.assign(old)
+
+
 def save_model(model: Any, path: str) -> None:
-    """Saves a Keras model to `path` atomically (temp file, fsync, rename)."""
+    """Saves a Keras model to `path` atomically (temp file, fsync, rename), without seeds.
+
+    Layer seeds and SeedGenerator states are withheld (`_seeds_withheld`): they derive from
+    the run's secret key, and model.keras is a public file.
+    """
     directory = os.path.dirname(path)
     tmp = os.path.join(directory, f".tmp-{os.getpid()}-" + os.path.basename(path))
     try:
-        model.save(tmp)
+        with _seeds_withheld(model):
+            model.save(tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.chmod(tmp, FILE_MODE)

@@ -195,3 +195,50 @@ def test_bad_entries(kwargs, word):
         PrivacyLedger().add("", mechanism="laplace", epsilon=1.0)
     with pytest.raises(ValueError, match="name"):
         PrivacyLedger().get("missing")
+
+
+def test_no_guarantee_is_infinite_never_zero():
+    """Issue 22 item 4: nothing accounted (or only other relations) is epsilon = inf."""
+    for led in (PrivacyLedger(), _separate_only()):
+        assert led.total()[0] == math.inf and not led.guarantee()
+        d = led.to_dict()
+        assert d["epsilon"] == "inf" and d["claimed_epsilon"] == "inf"
+        assert d["guarantee"] is False
+        assert "no differential-privacy guarantee" in d["note"]
+        text = json.dumps(d, allow_nan=False)  # strict JSON: no Infinity literal
+        back = PrivacyLedger.from_dict(json.loads(text))
+        assert back.total()[0] == math.inf and back.to_dict() == d
+        assert "no differential-privacy guarantee" in led.summary()
+    finite = PrivacyLedger()
+    finite.add("a", mechanism="laplace", epsilon=0.5, covers="setup")
+    assert finite.guarantee() and finite.to_dict()["guarantee"] is True
+    assert "note" not in finite.to_dict()
+
+
+def _separate_only():
+    led = PrivacyLedger()
+    led.add("pixels", mechanism="gaussian", epsilon=1.0, delta=1e-5, composition="separate",
+            protects="input pixels")
+    return led
+
+
+def test_epsilon_json_values():
+    from tfdp import accounting
+    assert accounting.epsilon_value("inf") == math.inf and accounting.epsilon_value(1.5) == 1.5
+    assert accounting.format_epsilon("inf") == "inf (no differential-privacy guarantee)"
+    for bad in ("nan", "1.0", None, True, float("nan"), -1.0):
+        with pytest.raises(ValueError):
+            accounting.epsilon_value(bad)
+
+
+def test_noise_seed_is_recorded_and_round_trips():
+    led = PrivacyLedger()
+    led.add("a", mechanism="laplace", epsilon=0.5, covers="setup")
+    assert "noise_seed" not in led.to_dict()
+    led.noise_seed = "user_supplied"
+    d = led.to_dict()
+    assert d["noise_seed"] == "user_supplied"
+    assert "only while that seed stays secret" in d["noise_seed_note"]
+    assert PrivacyLedger.from_dict(json.loads(json.dumps(d))).noise_seed == "user_supplied"
+    with pytest.raises(ValueError, match="noise_seed"):
+        led.noise_seed = "1234"

@@ -309,7 +309,7 @@ _SMALL = ("--method=nonprivate", "--dataset=sample", "--num_train=256", "--num_t
 
 def test_two_trainings_started_together_on_one_directory(tmp_path):
     run = tmp_path / "shared"
-    procs = [_cli(*_SMALL, f"--seed={s}", f"--model_dir={run}") for s in (1, 2)]
+    procs = [_cli(*_SMALL, f"--learning_rate={s}", f"--model_dir={run}") for s in (0.01, 0.02)]
     outs = [p.communicate(timeout=600) for p in procs]
     codes = [p.returncode for p in procs]
     assert sorted(codes) == [0, 1], (codes, [o[1][-2000:] for o in outs])
@@ -317,10 +317,10 @@ def test_two_trainings_started_together_on_one_directory(tmp_path):
     assert "tfdp-train: error: --model_dir" in loser or "tfdp-train: error: model_dir" in loser
     assert "in use by process" in loser or "already exists" in loser
     assert "Traceback" not in loser
-    winner_seed = (1, 2)[codes.index(0)]
+    winner = (0.01, 0.02)[codes.index(0)]
     config = json.load(open(run / rundir.CONFIG_FILE))
-    assert config["seed"] == winner_seed and config["flags"]["seed"] == winner_seed
-    assert f"--seed={winner_seed}" in (run / rundir.FLAGS_FILE).read_text()
+    assert config["learning_rate"] == winner and config["flags"]["learning_rate"] == winner
+    assert f"--learning_rate={winner}" in (run / rundir.FLAGS_FILE).read_text()
     assert json.load(open(run / rundir.METRICS_FILE))["epochs_completed"] == 1
     assert sorted(os.listdir(run / rundir.CHECKPOINT_DIR)).count("checkpoint") == 1
 

@@ -184,9 +184,10 @@ def test_run_directory_contents(tmp_path, tiny_data):
         assert rd.exists(name), name
     config = rd.read_json(rundir.CONFIG_FILE)
     for key in ("method", "dataset", "data_dir", "value_range", "input_shape", "num_classes",
-                "seed", "seed_source", "certification"):
+                "noise_seed", "certification"):
         assert key in config
-    assert config["seed"] == 7 and config["seed_source"] == "flag"
+    # The seed itself stays in the checkpoint; config.json only says where the noise came from.
+    assert "seed" not in config and config["noise_seed"] == "user_supplied"
     assert config["input_shape"] == list(_SHAPE)
     metrics = rd.read_json(rundir.METRICS_FILE)
     assert set(metrics) >= {"test_accuracy", "epochs_completed", "seconds", "segments",
@@ -195,7 +196,10 @@ def test_run_directory_contents(tmp_path, tiny_data):
     stats = metrics[loop.NONPRIVATE_STATS_KEY]
     assert stats["privatized"] is False and stats["train_loss"] is not None
     assert 0.0 <= metrics["test_accuracy"] <= 1.0
-    assert rd.read_json(rundir.LEDGER_FILE)["entries"] == []
+    ledger = rd.read_json(rundir.LEDGER_FILE)
+    assert ledger["entries"] == [] and ledger["epsilon"] == "inf" and not ledger["guarantee"]
+    assert "no differential-privacy guarantee" in ledger["note"]
+    assert ledger["noise_seed"] == "user_supplied"
     # model.keras maps inputs to the same logits as the trained model.
     loaded = keras.saving.load_model(rd.file(rundir.MODEL_FILE))
     np.testing.assert_allclose(loaded(tiny_data.x_test[:5]), res.model(tiny_data.x_test[:5]),

@@ -23,8 +23,10 @@ def test_ledger_lines_show_sound_and_claimed_totals():
     assert lines[3].startswith("  total (as claimed): epsilon=1.5")
     same = report.ledger_lines(_ledger(differs=False))
     assert same[-1] == "  (claimed total equals the sound total)"
-    empty = report.ledger_lines({"entries": [], "epsilon": 0.0, "delta": 0.0})
-    assert empty[-1] == "  (no entries: this run spends no privacy budget)"
+    empty = report.ledger_lines({"entries": [], "epsilon": "inf", "delta": 0.0})
+    assert "epsilon=inf (no differential-privacy guarantee)" in empty[-2]
+    assert empty[-1] == ("  (no entries: nothing protects the training data; no "
+                         "differential-privacy guarantee)")
 
 
 def test_privacy_summary():

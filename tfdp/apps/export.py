@@ -80,6 +80,9 @@ def main(argv: list[str]) -> None:
           f"delta={round_up(ledger.get('delta'))}; claimed "
           f"epsilon={round_up(ledger.get('claimed_epsilon'))}, "
           f"delta={round_up(ledger.get('claimed_delta'))}; rounded up, in full in the card)")
+    if ledger and not ledger.get("guarantee", True):
+        print("  no differential-privacy guarantee: the sound epsilon is inf (see the card's "
+              "ledger note)")
 
 
 def run() -> None:

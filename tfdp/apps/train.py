@@ -368,12 +368,16 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
 
 
 def run_flags(spec: RunSpec) -> dict:
-    """The resolved generic flag values of a run (stored in config.json under "flags")."""
+    """The resolved generic flag values of a run (stored in config.json under "flags").
+
+    --seed is not among them: the seed regenerates the run's privacy noise, so it is kept
+    only in the checkpoint (a resume checks a given --seed against it).
+    """
     cfg = spec.config
     return {
         "method": cfg.method, "dataset": cfg.dataset, "data_dir": spec.data_dir,
         "epochs": cfg.epochs, "batch_size": cfg.batch_size,
-        "learning_rate": cfg.learning_rate, "optimizer": spec.optimizer, "seed": cfg.seed,
+        "learning_rate": cfg.learning_rate, "optimizer": spec.optimizer,
         "epsilon": cfg.epsilon, "delta": cfg.delta,
         "value_range": [float(b) for b in cfg.value_range],
         "strategy": spec.strategy, "num_train": spec.num_train, "num_test": spec.num_test,

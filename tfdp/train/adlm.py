@@ -494,7 +494,7 @@ class AdLM(Method):
                       bn_momentum=float(self._o("adlm_bn_momentum")),
                       bn_eval=self._o("adlm_bn_eval"))
         if arch == "cifar10":
-            kwargs.update(crop=int(self._o("adlm_crop")), seed=self.config.seed)
+            kwargs.update(crop=int(self._o("adlm_crop")), seed=self.layer_seed)
         model = adlm_models.build(arch, input_shape, num_classes, **kwargs)
         if kwargs["bias_noise"]:
             model.get_layer(adlm_models.BIAS_NOISE_LAYER).offset.assign(

@@ -170,9 +170,23 @@ def replica_seed(seed: Any, replica_id: Any) -> Any:
                                                     tf.cast(replica_id, tf.int64))
 
 
-def derive_seed(run_key: int, stream: int, index: int = 0) -> int:
-    """A 31-bit host seed for `stream` (and e.g. epoch `index`) derived from a run key."""
-    return int(np.random.SeedSequence([int(run_key), stream, index]).generate_state(1)[0] >> 1)
+def derive_seed(run_key: int, stream: int, index: int = 0, bits: int = 192) -> int:
+    """A `bits`-bit seed for `stream` (and e.g. epoch `index`) derived from a run key.
+
+    The default 192 bits fill a Philox generator's whole state (128-bit counter and 64-bit
+    key) and seed numpy generators with as much entropy as the run key holds (>= 128 bits
+    unless the user gave a --seed), so no privacy stream can be guessed more easily than the
+    key itself. Use a small `bits` only for randomness that protects nothing (e.g. weight
+    initialisation through `keras.utils.set_random_seed`, which takes 32 bits).
+    """
+    if not 1 <= int(bits) <= 256:
+        raise ValueError(f"bits must lie in [1, 256], got {bits!r}")
+    words = np.random.SeedSequence([int(run_key), int(stream), int(index)]).generate_state(
+        8, np.uint32)
+    value = 0
+    for w in words:
+        value = (value << 32) | int(w)
+    return value >> (256 - int(bits))
 
 
 def make_optimizer(name: str, learning_rate: float):
@@ -251,20 +265,27 @@ class Method(abc.ABC):
         self.data_spec: DataSpec | None = None
         self.strategy = None
         self.layout_seed: int | None = None
+        self.layer_seed: int | None = None
         self.model = None  # set by the default `build`
         self.optimizer = None
 
-    def attach(self, data_spec: DataSpec, strategy: Any = None, layout_seed: int = 0) -> None:
-        """Gives the method its data spec, strategy and batch-layout seed (called by the run).
+    def attach(self, data_spec: DataSpec, strategy: Any = None, layout_seed: int = 0,
+               layer_seed: int | None = None) -> None:
+        """Gives the method its data spec, strategy and seeds (called by the run).
 
         Args:
           data_spec: the private training data's spec.
           strategy: the tf.distribute strategy (None: the default strategy).
           layout_seed: the run's seed for batch layouts drawn once per run (`fixed_batches`).
+          layer_seed: a 63-bit seed derived from the run's secret key for the noise layers
+            `build` creates (their stateless streams are keyed by an int64); None: the
+            layers draw OS entropy. It must never be derived from `config.seed` directly,
+            and `tfdp.rundir.save_model` leaves it out of saved models.
         """
         self.data_spec = data_spec
         self.strategy = strategy
         self.layout_seed = int(layout_seed)
+        self.layer_seed = None if layer_seed is None else int(layer_seed)
 
     def validate(self) -> None:
         """Raises ValueError naming the flag when the configuration is unusable."""

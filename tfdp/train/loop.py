@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import secrets
 import sys
 import time
 from typing import Any, Callable, Mapping
@@ -38,9 +39,11 @@ _EVAL_BATCH = 1000
 
 # Stream identifiers: every random stream of a run is derived from one run key.
 _STREAM_SETUP, _STREAM_SHUFFLE, _STREAM_FIXED, _STREAM_INIT, _STREAM_STEPS = 1, 2, 3, 4, 5
-_STREAM_PUBLIC = 6
+_STREAM_PUBLIC, _STREAM_LAYERS = 6, 7
 # Checkpoint names the run itself uses; a method's `build` may not return them.
-_RUN_STATE = ("generator", "epoch", "step", "run_key")
+_RUN_STATE = ("generator", "epoch", "step", "run_key", "run_secret", "ledger_digest")
+# Bits of OS entropy in a run key drawn when no --seed is given (issue: >= 128).
+SECRET_BITS = 256
 
 
 class SetupError(ValueError):
@@ -91,8 +94,26 @@ class RunResult:
 
 
 def os_entropy_key() -> int:
-    """A fresh 63-bit run key from OS entropy (used when no --seed is given)."""
-    return int(np.random.SeedSequence().entropy % (2**63 - 1))
+    """A fresh run key of `SECRET_BITS` bits from OS entropy (used when no --seed is given)."""
+    return secrets.randbits(SECRET_BITS)
+
+
+def _encode_secret(run_key: int, user_supplied: bool) -> bytes:
+    return (f"user:{int(run_key)}" if user_supplied else f"os:{int(run_key):x}").encode()
+
+
+def _decode_secret(value: bytes, path: str) -> tuple[int, bool]:
+    """(run key, user supplied) from the checkpoint's run_secret."""
+    text = value.decode("ascii", "replace")
+    kind, _, body = text.partition(":")
+    try:
+        if kind == "user":
+            return int(body), True
+        if kind == "os":
+            return int(body, 16), False
+    except ValueError:
+        pass
+    raise ValueError(f"{path}: the checkpoint's run secret is corrupt")
 
 
 def epoch_batches(method: Method, run_key: int, epoch: int) -> list:
@@ -217,9 +238,7 @@ def resume_conflicts(stored: Mapping[str, Any], current: Mapping[str, Any],
                            f"{str(a)[:12]}... vs {str(b)[:12]}...)")
             else:
                 out.append(f"{flag}: the run was started with {a!r}, the resume asks for {b!r}")
-    seed_a, seed_b = stored.get("seed"), current.get("seed")
-    if seed_b is not None and seed_a != seed_b:
-        out.append(f"--seed: the run was started with {seed_a!r}, the resume asks for {seed_b!r}")
+    # --seed is checked against the checkpoint, where the run's secret key lives.
     opts_a, opts_b = stored.get("options") or {}, current.get("options") or {}
     for key in sorted(set(opts_a) | set(opts_b)):
         if key in mutable:
@@ -245,8 +264,9 @@ def _config_dict(method: Method, data: Data, strategy, num_train: int, num_publi
     return {
         "method": cfg.method, "dataset": cfg.dataset, "data_dir": data.data_dir,
         "value_range": list(cfg.value_range), "input_shape": list(data.input_shape),
-        "num_classes": int(data.num_classes), "seed": cfg.seed,
-        "seed_source": "flag" if cfg.seed is not None else "os_entropy",
+        "num_classes": int(data.num_classes),
+        # Where the noise came from; the seed itself stays in the checkpoint (issue 22).
+        "noise_seed": "user_supplied" if cfg.seed is not None else "os_entropy",
         "certification": None,  # filled in after setup (it may depend on setup's results)
         "epochs": cfg.epochs, "batch_size": cfg.batch_size,
         "learning_rate": cfg.learning_rate, "optimizer": cfg.optimizer,
@@ -321,16 +341,25 @@ class Run:
         return self._train_epochs()
 
     def _load_or_start(self, accounting) -> None:
-        # The run key: every random stream of the run derives from it (principle 5).
-        self.run_key_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="run_key")
+        # The run key: every random stream of the run derives from it (principle 5). It is a
+        # secret: it lives only in the checkpoint (`run_secret`), never in config.json,
+        # flags.txt, logs, TensorBoard or anything exported.
+        self.run_secret_var = tf.Variable(b"", dtype=tf.string, trainable=False,
+                                          name="run_secret")
+        self.run_key_var = None  # the scalar key of checkpoints written before run_secret
         if self.resume:
             latest = tf.train.latest_checkpoint(rundir.checkpoint_dir(self.cfg.model_dir))
-            try:
-                tf.train.Checkpoint(run_key=self.run_key_var).restore(latest).expect_partial()
-            except (tf.errors.OpError, ValueError) as e:
-                raise ValueError(f"{latest}: cannot read the checkpoint ({e})") from None
-            self.run_key = int(self.run_key_var.numpy())
+            self.run_key, user_supplied = self._restore_secret(latest)
+            if self.cfg.seed is not None and (not user_supplied
+                                              or int(self.cfg.seed) != self.run_key):
+                raise ValueError(
+                    "--seed: differs from the seed this run was started with"
+                    if user_supplied else "--seed: this run was started without --seed (its "
+                    "noise comes from OS entropy kept in its checkpoint); resume it without "
+                    "--seed")
             self.ledger = accounting.PrivacyLedger.load(self.rd.file(rundir.LEDGER_FILE))
+            if self.ledger.noise_seed is None:
+                self.ledger.noise_seed = "user_supplied" if user_supplied else "os_entropy"
             if self.rd.exists(rundir.CONFIG_FILE) or self.chief:
                 self.stored_config = self.rd.read_json(rundir.CONFIG_FILE)
             seg_path = os.path.join(rundir.checkpoint_dir(self.cfg.model_dir),
@@ -338,9 +367,29 @@ class Run:
             if os.path.exists(seg_path):
                 self.history = rundir.read_json(seg_path)
         else:
-            self.run_key = int(self.cfg.seed) if self.cfg.seed is not None else os_entropy_key()
-            self.run_key_var.assign(self.run_key)
+            user_supplied = self.cfg.seed is not None
+            self.run_key = int(self.cfg.seed) if user_supplied else os_entropy_key()
+            self.run_secret_var.assign(_encode_secret(self.run_key, user_supplied))
             self.ledger = accounting.PrivacyLedger()
+            self.ledger.noise_seed = "user_supplied" if user_supplied else "os_entropy"
+
+    def _restore_secret(self, latest: str) -> tuple[int, bool]:
+        """The run key from the checkpoint (`run_secret`, or an older run's `run_key`)."""
+        try:
+            names = {name for name, _ in tf.train.list_variables(latest)}
+            if any(n.startswith("run_secret/") for n in names):
+                tf.train.Checkpoint(run_secret=self.run_secret_var).restore(
+                    latest).expect_partial()
+                return _decode_secret(self.run_secret_var.numpy(), latest)
+            # A checkpoint written before the secret key: a 63-bit key (kept as it was).
+            self.run_key_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="run_key")
+            tf.train.Checkpoint(run_key=self.run_key_var).restore(latest).expect_partial()
+        except (tf.errors.OpError, ValueError) as e:
+            raise ValueError(f"{latest}: cannot read the checkpoint ({_first_line(e)})") from None
+        key = int(self.run_key_var.numpy())
+        user_supplied = self.cfg.seed is not None and int(self.cfg.seed) == key
+        self.run_secret_var.assign(_encode_secret(key, user_supplied))
+        return key, user_supplied
 
     def _split_public(self) -> DataSpec:
         """Removes the method's public split (chosen from the run key); attaches the method."""
@@ -364,7 +413,8 @@ class Run:
         spec = DataSpec(tuple(int(d) for d in data.input_shape), int(data.num_classes),
                         tuple(float(v) for v in self.cfg.value_range), num_train,
                         self.cfg.dataset, data.x_train, data.y_train)
-        method.attach(spec, self.strategy, derive_seed(self.run_key, _STREAM_FIXED))
+        method.attach(spec, self.strategy, derive_seed(self.run_key, _STREAM_FIXED),
+                      layer_seed=derive_seed(self.run_key, _STREAM_LAYERS, bits=63))
         return spec
 
     def _check_resume(self, config: Mapping[str, Any]) -> None:
@@ -439,7 +489,8 @@ class Run:
 
     def _build(self) -> None:
         """The method's state (inside the strategy scope), the run's counters, the checkpoint."""
-        keras.utils.set_random_seed(derive_seed(self.run_key, _STREAM_INIT))
+        # Weight initialisation protects nothing; Keras takes a 32-bit seed.
+        keras.utils.set_random_seed(derive_seed(self.run_key, _STREAM_INIT, bits=31))
         with self.strategy.scope():
             objects = self.method.build()
         objects = checks.check_trackables(objects, f"build: {type(self.method).__name__}")
@@ -454,8 +505,10 @@ class Run:
         self.generator = tf.random.Generator.from_seed(derive_seed(self.run_key, _STREAM_STEPS))
         self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        run_state = ({"run_key": self.run_key_var} if self.run_key_var is not None
+                     else {"run_secret": self.run_secret_var})
         ckpt = tf.train.Checkpoint(generator=self.generator, epoch=self.epoch_var,
-                                   step=self.step_var, run_key=self.run_key_var, **objects)
+                                   step=self.step_var, **run_state, **objects)
         self.manager = tf.train.CheckpointManager(ckpt, self.ckpt_dir, max_to_keep=2)
         if self.resume:
             latest = tf.train.latest_checkpoint(rundir.checkpoint_dir(self.cfg.model_dir))
@@ -695,6 +748,11 @@ def train(method: Method, data: Data, *, strategy: tf.distribute.Strategy | None
     finally:
         if lock is not None:
             lock.release()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(getattr(e, "message", None) or e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _spend_segment(spend: Mapping[str, Any], start_step: int, steps: int, passes: int,

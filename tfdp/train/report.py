@@ -59,6 +59,39 @@ def summary_scalar(writer, tag: str, value: float, step: int) -> None:
                          metadata=_scalar_metadata())
 
 
+_NO_GUARANTEE = "no differential-privacy guarantee"  # tfdp.accounting.NO_GUARANTEE
+
+
+def _is_inf(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("inf", "infinity", "+inf")
+    try:
+        return float(value) == float("inf")
+    except (TypeError, ValueError):
+        return False
+
+
+def _eps_text(value: Any) -> str:
+    return f"inf ({_NO_GUARANTEE})" if _is_inf(value) else round_up(value)
+
+
+def has_guarantee(ledger: Mapping[str, Any]) -> bool:
+    """False when the ledger's sound epsilon is infinite (no DP guarantee) or absent."""
+    return ledger.get("epsilon") is not None and not _is_inf(ledger.get("epsilon"))
+
+
+def summary_text(writer, tag: str, text: str, step: int) -> None:
+    """Writes one TensorBoard text event (the text plugin) with `writer`."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tensorflow.core.framework import summary_pb2  # pylint: disable=import-outside-toplevel
+    meta = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="text"),
+        data_class=summary_pb2.DATA_CLASS_TENSOR)
+    with writer.as_default():
+        tf.summary.write(tag, tf.constant(text), step=int(step),
+                         metadata=meta.SerializeToString())
+
+
 def ledger_lines(ledger: Mapping[str, Any]) -> list[str]:
     """The privacy ledger (`PrivacyLedger.to_dict()`) as printable lines.
 
@@ -68,17 +101,17 @@ def ledger_lines(ledger: Mapping[str, Any]) -> list[str]:
     lines = ["privacy ledger:"]
     for entry in ledger.get("entries", []):
         parts = [f"  - {entry.get('name')}: {entry.get('mechanism', '')}",
-                 f"eps={round_up(entry.get('epsilon'))}", f"delta={round_up(entry.get('delta'))}"]
+                 f"eps={_eps_text(entry.get('epsilon'))}", f"delta={round_up(entry.get('delta'))}"]
         if entry.get("claimed_epsilon") is not None:
             parts.append(f"claimed eps={round_up(entry.get('claimed_epsilon'))}")
         lines.append(" ".join(parts))
     relation = {"add_remove": "add/remove-one", "replace_one": "replace-one"}.get(
         ledger.get("relation"), ledger.get("relation"))
-    lines.append(f"  total (sound accounting): epsilon={round_up(ledger.get('epsilon'))} "
+    lines.append(f"  total (sound accounting): epsilon={_eps_text(ledger.get('epsilon'))} "
                  f"delta={round_up(ledger.get('delta'))}"
                  + (f" ({relation} neighbours)" if relation else ""))
     if not ledger.get("entries"):
-        lines.append("  (no entries: this run spends no privacy budget)")
+        lines.append(f"  (no entries: nothing protects the training data; {_NO_GUARANTEE})")
     elif ledger.get("differs"):
         lines.append(f"  total (as claimed): epsilon={round_up(ledger.get('claimed_epsilon'))} "
                      f"delta={round_up(ledger.get('claimed_delta'))}  <- differs from the sound "
@@ -90,8 +123,8 @@ def ledger_lines(ledger: Mapping[str, Any]) -> list[str]:
 
 def privacy_summary(ledger: Mapping[str, Any]) -> str:
     """One line: the claimed and the sound epsilon of a ledger."""
-    return (f"privacy: claimed epsilon={round_up(ledger.get('claimed_epsilon'))}, sound "
-            f"epsilon={round_up(ledger.get('epsilon'))} at delta={round_up(ledger.get('delta'))}")
+    return (f"privacy: claimed epsilon={_eps_text(ledger.get('claimed_epsilon'))}, sound "
+            f"epsilon={_eps_text(ledger.get('epsilon'))} at delta={round_up(ledger.get('delta'))}")
 
 
 class Reporter:
@@ -192,7 +225,7 @@ class Reporter:
         if test_accuracy is not None:
             parts.append(f"test acc {test_accuracy:.4f}")
         if epsilon is not None:
-            eps = f"eps {round_up(epsilon)}"
+            eps = f"eps {_eps_text(epsilon)}"
             if target_epsilon is not None:
                 eps += f" of {round_up(target_epsilon)}"
             parts.append(eps)
@@ -218,8 +251,11 @@ class Reporter:
         if self.writer is not None:
             summary_scalar(self.writer, "test/accuracy", test_accuracy, epochs_completed)
             if ledger.get("epsilon") is not None:
-                summary_scalar(self.writer, "privacy/epsilon", ledger["epsilon"],
-                               epochs_completed)
+                eps = float("inf") if _is_inf(ledger["epsilon"]) else float(ledger["epsilon"])
+                summary_scalar(self.writer, "privacy/epsilon", eps, epochs_completed)
+                summary_text(self.writer, "privacy/guarantee",
+                             f"sound epsilon = {_eps_text(ledger['epsilon'])}",
+                             epochs_completed)
             self.writer.flush()
         if not self.verbose:
             return
@@ -228,7 +264,9 @@ class Reporter:
             self.print_fn(line)
         self.print_fn("  (epsilon and delta rounded up to 4 significant digits; ledger.json "
                       "holds them in full)")
-        if target_epsilon is not None and ledger["epsilon"] > target_epsilon * (1 + 1e-9):
+        if not has_guarantee(ledger):
+            self.print_fn(f"  note: {_NO_GUARANTEE} for this run (sound epsilon = inf)")
+        elif target_epsilon is not None and float(ledger["epsilon"]) > target_epsilon * (1 + 1e-9):
             self.print_fn(f"  note: the sound epsilon of what ran exceeds "
                           f"--epsilon={target_epsilon:g}")
         self.print_fn(f"run directory: {path}")

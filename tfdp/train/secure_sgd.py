@@ -295,9 +295,10 @@ class _RobustnessNoise:
     # ------------------------------------------------------------------ model
 
     def _noise_seed(self) -> Optional[int]:
-        seed = self.config.seed
+        # From the run's secret key (never from --seed directly); saved models leave it out.
+        seed = self.layer_seed
         return None if seed is None else int(np.random.SeedSequence(
-            [int(seed), 11]).generate_state(1)[0])
+            [int(seed), 11]).generate_state(1, np.uint64)[0] >> 1)
 
     def _build_robust(self, input_shape, num_classes):
         r = None if self.r_source == "uniform" else self.r
