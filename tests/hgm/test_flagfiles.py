@@ -28,3 +28,16 @@ def test_all_flagfiles_present():
         for scale in ("smoke", "reduced", "full"):
             assert f"{data}_{scale}.flags" in names
     assert "sample.flags" in names
+
+
+@pytest.mark.parametrize("path", FILES, ids=os.path.basename)
+def test_flagfile_with_finite_epsilon_uses_a_sound_r_source(path):
+    """Issue 22: r from noise-free pre-training on private data makes epsilon infinite, so a
+    flagfile that claims a finite epsilon must take r from a source independent of the private
+    records (a public split, uniform, or a file)."""
+    values = copy.deepcopy(train_app.FLAGS)
+    values(["tfdp-train", f"--flagfile={path}", "--model_dir=/nonexistent/run"])
+    spec = train_app.resolve(*train_app.values_from_flags(values))
+    if spec.config.epsilon is not None:
+        source = spec.config.options.get("hgm_r_source")
+        assert source in ("public_split", "uniform", "file"), (path, source)

@@ -12,6 +12,7 @@ from tfdp.apps import train as train_app
 from tfdp.models import hgm as hgm_models
 from tfdp.train import loop
 from tfdp.train.base import DataSpec, StepContext, TrainConfig
+from tfdp.train import secure_sgd
 from tfdp.train.secure_sgd import PixelDP, SecureSGD, SecureSGDAGM, HGMPixelDP
 
 
@@ -171,16 +172,26 @@ def test_ledger_is_the_dpsgd_entry_for_the_executed_steps(tmp_path, tiny_data):
     cfg.epsilon = None  # fixed sigma, every planned step runs
     result = loop.train(SecureSGD(cfg), tiny_data, verbose=0)
     ledger = result.ledger
-    assert [e["name"] for e in ledger["entries"]] == ["dpsgd"]  # robustness noise: no entry
+    # Robustness noise: no entry; r from noise-free pre-training on the private data: no
+    # finite epsilon (issue 22), the paper's claim stays the DP-SGD value.
+    assert [e["name"] for e in ledger["entries"]] == [secure_sgd.R_PRETRAIN_ENTRY, "dpsgd"]
     want = accounting.dpsgd_epsilon(num_examples=256, batch_size=64, noise_multiplier=2.0,
                                     steps=result.steps, delta=1e-5, accountant="rdp",
                                     sampling="poisson")
     assert result.steps == 2 * (256 // 64)
-    assert ledger["epsilon"] == pytest.approx(want, rel=1e-9)
+    assert ledger["epsilon"] == "inf" and not ledger["guarantee"] and ledger["differs"]
+    assert ledger["claimed_epsilon"] == pytest.approx(want, rel=1e-9)
+    assert ledger["entries"][1]["epsilon"] == pytest.approx(want, rel=1e-9)
+    assert "nonprivate_pretrain" in ledger["entries"][0]["note"]
     config = json.load(open(os.path.join(result.model_dir, "config.json")))
     cert = config["certification"]
     assert cert["mechanism"] == "hgm" and cert["redistribution"] == "nonprivate_pretrain"
     assert cert["r_stats"]["score_examples"] == 128
+    # The pre-training accuracy on the private data is recorded nowhere.
+    for name in os.listdir(result.model_dir):
+        path = os.path.join(result.model_dir, name)
+        if os.path.isfile(path) and name.endswith(".json"):
+            assert "pretrain_train_accuracy" not in open(path).read(), name
     with np.load(os.path.join(result.model_dir, "checkpoints", "setup_state.npz")) as npz:
         r = npz["r"]
     assert r.shape == (28, 28, 8) and abs(r.sum() - 1) < 1e-9  # r saved with the run
@@ -242,3 +253,29 @@ def test_noise_free_pretraining_model_builds_and_adds_no_noise():
     x = np.random.default_rng(0).uniform(size=(4, 28, 28, 1)).astype("float32")
     np.testing.assert_array_equal(np.asarray(model(x, training=True)),
                                   np.asarray(model(x, training=True)))
+
+
+def test_public_split_r_is_sound_and_trains_on_held_out_records(tmp_path, tiny_data):
+    """--hgm_r_source=public_split: r from 64 held-out records; DP-SGD on the other 192."""
+    cfg = _config(tmp_path, "secure_sgd", hgm_noise_multiplier=2.0,
+                  hgm_r_source="public_split", hgm_r_public_size=64)
+    cfg.epsilon = None
+    result = loop.train(SecureSGD(cfg), tiny_data, verbose=0)
+    ledger = result.ledger
+    assert [e["name"] for e in ledger["entries"]] == ["dpsgd"] and ledger["guarantee"]
+    assert ledger["entries"][0]["segments"][0]["num_examples"] == 192
+    want = accounting.dpsgd_epsilon(num_examples=192, batch_size=64, noise_multiplier=2.0,
+                                    steps=result.steps, delta=1e-5, accountant="rdp",
+                                    sampling="poisson")
+    assert result.steps == 2 * (192 // 64)
+    assert ledger["epsilon"] == pytest.approx(want, rel=1e-9) and not ledger["differs"]
+    config = json.load(open(os.path.join(result.model_dir, "config.json")))
+    stats = config["certification"]["r_stats"]
+    assert stats["public_records"] == 64 and "pretrain_public_accuracy" in stats
+    assert "pretrain_train_accuracy" not in stats
+    with np.load(os.path.join(result.model_dir, "checkpoints", "setup_state.npz")) as npz:
+        r = npz["r"]
+    assert abs(r.sum() - 1) < 1e-9 and r.max() > 1.5 * r.min()  # not the uniform vector
+    with pytest.raises(ValueError, match="--hgm_r_public_size"):
+        SecureSGD(_config(tmp_path, "secure_sgd", "bad", hgm_r_source="public_split",
+                          hgm_r_public_size=0, hgm_noise_multiplier=2.0)).validate()

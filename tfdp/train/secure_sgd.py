@@ -33,7 +33,9 @@ from tfdp.train.nonprivate import per_example_cross_entropy, step_metrics
 
 TRAIN_NOISE = ("fresh", "fixed_once")
 CLIPPING = ("per_example", "batch_mean")
-R_SOURCES = ("nonprivate_pretrain", "uniform", "file")
+R_SOURCES = ("nonprivate_pretrain", "public_split", "uniform", "file")
+# Ledger entry of r from a noise-free pre-training on the private data (no finite epsilon).
+R_PRETRAIN_ENTRY = "hgm_r_nonprivate_pretrain"
 _GAMMA_SALT = 7919  # folds the step seed into the robustness-noise stream
 
 OPTIONS = options.OptionSet("hgm_")  # every hgm_* setting: name, default, help
@@ -47,9 +49,15 @@ OPTIONS.float("hgm_construction_bound", 0.2,
               "the data's pixel units).")
 OPTIONS.enum("hgm_r_source", None, list(R_SOURCES),
              "Redistribution r: nonprivate_pretrain (HGM Eq. 7 from a noise-free "
-             "pre-trained model; not private), uniform, or file "
-             "(--hgm_r_file). Default: nonprivate_pretrain for secure_sgd and "
-             "hgm_pixeldp; secure_sgd_agm and pixeldp always use uniform r.")
+             "pre-trained model on the private training data, as the paper does; r shapes the "
+             "released model's noise, so the sound epsilon is infinite), public_split (the "
+             "same pre-training on --hgm_r_public_size training records held out as public "
+             "data, never trained on privately; sound), uniform, or file (--hgm_r_file). "
+             "Default: nonprivate_pretrain for secure_sgd and hgm_pixeldp; secure_sgd_agm "
+             "and pixeldp always use uniform r.")
+OPTIONS.integer("hgm_r_public_size", 1000,
+                "Training records held out (a seeded random choice) as public data for "
+                "--hgm_r_source=public_split; the private set and its accounting exclude them.")
 OPTIONS.string("hgm_r_file", None, ".npy file with K*r (the code release's convention: "
                "entries > 0 summing to K = the number of conv1 units).")
 OPTIONS.float("hgm_beta", 1.0, "Inflation rate beta of HGM Eq. 7 (0 gives uniform r).")
@@ -135,6 +143,8 @@ class _RobustnessNoise:
         default_source = "nonprivate_pretrain" if self.allow_r else "uniform"
         self.r_source = _opt(opts, "hgm_r_source", default_source)
         self.r_file = opts.get("hgm_r_file")
+        self.r_public_size = int(_opt(opts, "hgm_r_public_size"))
+        self._public: Optional[tuple] = None
         self.beta = float(_opt(opts, "hgm_beta"))
         self.r_mix = float(_opt(opts, "hgm_r_mix"))
         self.r_floor = float(_opt(opts, "hgm_r_floor"))
@@ -176,6 +186,9 @@ class _RobustnessNoise:
         if not self.allow_r and self.r_source != "uniform":
             raise ValueError(f"--hgm_r_source: {self.name} uses uniform r (HGM spec §6), got "
                              f"{self.r_source!r}")
+        if self.r_source == "public_split" and self.r_public_size < 1:
+            raise ValueError(f"--hgm_r_public_size: expected an integer >= 1, got "
+                             f"{self.r_public_size!r}")
         if self.r_source == "file":
             if not self.r_file:
                 raise ValueError("--hgm_r_file: required with --hgm_r_source=file")
@@ -250,8 +263,33 @@ class _RobustnessNoise:
 
     # ------------------------------------------------------------------ setup
 
+    def public_split_size(self, num_train: int) -> int:
+        del num_train
+        return self.r_public_size if self.r_source == "public_split" else 0
+
+    def set_public_data(self, x_public: np.ndarray, y_public: np.ndarray) -> None:
+        self._public = (x_public, y_public)
+
+    def _record_r_source(self, ledger) -> None:
+        """The ledger entry of r's source: r from private data without noise is unbounded."""
+        if self.r_source != "nonprivate_pretrain":
+            return  # uniform, a file, or a public split: independent of the private records
+        ledger.add(
+            R_PRETRAIN_ENTRY, mechanism="none (noise-free pre-training)", epsilon=math.inf,
+            claimed_epsilon=0.0, protects="training records", covers="setup",
+            relation="add_remove",
+            note=("--hgm_r_source=nonprivate_pretrain: the redistribution r (HGM Eq. 7) comes "
+                  "from a model pre-trained WITHOUT noise on the private training data, and r "
+                  "sets the noise scales inside the released model, so no finite epsilon "
+                  "covers the run (the paper does not account for it: claimed 0). Use "
+                  "--hgm_r_source=public_split (or uniform, or file) for a sound epsilon."))
+
     def _setup_robust(self, data_spec, rng: np.random.Generator) -> None:
         x_train, y_train = data_spec.x_train, data_spec.y_train
+        if self.r_source == "public_split":
+            if self._public is None:
+                raise ValueError("--hgm_r_source=public_split: the run gave no public split")
+            x_train, y_train = self._public  # held out of the private set by the run
         input_shape = tuple(int(d) for d in x_train.shape[1:])
         self.h1_shape = hgm_models.h1_shape(self.arch, input_shape)
         self._steps_per_epoch = max(1, len(x_train) // self.config.batch_size)
@@ -281,7 +319,14 @@ class _RobustnessNoise:
             mix=self.r_mix, floor=self.r_floor, num_score_examples=self.pretrain_examples,
             rng=rng)
         self.r = result.r.reshape(self.h1_shape)
-        self.r_stats = result.stats
+        stats = dict(result.stats)
+        accuracy = stats.pop("pretrain_train_accuracy", None)
+        if self.r_source == "public_split":
+            # Computed on the public split only: not a statistic of the private data.
+            stats.update(pretrain_public_accuracy=accuracy, public_records=int(len(x_train)))
+        # nonprivate_pretrain: the pre-training accuracy is a non-private statistic of the
+        # training data; it is not recorded anywhere (DESIGN principle 8).
+        self.r_stats = stats
 
     def _robust_state(self) -> dict:
         return {"r": np.asarray(self.r, np.float64), "h1_shape": np.asarray(self.h1_shape),
@@ -393,6 +438,7 @@ class SecureSGD(_RobustnessNoise, DPSGD):
         except ValueError as e:  # DP-SGD names its own flags; ours are --hgm_*
             raise ValueError(str(e).replace("--dpsgd_", "--hgm_")) from None
         self._setup_robust(data_spec, rng)
+        self._record_r_source(ledger)
 
     def _setup_privacy(self, data_spec, ledger, rng, strategy=None) -> None:
         # The DP-SGD spend (sound, Poisson, RDP/PLD) is the whole privacy cost; the loop
@@ -491,8 +537,9 @@ class HGMPixelDP(_RobustnessNoise, Method):
         self._validate_robust()
 
     def setup(self, data_spec, ledger, rng, strategy=None) -> None:
-        del ledger, strategy  # non-private: no privacy entry (robustness noise is not privacy)
+        del strategy  # non-private: no DP-SGD entry (robustness noise is not privacy)
         self._setup_robust(data_spec, rng)
+        self._record_r_source(ledger)
 
     def setup_state(self) -> dict:
         return self._robust_state()
