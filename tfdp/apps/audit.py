@@ -3,12 +3,16 @@
 Usage: tfdp-audit SUBCOMMAND [flags], SUBCOMMAND one of:
   samplers       black-box conformance suite on tfdp's samplers and on controls
   dp             empirical DP audit of every shipped mechanism (and GPM with/without key)
+  training       one-run canary audit of a trained model: any tfdp-train method and flags
+                 (Steinke, Nasr, Jagielski 2023); `tfdp-audit training --help` lists the
+                 training flags too
   gpm-hist       GPM DP-hist experiment (GPM Figure 5, Table 4)
   gpm-dpsgd      GPM on DP-SGD gradients (MNIST LeNet-5: Figure 6; CIFAR-10: Table 2)
   gpm-bounds     GPM privacy bounds vs delta (GPM Figure 4)
   gpm-precision  float64 vs float32 key attack at d = 1e6 (docs/gpm.md)
-Results (CSV, PNG, text) go to --audit_output_dir (default runs/audit; the committed
-results/gpm/ files are rewritten only when that directory is named explicitly).
+Results (CSV, PNG, text; audit.json for training) go to --audit_output_dir (default
+runs/audit; the committed results/ files are rewritten only when a directory there is named
+explicitly).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import os
 import sys
 import time
 import warnings
+from typing import Any
 
 from absl import app, flags, logging
 import numpy as np
@@ -26,7 +31,8 @@ import numpy as np
 from tfdp.apps import cli
 
 _BEFORE = set(flags.FLAGS)
-SUBCOMMANDS = ("samplers", "dp", "gpm-hist", "gpm-dpsgd", "gpm-bounds", "gpm-precision")
+SUBCOMMANDS = ("samplers", "dp", "training", "gpm-hist", "gpm-dpsgd", "gpm-bounds",
+               "gpm-precision")
 
 _OUT = flags.DEFINE_string("audit_output_dir", "runs/audit",
                            "Directory for CSV / PNG / text (committed results name theirs).")
@@ -40,6 +46,24 @@ _GDP = flags.DEFINE_integer("audit_gdp_trials", 200000,
                             "dp: runs per input of the Gaussian-DP (mu) audit of the Gaussian "
                             "mechanisms (0: skip it).")
 _N = flags.DEFINE_integer("audit_samples", 20000, "samplers: samples per sampler call.")
+_CANARIES = flags.DEFINE_integer("audit_num_canaries", 1000,
+                                 "training: canaries m (training images with a random wrong "
+                                 "label), each included with probability 1/2.")
+_KPLUS = flags.DEFINE_integer("audit_k_plus", None,
+                              "training: guesses 'included' for the k+ highest-scoring "
+                              "canaries (default m // 10).")
+_KMINUS = flags.DEFINE_integer("audit_k_minus", None,
+                               "training: guesses 'excluded' for the k- lowest-scoring "
+                               "canaries (default m // 10).")
+_CANARY = flags.DEFINE_enum("audit_canary", "mislabelled", ["mislabelled", "ood"],
+                            "training: mislabelled (training images taken out of the training "
+                            "set, relabelled to a random wrong class) or ood (uniform-noise "
+                            "images in the data range with random labels).")
+_CONF = flags.DEFINE_float("audit_confidence", 0.95,
+                           "training: confidence of the eps lower bound.")
+_ADELTA = flags.DEFINE_float("audit_delta", None,
+                             "training: delta of the lower bound (default: the run's claimed "
+                             "delta).")
 _DATA_DIR = flags.DEFINE_string("audit_data_dir", None,
                                 "Root with mnist/ and cifar10/ (default: $TFDP_DATA_DIR).")
 _DS = flags.DEFINE_list("gpm_ds", ["256", "4096", "65536"], "gpm-hist: dimensions d.")
@@ -159,14 +183,17 @@ def _cmd_samplers(out: str) -> None:
         f.write("\n".join(texts))
 
 
-def _cmd_dp(out: str) -> None:
-    from tfdp.audit import dp_suite  # pylint: disable=import-outside-toplevel
-
-    trials = _TRIALS.value or 20000
+def _check_dp() -> None:
     if _GDP.value and _GDP.value < 100:
         raise app.UsageError(f"--audit_gdp_trials must be 0 or >= 100, got {_GDP.value}")
     if _THRESH.value and _THRESH.value < 200:
         raise app.UsageError(f"--audit_threshold_trials must be 0 or >= 200, got {_THRESH.value}")
+
+
+def _cmd_dp(out: str) -> None:
+    from tfdp.audit import dp_suite  # pylint: disable=import-outside-toplevel
+
+    trials = _TRIALS.value or 20000
     res = dp_suite.run_dp_suite(trials=trials, seed=_SEED.value,
                                 threshold_trials=_THRESH.value, gdp_trials=_GDP.value,
                                 progress=print)
@@ -175,6 +202,110 @@ def _cmd_dp(out: str) -> None:
         r.pop("disclaimer", None)
     _write_csv(os.path.join(out, "dp_audit.csv"), rows)
     print(res[0].disclaimer)
+
+
+def _training_ks() -> tuple[int, int]:
+    m = _CANARIES.value
+    k_plus = m // 10 if _KPLUS.value is None else _KPLUS.value
+    k_minus = m // 10 if _KMINUS.value is None else _KMINUS.value
+    return k_plus, k_minus
+
+
+def _check_training() -> Any:
+    """Validates the audit and training flags before any work; returns the train RunSpec."""
+    train_app = sys.modules.get("tfdp.apps.train")
+    if train_app is None or "method" not in flags.FLAGS:
+        raise app.UsageError("training: run it as `tfdp-audit training [flags]` (the training "
+                             "flags are defined when the first argument is `training`)")
+    m = _CANARIES.value
+    if m < 2:
+        raise app.UsageError(f"--audit_num_canaries must be >= 2, got {m}")
+    k_plus, k_minus = _training_ks()
+    if k_plus < 0 or k_minus < 0 or k_plus + k_minus < 1 or k_plus + k_minus > m:
+        raise app.UsageError(f"--audit_k_plus/--audit_k_minus: need k+, k- >= 0 with "
+                             f"1 <= k+ + k- <= {m}, got {k_plus}, {k_minus}")
+    if not 0 < _CONF.value < 1:
+        raise app.UsageError(f"--audit_confidence must be in (0, 1), got {_CONF.value}")
+    if _ADELTA.value is not None and not 0 <= _ADELTA.value < 1:
+        raise app.UsageError(f"--audit_delta must be in [0, 1), got {_ADELTA.value}")
+    values, options, present = train_app.values_from_flags(flags.FLAGS)
+    if values.get("resume"):
+        raise app.UsageError("--resume: an audit trains one fresh run (the canaries are part of "
+                             "its training set)")
+    try:
+        return train_app.resolve(values, options, present)
+    except (ValueError, ImportError) as e:
+        raise app.UsageError(str(e)) from None
+
+
+def _cmd_training(out: str, spec: Any) -> None:
+    import dataclasses  # pylint: disable=import-outside-toplevel
+    from tfdp import rundir  # pylint: disable=import-outside-toplevel
+    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
+    from tfdp.audit import training  # pylint: disable=import-outside-toplevel
+    from tfdp.train import loop  # pylint: disable=import-outside-toplevel
+
+    cfg = spec.config
+    data = train_app.load_data(spec)
+    rng = np.random.default_rng(_SEED.value)
+    try:
+        if _CANARY.value == "ood":
+            canaries, x_rest, y_rest = training.make_ood_canaries(
+                data.x_train, data.y_train, data.num_classes, _CANARIES.value,
+                cfg.value_range, rng)
+        else:
+            canaries, x_rest, y_rest = training.make_canaries(
+                data.x_train, data.y_train, data.num_classes, _CANARIES.value, rng)
+    except ValueError as e:
+        raise app.UsageError(f"--audit_num_canaries: {e}") from None
+    total = len(x_rest) + int(canaries.included.sum())
+    allowed = None
+    num_public = int(spec.method_cls(cfg).public_split_size(total))
+    if num_public:
+        # Keep the canaries out of the method's public split (data the method declares
+        # public, outside its guarantee). The loop picks that split from the run key, the
+        # same function as tfdp.train.loop.Run._split_public.
+        if cfg.seed is None:
+            raise app.UsageError(f"--seed: {cfg.method} holds out a public split; the audit "
+                                 "needs --seed to keep the canaries in the private part")
+        allowed = loop.public_split_indices(total, num_public, int(cfg.seed))[1]
+    x, y, _ = training.insert_canaries(x_rest, y_rest, canaries, rng, allowed)
+    logging.info("training %s with %d of %d canaries included (audit seed %d)", cfg.method,
+                 int(canaries.included.sum()), len(canaries.included), _SEED.value)
+    result = train_app.execute(spec, dataclasses.replace(data, x_train=x, y_train=y))
+    scores = training.log_prob_scores(result.model, canaries.x, canaries.y)
+    claimed, sound, claim_delta = training.ledger_epsilons(result.ledger)
+    delta = claim_delta if _ADELTA.value is None else _ADELTA.value
+    k_plus, k_minus = _training_ks()
+    res = training.audit_result(scores, canaries, k_plus=k_plus, k_minus=k_minus, delta=delta,
+                                confidence=_CONF.value)
+    report = {"method": cfg.method, "dataset": cfg.dataset,
+              "epsilon_lower_bound": res.pop("epsilon_lower_bound"),
+              "claimed_epsilon": training.json_epsilon(claimed),
+              "sound_epsilon": training.json_epsilon(sound), **res,
+              "claimed_delta": claim_delta, "audit_seed": _SEED.value,
+              "canary_type": _CANARY.value,
+              "canaries": ("uniform-noise images in the data range with uniformly random "
+                           "labels" if _CANARY.value == "ood" else "training images (taken "
+                           "out of the training set) relabelled to a uniformly random wrong "
+                           "class"),
+              "score": "log-probability of the canary label under the trained model",
+              "bound": "Steinke, Nasr, Jagielski 2023, Theorem 3 (eps, delta with abstentions)",
+              "num_train_with_canaries": int(len(x)),
+              "test_accuracy": result.metrics.get("test_accuracy"),
+              "model_dir": result.model_dir,
+              "command": "tfdp-audit " + " ".join(a for a in sys.argv[1:])}
+    path = os.path.join(out, "audit.json")
+    rundir.write_json_atomic(path, report)
+    print(f"{cfg.method}: eps lower bound {report['epsilon_lower_bound']:.3f} at delta "
+          f"{delta:g} ({100 * _CONF.value:g}% confidence; {res['correct_guesses']} of "
+          f"{res['guesses_made']} guesses correct, m = {res['num_canaries']} canaries); "
+          f"claimed eps {claimed:g}, sound eps {sound:g}")
+    if report["epsilon_lower_bound"] > sound:
+        print("AUDIT FAILURE: the lower bound exceeds the sound epsilon")
+    elif report["epsilon_lower_bound"] > claimed:
+        print("the lower bound exceeds the claimed epsilon: the claim is refuted")
+    logging.info("wrote %s", path)
 
 
 def _read_hist_csv(path: str) -> list[dict]:
@@ -342,7 +473,8 @@ def _cmd_gpm_precision(out: str) -> None:
     _write_csv(os.path.join(out, "gpm_precision.csv"), [res])
 
 
-_COMMANDS = {"samplers": _cmd_samplers, "dp": _cmd_dp, "gpm-hist": _cmd_gpm_hist,
+_COMMANDS = {"samplers": _cmd_samplers, "dp": _cmd_dp, "training": None,
+             "gpm-hist": _cmd_gpm_hist,
              "gpm-dpsgd": _cmd_gpm_dpsgd, "gpm-bounds": _cmd_gpm_bounds,
              "gpm-precision": _cmd_gpm_precision}
 
@@ -355,15 +487,52 @@ def main(argv: list[str]) -> None:
         logging.warning("GPM is backdoored research/attack code: it is run here only to "
                         "measure the backdoor, never to protect data.")
     out = _OUT.value
+    if argv[1] == "dp":
+        _check_dp()
+    spec = _check_training() if argv[1] == "training" else None
     os.makedirs(out, exist_ok=True)
-    _COMMANDS[argv[1]](out)
+    if argv[1] == "training":
+        _cmd_training(out, spec)
+    else:
+        _COMMANDS[argv[1]](out)
     print(f"results in {os.path.abspath(out)}")
+
+
+_TRAINING_HELP = ("", "tfdp-audit training also takes every tfdp-train flag (below); a "
+                  "method's own flags: tfdp-train --method=M --help.")
+
+
+def _define_training_common_flags() -> None:
+    """tfdp-train's common flags (no TensorFlow import); its integer --verbose replaces the
+    apps' boolean one (both only steer logging)."""
+    if "tfdp.apps.train" not in sys.modules and "verbose" in flags.FLAGS:
+        delattr(flags.FLAGS, "verbose")
+    import tfdp.apps.train  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+
+
+def _train_common_flags() -> tuple:
+    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
+    return tuple(n for n in train_app.COMMON_FLAGS if n not in OWN_FLAGS)
+
+
+def define_training_flags() -> None:
+    """Defines every tfdp-train flag, the methods' too, for `tfdp-audit training`."""
+    _define_training_common_flags()
+    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
+    train_app.define_method_flags()
 
 
 def run() -> None:
     """Console-script entry point."""
-    cli.handle_help(sys.argv, lambda kind: cli.app_help(__doc__, OWN_FLAGS, kind))
+    training = len(sys.argv) > 1 and sys.argv[1] == "training"
+    if training:
+        _define_training_common_flags()
+    cli.handle_help(sys.argv, lambda kind: cli.app_help(
+        __doc__, OWN_FLAGS + (_train_common_flags() if training else ()), kind,
+        extra=_TRAINING_HELP if training else ()))
     cli.quiet_start(sys.argv)
+    if training:
+        define_training_flags()  # only then: the method modules import TensorFlow
     app.run(main, argv=sys.argv)
 
 

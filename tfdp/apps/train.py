@@ -457,8 +457,12 @@ def data_dir_source(dataset: str, data_dir: str | None) -> str | None:
     return "TFDP_DATA_DIR" if os.environ.get("TFDP_DATA_DIR") else "default"
 
 
-def execute(spec: RunSpec):
-    """Runs a validated spec: loads data, builds the strategy, trains; returns a RunResult."""
+def execute(spec: RunSpec, run_data=None):
+    """Runs a validated spec: loads data, builds the strategy, trains; returns a RunResult.
+
+    `run_data` (a `tfdp.train.loop.Data`) replaces the loaded data; `tfdp-audit training`
+    passes the training set with its canaries.
+    """
     from tfdp.train import loop  # pylint: disable=import-outside-toplevel
     from tfdp.train import strategy as strategies  # pylint: disable=import-outside-toplevel
 
@@ -467,7 +471,7 @@ def execute(spec: RunSpec):
     with kernels.noise_kernel_flag(spec.noise_kernel):
         method = spec.method_cls(spec.config)
         strategy = strategies.make_strategy(spec.strategy)
-        run_data = load_data(spec)
+        run_data = load_data(spec) if run_data is None else run_data
         return loop.train(method, run_data, strategy=strategy, optimizer=spec.optimizer,
                           resume=spec.resume, checkpoint_every=spec.checkpoint_every,
                           stop_after_epochs=spec.stop_after_epochs,

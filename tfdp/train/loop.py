@@ -33,7 +33,7 @@ from tfdp.rundir import check_run_dir, has_checkpoint
 __all__ = ["Data", "Run", "RunResult", "SetupError", "train", "evaluate_accuracy",
            "resume_conflicts", "data_fingerprint", "OPTIMIZERS", "STRATEGIES", "make_optimizer",
            "make_strategy", "cpu_mirrored_strategy", "tf_config_is_chief", "check_run_dir",
-           "has_checkpoint", "derive_seed", "NONPRIVATE_STATS_KEY"]
+           "has_checkpoint", "derive_seed", "NONPRIVATE_STATS_KEY", "public_split_indices"]
 
 _EVAL_BATCH = 1000
 
@@ -124,6 +124,13 @@ def epoch_batches(method: Method, run_key: int, epoch: int) -> list:
     """
     rng = np.random.default_rng(derive_seed(run_key, _STREAM_SHUFFLE, epoch))
     return list(method.batches(epoch, rng))
+
+
+def public_split_indices(num_all: int, num_public: int, run_key: int
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """(public, private) sorted record indices of a run's public split, chosen from its key."""
+    perm = np.random.default_rng(derive_seed(run_key, _STREAM_PUBLIC)).permutation(num_all)
+    return np.sort(perm[:num_public]), np.sort(perm[num_public:])
 
 
 def _flat_batches(batches: list) -> list[np.ndarray]:
@@ -400,9 +407,7 @@ class Run:
             if not 0 < self.num_public < num_all:
                 raise ValueError(f"public split: {self.num_public} records of {num_all} leaves "
                                  "no private training data")
-            perm = np.random.default_rng(
-                derive_seed(self.run_key, _STREAM_PUBLIC)).permutation(num_all)
-            pub, priv = np.sort(perm[:self.num_public]), np.sort(perm[self.num_public:])
+            pub, priv = public_split_indices(num_all, self.num_public, self.run_key)
             method.set_public_data(data.x_train[pub], data.y_train[pub])
             self.data = data = dataclasses.replace(data, x_train=data.x_train[priv],
                                                    y_train=data.y_train[priv])
