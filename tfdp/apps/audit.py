@@ -55,10 +55,13 @@ _KPLUS = flags.DEFINE_integer("audit_k_plus", None,
 _KMINUS = flags.DEFINE_integer("audit_k_minus", None,
                                "training: guesses 'excluded' for the k- lowest-scoring "
                                "canaries (default m // 10).")
-_CANARY = flags.DEFINE_enum("audit_canary", "mislabelled", ["mislabelled", "ood"],
+_CANARY = flags.DEFINE_enum("audit_canary", "mislabelled", ["mislabelled", "ood", "dirac"],
                             "training: mislabelled (training images taken out of the training "
-                            "set, relabelled to a random wrong class) or ood (uniform-noise "
-                            "images in the data range with random labels).")
+                            "set, relabelled to a random wrong class), ood (uniform-noise "
+                            "images in the data range with random labels), both black-box "
+                            "(scored by the model's loss); or dirac (white-box, dpsgd with "
+                            "Poisson lots only: gradient canaries C e_j, scored from every "
+                            "noisy gradient sum).")
 _CONF = flags.DEFINE_float("audit_confidence", 0.95,
                            "training: confidence of the eps lower bound.")
 _ADELTA = flags.DEFINE_float("audit_delta", None,
@@ -211,6 +214,19 @@ def _training_ks() -> tuple[int, int]:
     return k_plus, k_minus
 
 
+_CANARY_TEXT = {
+    "mislabelled": ("training images (taken out of the training set) relabelled to a "
+                    "uniformly random wrong class",
+                    "log-probability of the canary label under the trained model"),
+    "ood": ("uniform-noise images in the data range with uniformly random labels",
+            "log-probability of the canary label under the trained model"),
+    "dirac": ("Dirac gradient canaries C e_j (one model coordinate each), joining each "
+              "Poisson lot at the lots' rate when included",
+              "sum over steps of the log-likelihood ratio of the released noisy gradient "
+              "sum at the canary's coordinate (white-box: every step is observed)"),
+}
+
+
 def _check_training() -> Any:
     """Validates the audit and training flags before any work; returns the train RunSpec."""
     train_app = sys.modules.get("tfdp.apps.train")
@@ -233,21 +249,31 @@ def _check_training() -> Any:
         raise app.UsageError("--resume: an audit trains one fresh run (the canaries are part of "
                              "its training set)")
     try:
-        return train_app.resolve(values, options, present)
+        spec = train_app.resolve(values, options, present)
     except (ValueError, ImportError) as e:
         raise app.UsageError(str(e)) from None
+    if _CANARY.value == "dirac":
+        if spec.config.method != "dpsgd":
+            raise app.UsageError(f"--audit_canary=dirac: white-box gradient canaries need "
+                                 f"--method=dpsgd, got {spec.config.method}")
+        if spec.config.options.get("dpsgd_sampling", "poisson") != "poisson":
+            raise app.UsageError("--audit_canary=dirac: needs --dpsgd_sampling=poisson (the "
+                                 "canaries join each lot like Poisson-sampled records)")
+    return spec
 
 
-def _cmd_training(out: str, spec: Any) -> None:
+def _blackbox_run(spec: Any, data: Any, rng: np.random.Generator) -> tuple:
+    """Black-box run: canaries in the training data, one training run, log-prob scores.
+
+    Returns:
+      (canaries, training inputs with canaries, RunResult, scores).
+    """
     import dataclasses  # pylint: disable=import-outside-toplevel
-    from tfdp import rundir  # pylint: disable=import-outside-toplevel
     from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
     from tfdp.audit import training  # pylint: disable=import-outside-toplevel
     from tfdp.train import loop  # pylint: disable=import-outside-toplevel
 
     cfg = spec.config
-    data = train_app.load_data(spec)
-    rng = np.random.default_rng(_SEED.value)
     try:
         if _CANARY.value == "ood":
             canaries, x_rest, y_rest = training.make_ood_canaries(
@@ -274,6 +300,43 @@ def _cmd_training(out: str, spec: Any) -> None:
                  int(canaries.included.sum()), len(canaries.included), _SEED.value)
     result = train_app.execute(spec, dataclasses.replace(data, x_train=x, y_train=y))
     scores = training.log_prob_scores(result.model, canaries.x, canaries.y)
+    return canaries, x, result, scores
+
+
+def _whitebox_run(spec: Any, data: Any, rng: np.random.Generator) -> tuple:
+    """White-box DP-SGD run with Dirac gradient canaries (`tfdp.audit.whitebox`)."""
+    import dataclasses  # pylint: disable=import-outside-toplevel
+    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
+    from tfdp.audit import training, whitebox  # pylint: disable=import-outside-toplevel
+
+    m = _CANARIES.value
+    num_params = whitebox.count_parameters(spec.method_cls(spec.config), data.input_shape,
+                                           data.num_classes)
+    try:
+        coords = whitebox.choose_coordinates(num_params, m, rng)
+    except ValueError as e:
+        raise app.UsageError(f"--audit_num_canaries: {e}") from None
+    canaries = training.Canaries(np.zeros((m, 0), np.float32), np.zeros(m, np.int64),
+                                 rng.random(m) < 0.5, coords)
+    store: dict = {}
+    spec = dataclasses.replace(spec, method_cls=whitebox.dirac_dpsgd_class(
+        coords, canaries.included, store))
+    logging.info("training dpsgd with %d of %d Dirac canaries included (audit seed %d)",
+                 int(canaries.included.sum()), m, _SEED.value)
+    result = train_app.execute(spec)
+    return canaries, data.x_train, result, store["scores"].numpy()
+
+
+def _cmd_training(out: str, spec: Any) -> None:
+    from tfdp import rundir  # pylint: disable=import-outside-toplevel
+    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
+    from tfdp.audit import training  # pylint: disable=import-outside-toplevel
+
+    cfg = spec.config
+    data = train_app.load_data(spec)
+    rng = np.random.default_rng(_SEED.value)
+    run = _whitebox_run if _CANARY.value == "dirac" else _blackbox_run
+    canaries, x, result, scores = run(spec, data, rng)
     claimed, sound, claim_delta = training.ledger_epsilons(result.ledger)
     delta = claim_delta if _ADELTA.value is None else _ADELTA.value
     k_plus, k_minus = _training_ks()
@@ -285,11 +348,8 @@ def _cmd_training(out: str, spec: Any) -> None:
               "sound_epsilon": training.json_epsilon(sound), **res,
               "claimed_delta": claim_delta, "audit_seed": _SEED.value,
               "canary_type": _CANARY.value,
-              "canaries": ("uniform-noise images in the data range with uniformly random "
-                           "labels" if _CANARY.value == "ood" else "training images (taken "
-                           "out of the training set) relabelled to a uniformly random wrong "
-                           "class"),
-              "score": "log-probability of the canary label under the trained model",
+              "canaries": _CANARY_TEXT[_CANARY.value][0],
+              "score": _CANARY_TEXT[_CANARY.value][1],
               "bound": "Steinke, Nasr, Jagielski 2023, Theorem 3 (eps, delta with abstentions)",
               "num_train_with_canaries": int(len(x)),
               "test_accuracy": result.metrics.get("test_accuracy"),

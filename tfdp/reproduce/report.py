@@ -183,6 +183,52 @@ def _headline(paper: str, rows: list[registry.Row], rows_by_key: dict) -> list[s
     return lines
 
 
+TRAINING_AUDIT_DIR = os.path.join(runner.REPO_ROOT, "results", "audit", "training")
+
+
+def _eps_cell(value: Any) -> str:
+    if value is None or (isinstance(value, str) and value.lower() in ("inf", "infinity")):
+        return "inf (no guarantee)"
+    value = float(value)
+    return "inf (no guarantee)" if math.isinf(value) else f"{value:.3g}"
+
+
+def training_audit_section(audit_dir: str = TRAINING_AUDIT_DIR) -> list[str]:
+    """The one-run training audits: a table from results/audit/training/<method>/audit.json."""
+    import json  # pylint: disable=import-outside-toplevel
+    reports = []
+    if os.path.isdir(audit_dir):
+        for name in sorted(os.listdir(audit_dir)):
+            path = os.path.join(audit_dir, name, "audit.json")
+            if os.path.isfile(path):
+                with open(path, encoding="utf-8") as f:
+                    reports.append(json.load(f))
+    if not reports:
+        return []
+    out = ["## Training audits (one run, Steinke, Nasr, Jagielski 2023)\n",
+           "`tfdp-audit training` (docs/audit.md): m canaries, each in the training set with "
+           "probability 1/2, one training run with the method's own flags, and an eps lower "
+           "bound from the guesses (Theorem 3 of the one-run paper) at the run's claimed "
+           "delta. A lower bound above the sound eps would be a bug; 0 means no leakage was "
+           "detected, not that there is none. Files: `results/audit/training/<method>/"
+           "audit.json`.\n",
+           "| method | canaries | eps lower bound | claimed eps | sound eps | m | correct / "
+           "guesses | delta | confidence | test accuracy |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in reports:
+        acc = r.get("test_accuracy")
+        out.append(f"| {r['method']} | {r.get('canary_type', '')} | "
+                   f"{float(r['epsilon_lower_bound']):.3f} | "
+                   f"{_eps_cell(r['claimed_epsilon'])} | {_eps_cell(r['sound_epsilon'])} | "
+                   f"{r['num_canaries']} | {r['correct_guesses']} / {r['guesses_made']} | "
+                   f"{r['delta']:g} | {r['confidence']:g} | "
+                   f"{'—' if acc is None else f'{100 * float(acc):.1f}%'} |")
+    out.append("\nCommands:\n\n```")
+    out.extend(r["command"] for r in reports)
+    out.append("```\n")
+    return out
+
+
 def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None = None,
              figures: bool = True) -> str:
     """Writes REPRODUCTION.md (and its figures) from the row and job JSONs.
@@ -292,6 +338,7 @@ def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None 
             out.append("```")
             out.extend(f"[{s}] {c}" for s, c in cmds)
             out.append("```\n")
+    out.extend(training_audit_section())
     earlier = _read(os.path.join(results_dir, "earlier_runs.md"))
     if earlier:
         out.append(earlier)
