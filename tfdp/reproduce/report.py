@@ -198,11 +198,14 @@ def training_audit_section(audit_dir: str = TRAINING_AUDIT_DIR) -> list[str]:
     import json  # pylint: disable=import-outside-toplevel
     reports = []
     if os.path.isdir(audit_dir):
-        for name in sorted(os.listdir(audit_dir)):
+        order = {m: i for i, m in enumerate(("nonprivate", "dpsgd", "secure_sgd", "adlm",
+                                             "stobatch"))}
+        for name in os.listdir(audit_dir):
             path = os.path.join(audit_dir, name, "audit.json")
             if os.path.isfile(path):
                 with open(path, encoding="utf-8") as f:
-                    reports.append(json.load(f))
+                    reports.append((name, json.load(f)))
+        reports.sort(key=lambda nr: (order.get(nr[1]["method"], len(order)), nr[0]))
     if not reports:
         return []
     out = ["## Training audits (one run, Steinke, Nasr, Jagielski 2023)\n",
@@ -210,21 +213,25 @@ def training_audit_section(audit_dir: str = TRAINING_AUDIT_DIR) -> list[str]:
            "probability 1/2, one training run with the method's own flags, and an eps lower "
            "bound from the guesses (Theorem 3 of the one-run paper) at the run's claimed "
            "delta. A lower bound above the sound eps would be a bug; 0 means no leakage was "
-           "detected, not that there is none. Files: `results/audit/training/<method>/"
+           "detected, not that there is none. Files: `results/audit/training/<run>/"
            "audit.json`.\n",
-           "| method | canaries | eps lower bound | claimed eps | sound eps | m | correct / "
-           "guesses | delta | confidence | test accuracy |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in reports:
+           "| run | method | canaries | eps lower bound | claimed eps | sound eps | m | "
+           "correct / guesses | delta | confidence | test accuracy | claim |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in reports:
         acc = r.get("test_accuracy")
-        out.append(f"| {r['method']} | {r.get('canary_type', '')} | "
+        lb, claimed = float(r["epsilon_lower_bound"]), r["claimed_epsilon"]
+        claimed_f = math.inf if _eps_cell(claimed).startswith("inf") else float(claimed)
+        verdict = ("no claim" if math.isinf(claimed_f) else
+                   "refuted (bound above it)" if lb > claimed_f else "not refuted")
+        out.append(f"| `{name}` | {r['method']} | {r.get('canary_type', '')} | "
                    f"{float(r['epsilon_lower_bound']):.3f} | "
                    f"{_eps_cell(r['claimed_epsilon'])} | {_eps_cell(r['sound_epsilon'])} | "
                    f"{r['num_canaries']} | {r['correct_guesses']} / {r['guesses_made']} | "
                    f"{r['delta']:g} | {r['confidence']:g} | "
-                   f"{'—' if acc is None else f'{100 * float(acc):.1f}%'} |")
+                   f"{'—' if acc is None else f'{100 * float(acc):.1f}%'} | {verdict} |")
     out.append("\nCommands:\n\n```")
-    out.extend(r["command"] for r in reports)
+    out.extend(r["command"] for _, r in reports)
     out.append("```\n")
     return out
 
