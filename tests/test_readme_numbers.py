@@ -50,6 +50,17 @@ def _dp_audit_gpm_with_key():
     raise KeyError("gpm_with_key")
 
 
+def _gdp_audit(name):
+    for r in _csv("results/gpm/dp_audit.csv"):
+        if r["name"] == name and r["method"] == "gdp":
+            return float(r["eps_lower"])
+    raise KeyError(name)
+
+
+def _training_audit(run, key="epsilon_lower_bound"):
+    return _json(f"results/audit/training/{run}/audit.json")[key]
+
+
 # README row ("what" column, start) -> (cited result file, [(printed number, value getter)],
 # numbers in the cell that are not measurements).
 ROWS = {
@@ -78,7 +89,24 @@ ROWS = {
         {"1e-5", "1e-1"}),
     "empirical DP audit of every shipped mechanism": (
         "results/gpm/dp_audit.csv",
-        [("5.81", _dp_audit_gpm_with_key)], {"0.125"}),
+        [("5.81", _dp_audit_gpm_with_key),
+         ("0.974", lambda: _gdp_audit("gaussian_analytic")),
+         ("1.089", lambda: _gdp_audit("control_gaussian_analytic_sigma_x0.9"))],
+        {"0.125", "1", "10"}),
+    "one-run training audits": (
+        "results/audit/training/dpsgd_whitebox/audit.json",
+        [("1.896", lambda: _training_audit("nonprivate")),
+         ("0.199", lambda: _training_audit("dpsgd_whitebox")),
+         ("2", lambda: _training_audit("dpsgd_whitebox", "claimed_epsilon")),
+         ("2", lambda: _training_audit("dpsgd_whitebox", "sound_epsilon")),
+         ("2", lambda: _training_audit("stobatch", "claimed_epsilon")),
+         ("0", lambda: _training_audit("dpsgd")),
+         ("0", lambda: _training_audit("secure_sgd")),
+         ("0", lambda: _training_audit("adlm")),
+         ("0", lambda: _training_audit("stobatch")),
+         ("8", lambda: _training_audit("adlm", "claimed_epsilon")),
+         ("0.098", lambda: _training_audit("adlm_30_epochs"))],
+        {"30"}),
     "`tfdp-bench layers`": (
         "results/bench/layers.json",
         [("1.03", lambda: _json("results/bench/layers.json")["ratio"])],

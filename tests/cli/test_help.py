@@ -96,7 +96,7 @@ def test_list_methods(cache_dir):
 
 
 @pytest.mark.parametrize("module,needed", [
-    ("tfdp.apps.audit", ("samplers", "dp", "gpm-hist", "gpm-dpsgd", "gpm-bounds",
+    ("tfdp.apps.audit", ("samplers", "dp", "training", "gpm-hist", "gpm-dpsgd", "gpm-bounds",
                          "gpm-precision", "--audit_output_dir")),
     ("tfdp.apps.bench", tuple(BENCHMARKS) + ("all", "report", "--results_dir")),
     ("tfdp.apps.evaluate", ("--model_dir", "--attacks", "--certify")),
@@ -110,6 +110,14 @@ def test_app_help(module, needed):
     for word in needed:
         assert word in out.stdout, word
     _no_foreign(out.stdout)
+    assert "oneDNN" not in out.stderr
+
+
+def test_audit_training_help_shows_the_training_flags():
+    out = _app("tfdp.apps.audit", "training", "--help")
+    assert out.returncode == 0, out.stderr[-2000:]
+    for word in ("--audit_num_canaries", "--audit_canary", "--method", "--model_dir", "--seed"):
+        assert word in out.stdout, word
     assert "oneDNN" not in out.stderr
 
 

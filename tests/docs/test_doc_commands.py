@@ -188,7 +188,8 @@ def check_command(command: str) -> list[str]:
         if not positional or positional[0] not in subs:
             problems.append(f"{app}: expected a subcommand of {subs}, got {positional[:1]}")
         else:
-            sub = positional[0] if app == "tfdp-bench" else ""
+            # tfdp-bench's benchmarks and `tfdp-audit training` add flags to the help.
+            sub = positional[0] if app == "tfdp-bench" or positional[0] == "training" else ""
     elif app in ("tfdp-runs",):
         pass
     elif positional and app != "pipeline":

@@ -1,4 +1,4 @@
-"""tfdp-audit: sampler conformance, empirical DP audits and the GPM experiments.
+"""tfdp-audit: sampler conformance, empirical DP audits, training audits, GPM experiments.
 
 Usage: tfdp-audit SUBCOMMAND [flags], SUBCOMMAND one of:
   samplers       black-box conformance suite on tfdp's samplers and on controls
