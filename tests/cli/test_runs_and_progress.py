@@ -177,3 +177,19 @@ def test_config_records_the_resolved_data_dir(monkeypatch, tmp_path):
     assert train_app.resolved_data_dir("mnist", "/elsewhere") == "/elsewhere"
     assert train_app.data_dir_source("mnist", "/elsewhere") == "flag"
     assert train_app.resolved_data_dir("sample", None) is None
+
+
+def test_runs_status_running_while_the_lock_is_held(tmp_path):
+    import fcntl  # pylint: disable=import-outside-toplevel
+    run = tmp_path / "live"
+    _write(run, "config.json", {"method": "dpsgd", "dataset": "sample", "epochs": 3})
+    _write(run, "ledger.json", {"epsilon": 1.0, "claimed_epsilon": 1.0, "delta": 1e-5,
+                                "entries": [{"name": "dpsgd"}]})
+    assert runs.summarize(str(run)).status == "incomplete"
+    with open(run / ".lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        # another process sees the lock (flock locks are per open file description)
+        out = _py("-c", "from tfdp.apps import runs; import sys; "
+                        "print(runs.summarize(sys.argv[1]).status)", str(run))
+        assert out.stdout.strip() == "running", out.stderr
+    assert runs.summarize(str(run)).status == "incomplete"  # released: not running
