@@ -268,7 +268,7 @@ def _scratch(tmp_path) -> dict:
 
 # A Python block whose first line is this comment lists signatures with placeholders (model_fn,
 # x, ...); it is compiled, not run.
-API_SUMMARY = "# API summary"
+API_SUMMARY = "# API summary"  # the first line of such a block
 
 
 @pytest.mark.slow
