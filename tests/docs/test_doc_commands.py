@@ -59,6 +59,10 @@ SKIP = {
     "mnist_lenet5.flags": "pretrains LeNet-5 for 20 epochs and plays 100 games per cell",
     "tfdp-bench all": "every benchmark: CPU hours",
     "results/hgm/run_reduced_small.sh": "reduced-scale HGM grid: CPU hours",
+    "-m pytest": "runs part of this test suite (from the repository, not a scratch folder)",
+    "runs/sto_epsEPS": "a template over the eps grid of the table below it (one ~30-minute "
+                       "run per eps)",
+    "runs/red_eps": "evaluates the reduced-scale run above it (CPU hours)",
 }
 
 
