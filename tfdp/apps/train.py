@@ -93,8 +93,17 @@ flags.DEFINE_integer("cpu_replicas", None,
                      "--strategy=mirrored runs N replicas on a CPU-only machine.")
 
 
-# tfdp-train's own flags, in definition order (the "common flags" of its help).
-COMMON_FLAGS = tuple(dict.fromkeys(_FLAGS[n].name for n in _FLAGS if n not in _BEFORE))
+
+
+def common_flag_names() -> tuple[str, ...]:
+    """tfdp-train's own flags (the "common flags" of its help), in definition order: every
+    flag defined since this module started, except the methods' option flags."""
+    method_modules = {registry.method_module(n) for n in registry.METHODS}
+    names = dict.fromkeys(_FLAGS[n].name for n in _FLAGS if n not in _BEFORE)
+    foreign = ("absl", "tensorflow", "keras", "tf_keras")  # flags their imports define
+    return tuple(n for n in names
+                 if (_FLAGS.find_module_defining_flag(n) or "") not in method_modules
+                 and not (_FLAGS.find_module_defining_flag(n) or "").startswith(foreign))
 
 
 def define_method_flags(flag_values: flags.FlagValues = _FLAGS) -> flags.FlagValues:
@@ -117,6 +126,8 @@ def __getattr__(name: str):
     """`tfdp.apps.train.FLAGS`: absl's FLAGS with every method flag defined."""
     if name == "FLAGS":
         return define_method_flags()
+    if name == "COMMON_FLAGS":  # computed when asked: flags defined later are included
+        return common_flag_names()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -577,7 +588,7 @@ def _help_lines(kind: str) -> list[str]:
     if method is not None and method not in registry.METHODS:
         sys.exit(f"tfdp-train: error: --method: unknown method {method!r}; choose one of "
                  f"{list(registry.METHODS)}")
-    return train_help.help_lines([_FLAGS[n] for n in COMMON_FLAGS], method, kind,
+    return train_help.help_lines([_FLAGS[n] for n in common_flag_names()], method, kind,
                                  (__doc__ or "").splitlines()[0])
 
 
