@@ -200,6 +200,8 @@ class StoBatchNet(keras.Model):
             computation of the network (the stored noise stays the float32 host draw and is
             cast exactly). float64 makes results independent of float32 summation order, so
             replica-count equivalence (§8.1 item 28) can be checked at large m.
+        input_clip: clip the (noisy) inputs to [-c, c] before the first layer (the authors'
+            code release: 10), or None (the paper: no clip).
         **kwargs: Keras model arguments.
 
     Raises:
@@ -211,7 +213,8 @@ class StoBatchNet(keras.Model):
                  latent_scale: float = 2.0, psi: float = 2.0, hidden_units: int = 256,
                  sync_bn: bool = True, norm_bound: Optional[float] = None,
                  bn_momentum: float = 0.99, bn_eval: str = "moving",
-                 compute_dtype: str = "float32", **kwargs: Any) -> None:
+                 compute_dtype: str = "float32", input_clip: Optional[float] = None,
+                 **kwargs: Any) -> None:
         if compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute_dtype: expected one of {COMPUTE_DTYPES}, got "
                              f"{compute_dtype!r}")
@@ -231,6 +234,8 @@ class StoBatchNet(keras.Model):
             raise ValueError(f"bn_eval: expected one of {BN_EVAL_MODES}, got {bn_eval!r}")
         self.bn_eval = bn_eval
         self.norm_bound = None if norm_bound is None else float(norm_bound)
+        # The authors' code clips the noisy inputs to [-10, 10]; None: no clip (the paper).
+        self.input_clip = None if input_clip is None else float(input_clip)
         self.spec = encoder_spec(architecture, self.in_shape)
         # Sub-layers take the global dtype policy when they are created.
         previous = keras.config.dtype_policy()
@@ -405,6 +410,8 @@ class StoBatchNet(keras.Model):
 
     def encode(self, x: tf.Tensor, training: bool) -> tf.Tensor:
         """h = clip(BN(ReLU(conv(x) + b1)), -1, 1) (§2.5 reference recipe)."""
+        if self.input_clip is not None:  # the authors' code release (issue 29 item 5)
+            x = tf.clip_by_value(x, -self.input_clip, self.input_clip)
         h = tf.nn.relu(self.encoder_conv(x))
         return self.encoder_clip(self._norm(self.encoder_bn, h, training))
 
@@ -452,9 +459,13 @@ class StoBatchNet(keras.Model):
         return self.classify(h, bool(training))
 
     def get_config(self) -> dict:
-        return {"input_shape": list(self.in_shape), "num_classes": self.num_classes,
-                "architecture": self.architecture, "batch_size": self.batch_size,
-                "input_scale": self.input_scale, "latent_scale": self.latent_scale,
-                "psi": self.psi, "hidden_units": self.hidden_units, "sync_bn": self.sync_bn,
-                "norm_bound": self.norm_bound, "bn_momentum": self.bn_momentum, "bn_eval": self.bn_eval,
-                "compute_dtype": self.compute_dtype_name, "name": self.name}
+        config = {"input_shape": list(self.in_shape), "num_classes": self.num_classes,
+                  "architecture": self.architecture, "batch_size": self.batch_size,
+                  "input_scale": self.input_scale, "latent_scale": self.latent_scale,
+                  "psi": self.psi, "hidden_units": self.hidden_units, "sync_bn": self.sync_bn,
+                  "norm_bound": self.norm_bound, "bn_momentum": self.bn_momentum,
+                  "bn_eval": self.bn_eval, "compute_dtype": self.compute_dtype_name,
+                  "name": self.name}
+        if self.input_clip is not None:
+            config["input_clip"] = self.input_clip
+        return config

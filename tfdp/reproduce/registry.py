@@ -375,7 +375,7 @@ _DPSGD = {("mnist", "smoke"): ("flags/baselines/dpsgd_smoke.flags",
 
 
 def train_command(method: str, dataset: str, eps: float | None, scale: str,
-                  eps_r: float | None = None) -> tuple[str, tuple[str, ...]]:
+                  eps_r: float | None = None, variant: str = "") -> tuple[str, tuple[str, ...]]:
     """The flagfile and override arguments of one HGM / StoBatch-figure training run.
 
     HGM methods share one flagfile per data set and scale (`flags/hgm/<dataset>_<scale>.flags`)
@@ -390,6 +390,9 @@ def train_command(method: str, dataset: str, eps: float | None, scale: str,
       scale: smoke | short | reduced | full (short has no flagfile: a name that does not
         exist, so the job reports "not available in this build").
       eps_r: robustness budget override (HGM methods), or None for the flagfile's.
+      variant: StoBatch only: a flagfile variant, e.g. "authors_path" for
+        `flags/stobatch/<dataset>_<scale>_authors_path.flags` (the authors' code release's
+        data path, issue 29 item 5).
 
     Returns:
       (repository-relative flagfile, override arguments).
@@ -403,8 +406,11 @@ def train_command(method: str, dataset: str, eps: float | None, scale: str,
         e += ("--hgm_r_source=uniform",) if method in ("pixeldp", "secure_sgd_agm") else ()
         r = () if eps_r is None else (f"--hgm_eps_r={eps_r:g}",)
         return f"flags/hgm/{dataset}_{scale}.flags", (f"--method={method}",) + e + r
+    if variant and method != "stobatch":
+        raise ValueError(f"variant: only StoBatch has flagfile variants, got {method!r}")
     if method == "stobatch":
-        return (f"flags/stobatch/{dataset}_{scale}.flags",
+        suffix = f"_{variant}" if variant else ""
+        return (f"flags/stobatch/{dataset}_{scale}{suffix}.flags",
                 ("--method=stobatch", f"--dataset={dataset}") + e)
     if method == "dpsgd":
         flagfile, extra = _DPSGD.get((dataset, scale), (
@@ -418,14 +424,16 @@ def train_command(method: str, dataset: str, eps: float | None, scale: str,
 
 
 def _trainer_jobs(paper: str, method: str, dataset: str, eps: float | None, scale: str,
-                  eval_args: tuple[str, ...], eps_r: float | None = None) -> Job:
+                  eval_args: tuple[str, ...], eps_r: float | None = None,
+                  variant: str = "") -> Job:
     """A train + evaluate pair for the HGM / StoBatch rows; returns the evaluate job.
 
     The train job is reachable through `depends`; the runner schedules it first.
     """
-    flagfile, args = train_command(method, dataset, eps, scale, eps_r)
+    flagfile, args = train_command(method, dataset, eps, scale, eps_r, variant=variant)
     tid = (f"train.{paper}.{dataset}_{method}" + ("" if eps is None else f".eps{eps:g}")
-           + ("" if eps_r is None or method == "pixeldp" else f".epsr{eps_r:g}"))
+           + ("" if eps_r is None or method == "pixeldp" else f".epsr{eps_r:g}")
+           + (f".{variant}" if variant else ""))
     compute = (_HGM_COMPUTE if paper == "hgm" else _STOBATCH_COMPUTE).get(dataset, "")
     est = {"smoke": 90, "short": 300, "reduced": 1800, "full": 4 * 3600}[scale]
     est_eval = est
@@ -504,14 +512,15 @@ def _hgm(method: str, dataset: str, eps: float | None, sizes: str, certify: bool
 
 def _stobatch(method: str, dataset: str, eps: float, sizes: str, certify: bool,
               nb_iter: int = 10, preset: str | None = None,
-              eval_args: tuple[str, ...] | None = None) -> dict[str, Job]:
+              eval_args: tuple[str, ...] | None = None, variant: str = "") -> dict[str, Job]:
     # StoBatch spec §6.1: "conventional accuracy" is the accuracy of the noise-smoothed
     # classifier (argmax of the Monte-Carlo counts) for every method with noise layers
     # (StoBatch's verified inference, Secure-SGD's robustness noise): --certify. Never the
     # noise-free network, which was never trained without its noise.
     certify = certify or method in ("stobatch", "secure_sgd", "secure_sgd_agm")
     return {scale: _trainer_jobs("stobatch", method, dataset, eps, scale,
-                                 eval_args or _eval_args(sizes, certify, nb_iter, preset))
+                                 eval_args or _eval_args(sizes, certify, nb_iter, preset),
+                                 variant=variant)
             for scale in SCALES}
 
 
@@ -750,6 +759,34 @@ def _stobatch_rows() -> list[Row]:
             jobs={s: {"run": j} for s, j in _stobatch(method, "mnist", eps, "0.2", False).items()},
             figure="acc_vs_eps_attack", unit="%",
             note="one Laplace draw per run: large run-to-run variance (stobatch.md §8.2)"))
+    # The authors' code release's data path (issue 29 item 5): adversarial examples from the
+    # raw inputs, zero input noise on the adversarial half, noisy inputs clipped to [-10, 10]
+    # (flags/stobatch/mnist_<scale>_authors_path.flags), beside the paper-path rows above.
+    for eps, value in ((0.2, 82.7), (2.0, 89.59)):
+        rows.append(Row(
+            id=f"stobatch.mnist.stobatch.eps{eps:g}.authors_path", paper="stobatch",
+            source="Fig. 2 (stobatch.md §6.4, §8.2 R1/R2), trained with the authors' code "
+                   "release's data path",
+            setting=f"MNIST, stobatch, eps = {eps:g}, mu_a = 0.2, T_a = 10; adversarial "
+                    "examples from raw inputs, zero noise on the adversarial half, inputs "
+                    "clipped to [-10, 10] (not the paper's Alg. 1)",
+            metric=conv, published=value, published_text=f"{value:g}%",
+            criterion=Criterion("band", tol=5.0), extractor="attack_accuracy",
+            params=(("size", "0.2"),),
+            jobs={s: {"run": j} for s, j in _stobatch("stobatch", "mnist", eps, "0.2", False,
+                                                      variant="authors_path").items()},
+            figure="acc_vs_eps_attack", unit="%"))
+    rows.append(Row(
+        id="stobatch.mnist.stobatch_eps_rise.authors_path", paper="stobatch",
+        source="Fig. 2 (stobatch.md §8.2 R2), the authors' code release's data path",
+        setting="MNIST, StoBatch, eps 0.2 -> 2.0, authors' data path",
+        metric="accuracy rise (points)", published=6.89, published_text="6.89",
+        criterion=Criterion("band", tol=4.0), extractor="attack_gap",
+        params=(("size", "0.2"),),
+        jobs=_combine(a=_stobatch("stobatch", "mnist", 2.0, "0.2", False,
+                                  variant="authors_path"),
+                      b=_stobatch("stobatch", "mnist", 0.2, "0.2", False,
+                                  variant="authors_path")), unit=" pts"))
     for eps in (0.2, 2.0):
         rows.append(Row(
             id=f"stobatch.mnist.stobatch.eps{eps:g}.strong_attack", paper="stobatch",

@@ -116,6 +116,21 @@ OPTIONS.float("stobatch_radius_divisor", 1.0,
               "StoBatch: extra radius divisor (1 = paper-literal; the code's 0.005).")
 OPTIONS.bool("stobatch_radius_psi_correction", True,
              "StoBatch: divide the certified radius by psi.")
+# The authors' code release's data path (issue 29 item 5); the defaults are the paper's.
+OPTIONS.string("stobatch_adv_source", "noisy",
+               "StoBatch: adversarial examples crafted from the perturbed inputs x_bar "
+               "(noisy: the paper, Alg. 1) or from the raw inputs x (raw: the authors' code "
+               "release; raw inputs then reach training outside the noise, see the ledger).")
+OPTIONS.string("stobatch_adv_noise", "train",
+               "StoBatch: input noise of the adversarial half of the loss: train (the "
+               "training noise chi1/m, as x_bar carries it: the paper) or zero (the authors' "
+               "code feeds the adversarial branch a zero noise budget).")
+OPTIONS.float("stobatch_input_clip", None,
+              "StoBatch: clip the (noisy) network inputs to [-c, c] before the first layer, "
+              "in training and at inference (the authors' code: 10); unset: no clip (the "
+              "paper).")
+ADV_SOURCES = ("noisy", "raw")
+ADV_NOISES = ("train", "zero")
 
 StoBatchConfig = OPTIONS.config_class(
     "StoBatchConfig",
@@ -293,6 +308,10 @@ class StoBatch(Method):
         self.radius_psi_correction = bool(OPTIONS.get(opts, "stobatch_radius_psi_correction"))
         self.architecture = OPTIONS.get(opts, "stobatch_architecture")
         self.dtype = OPTIONS.get(opts, "stobatch_dtype")
+        self.adv_source = OPTIONS.get(opts, "stobatch_adv_source")
+        self.adv_noise = OPTIONS.get(opts, "stobatch_adv_noise")
+        clip = OPTIONS.get(opts, "stobatch_input_clip")
+        self.input_clip = None if clip is None else float(clip)
         # The loop's step unit: N_tr pairs of (benign, adversarial-source) fixed batches.
         super().__init__(dataclasses.replace(config, batch_size=2 * self.m * max(self.n_tr, 1)))
         self.budget: Budget | None = None
@@ -335,11 +354,17 @@ class StoBatch(Method):
                 ("stobatch_bn_eval", self.bn_eval, models.BN_EVAL_MODES),
                 ("stobatch_delta_rx_mode", self.delta_rx_mode, ("unit", "mu_a", "mu_train")),
                 ("stobatch_dtype", self.dtype, DTYPES),
+                ("stobatch_adv_source", self.adv_source, ADV_SOURCES),
+                ("stobatch_adv_noise", self.adv_noise, ADV_NOISES),
                 ("stobatch_architecture", self.architecture,
                  ("auto",) + models.ARCHITECTURES)):
             if value not in allowed:
                 raise ValueError(f"--{name}: unknown value {value!r}; choose one of "
                                  f"{list(allowed)}")
+        if self.input_clip is not None and not (math.isfinite(self.input_clip)
+                                                and self.input_clip > 0):
+            raise ValueError(f"--stobatch_input_clip: expected a finite number > 0, got "
+                             f"{self.input_clip!r}")
         if self.pairing == "per_epoch_random" and self.n_tr != 1:
             raise ValueError(f"--stobatch_trainers: --stobatch_pairing=per_epoch_random draws "
                              f"one (benign, adversarial-source) pair per step from the shared "
@@ -466,6 +491,13 @@ class StoBatch(Method):
         # §2.3: x_bar = x + chi1/m, once, in place: only x_bar reaches the training loop
         x_train += (chi1 / np.float32(self.m))[None]
         add_ledger_entries(ledger, b)
+        if self.adv_source == "raw":
+            ledger.add("stobatch_raw_adversarial_source", mechanism="none",
+                       epsilon=math.inf, claimed_epsilon=0.0, protects="training records",
+                       note="--stobatch_adv_source=raw (the authors' code release): the "
+                            "adversarial examples are crafted from the raw inputs x, so raw "
+                            "records reach training outside the input noise; the paper's "
+                            "argument (Alg. 1 crafts from x_bar) does not cover this path.")
 
     def draw_chi3(self, num_classes: int) -> np.ndarray:
         """chi3 ~ Lap(Delta_L2/eps2)^{|h_pi| x K} (§2.2, §7 A25) from the seed set in setup."""
@@ -499,7 +531,8 @@ class StoBatch(Method):
             latent_scale=2.0 * b.delta_r / b.eps1, psi=self.psi,
             hidden_units=self.hidden_units, sync_bn=self.bn_stats == "global",
             norm_bound=bound, bn_momentum=self.bn_momentum,
-            bn_eval=self.bn_eval, compute_dtype=self.dtype, name="stobatch")
+            bn_eval=self.bn_eval, compute_dtype=self.dtype, input_clip=self.input_clip,
+            name="stobatch")
         model.build((None,) + tuple(input_shape))
         model.encoder_conv.kernel.assign(self._theta1_0)
         model.set_noise(self._noise["chi1"], self._noise["chi2"], self.draw_chi3(num_classes))
@@ -575,6 +608,30 @@ class StoBatch(Method):
                                   nb_iter=self.attack_iters, start_noise=start_noise,
                                   dtype=tf.as_dtype(model.compute_dtype))
 
+    def adversarial_source(self, model, xs: tf.Tensor) -> tf.Tensor:
+        """The rows the attacks start from: x_bar (paper) or the raw x = x_bar - chi1/m.
+
+        `--stobatch_adv_source=raw` follows the authors' code release, which crafts the
+        adversarial examples from the noise-free images (issue 29 item 5).
+        """
+        if self.adv_source == "noisy":
+            return xs
+        return xs - tf.cast(model.input_noise.fixed_noise, xs.dtype)
+
+    def adversarial_input(self, model, xa: tf.Tensor) -> tf.Tensor:
+        """The adversarial half's training input: its crafted rows with the chosen noise.
+
+        Crafted from x_bar the rows already carry chi1/m; crafted from raw x they carry none.
+        `--stobatch_adv_noise=train` makes them carry chi1/m (the paper's x_bar_adv),
+        `zero` removes it (the authors' code feeds the adversarial branch zero noise).
+        """
+        carries = self.adv_source == "noisy"
+        wants = self.adv_noise == "train"
+        if carries == wants:
+            return xa
+        noise = tf.cast(model.input_noise.fixed_noise, xa.dtype)
+        return xa + noise if wants else xa - noise
+
     def chi3_term_gradient(self, model) -> tuple:
         """This replica's share of the chi3 term and its gradient w.r.t. W_pi.
 
@@ -628,10 +685,11 @@ class StoBatch(Method):
                 xb, yb = x[base + lo:base + hi], y[base + lo:base + hi]
                 xs, ys = x[base + m + lo:base + m + hi], y[base + m + lo:base + m + hi]
                 pos = tf.range(lo, hi)
-                xa = self.craft_adversarial(model, xs, tf.cast(mu, dt), pos,
+                xs_src = self.adversarial_source(model, xs)
+                xa = self.craft_adversarial(model, xs_src, tf.cast(mu, dt), pos,
                                             tf.gather(start_all, pos))
-                parts.append((xb, yb, xs, ys, xa))
-        for xb, yb, xs, ys, xa in parts:  # one micro-batch's gradients each
+                parts.append((xb, yb, xs_src, ys, xa, self.adversarial_input(model, xa)))
+        for xb, yb, xs, ys, xa_crafted, xa in parts:  # one micro-batch's gradients each
             yb1 = tf.one_hot(tf.cast(yb, tf.int32), self.num_classes, dtype=dt)
             ys1 = tf.one_hot(tf.cast(ys, tf.int32), self.num_classes, dtype=dt)
             with tf.GradientTape(persistent=True) as tape:
@@ -662,7 +720,7 @@ class StoBatch(Method):
                 tf.argmax(zb, 1, output_type=tf.int64), tf.cast(yb, tf.int64)),
                 dt)) / float(m * n_tr)
             sums["adv_linf"] += tf.reduce_sum(tf.reduce_max(
-                tf.abs(tf.reshape(xa - xs, [tf.shape(xs)[0], -1])), 1)) / float(m * n_tr)
+                tf.abs(tf.reshape(xa_crafted - xs, [tf.shape(xs)[0], -1])), 1)) / float(m * n_tr)
         noise_term, g_noise = self.chi3_term_gradient(model)
         w_pi = model.output_layer.kernel
         idx = [i for i, v in enumerate(theta2) if v is w_pi][0]
