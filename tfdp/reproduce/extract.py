@@ -19,6 +19,18 @@ VERDICTS = ("reproduced", "within band", "ordering holds", "not reproduced")
 NOT_RUN = "not run at this scale"
 RECORDED = "recorded"
 NOT_AVAILABLE = "not available in this build"
+# A row whose evidence cannot decide (issue 29 item 3): a model within CHANCE_MARGIN points of
+# chance, or certificates that certify nothing / fewer than MIN_CERTIFIED examples. Counted
+# apart from the verdicts above in the report.
+INCONCLUSIVE = "inconclusive"
+# A row whose definition (its jobs) changed since its JSON was written: the old number is kept
+# only as `previous_value`, never presented as a result of the new definition.
+STALE = "stale (definition changed; rerun)"
+CHANCE_MARGIN = 5.0
+MIN_CERTIFIED = 20
+NUM_CLASSES = {"mnist": 10, "cifar10": 10, "sample": 10, "tiny_imagenet": 30}
+# Extractors whose number rests on certificates.
+CERTIFIED_EXTRACTORS = ("certified_accuracy", "certified_gap", "eot_soundness")
 
 
 @dataclasses.dataclass
@@ -38,6 +50,59 @@ class Value:
     per_seed: list[float] = dataclasses.field(default_factory=list)
     ok: bool | None = None
     detail: str = ""
+
+    @property
+    def sd(self) -> float | None:
+        """Sample standard deviation over seeds (None with fewer than 2 seeds)."""
+        vals = [v for v in self.per_seed if v is not None and math.isfinite(v)]
+        return float(statistics.stdev(vals)) if len(vals) >= 2 else None
+
+
+@dataclasses.dataclass
+class Model:
+    """What one role's model was, read from its job files (the report's generated reasons).
+
+    Attributes:
+      role: the row's role (run, a, b, a0.2, ...).
+      method: training method (adlm, dpsgd, secure_sgd, stobatch, ...).
+      dataset: mnist | cifar10 | tiny_imagenet | sample, or "" when unknown.
+      accuracy: clean test accuracy (%), mean over seeds (Monte-Carlo prediction when the
+        evaluation used it), or None.
+      epochs, steps: training length run (mean over seeds), or None.
+      paper_epochs, paper_steps: the paper-scale flagfile's length (steps estimated for the
+        same data-set size and batch), or None.
+      claimed_epsilon, sound_epsilon: the ledger's claimed and sound epsilon (None if absent).
+      certified: certified examples at each of the row's attack sizes (certificate rows).
+      claimed_certificates: the evaluation reported the paper's claimed (unsound)
+        certificates (`claimed_certified_accuracy`).
+      config: the run's settings (flagfile + overrides) named in reasons.
+    """
+
+    role: str
+    method: str = ""
+    dataset: str = ""
+    accuracy: float | None = None
+    epochs: float | None = None
+    steps: float | None = None
+    paper_epochs: float | None = None
+    paper_steps: float | None = None
+    claimed_epsilon: float | None = None
+    sound_epsilon: float | None = None
+    certified: list[int] = dataclasses.field(default_factory=list)
+    claimed_certificates: bool = False
+    config: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def chance(self) -> float | None:
+        """Chance accuracy (%) of the data set, or None when unknown."""
+        k = NUM_CLASSES.get(self.dataset)
+        return None if k is None else 100.0 / k
+
+    @property
+    def near_chance(self) -> bool:
+        """Clean accuracy within CHANCE_MARGIN points of chance (or below it)."""
+        return (self.accuracy is not None and self.chance is not None
+                and self.accuracy <= self.chance + CHANCE_MARGIN)
 
 
 def _fmt(v: float, unit: str = "") -> str:
@@ -210,9 +275,22 @@ def _size_key(size: str) -> str:
     return evaluate.size_key(float(size))
 
 
+def _field(cell: dict, field: str):
+    """cell[field]; a certified field falls back to the claimed (unsound) name.
+
+    Evaluations run with --allow_unsound_certificates store the paper's unsound certificates
+    as `claimed_certified_accuracy` (and `clean_claimed_certified_accuracy`).
+    """
+    if field in cell:
+        return cell[field]
+    if "certified_accuracy" in field:
+        return cell.get(field.replace("certified_accuracy", "claimed_certified_accuracy"))
+    return None
+
+
 def _attack_mean(summary: dict, size: str, field: str) -> float:
     key = _size_key(size)
-    vals = [entry[key][field] for entry in summary["attacks"].values() if key in entry]
+    vals = [_field(entry[key], field) for entry in summary["attacks"].values() if key in entry]
     if not vals or any(v is None for v in vals):
         raise ValueError(f"evaluation has no {field} at attack size {size}")
     return 100.0 * _mean([float(v) for v in vals])
@@ -279,7 +357,7 @@ def eot_soundness(outs, row: Row) -> Value:
         summary = o["evaluation"]
         n = int(summary["num_examples"])
         alpha = float(summary.get("alpha") or 0.05)
-        certified = summary.get("clean_certified_accuracy") or {}
+        certified = _field(summary, "clean_certified_accuracy") or {}
         for name, entry in summary["attacks"].items():
             for key, cell in entry.items():
                 if key not in certified or certified[key] is None:
@@ -305,13 +383,146 @@ EXTRACTORS: dict[str, Callable[[dict, Row], Value | None]] = {
                             eot_soundness)}
 
 
-def verdict(row: Row, value: Value) -> tuple[str, str]:
+def _eps(v: float | None) -> str:
+    return "—" if v is None else ("inf" if not math.isfinite(v) else f"{v:.3g}")
+
+
+def _name(m: Model) -> str:
+    return m.method if m.role == "run" else f"{m.method} ({m.role})"
+
+
+def _length_fact(models: list[Model]) -> str:
+    """Training length run vs the paper's, one phrase per distinct setting."""
+    out = []
+    seen = set()
+    for m in models:
+        if m.epochs is None or m.paper_epochs is None:
+            continue
+        key = (m.method, m.epochs, m.steps, m.paper_epochs, m.paper_steps)
+        if key in seen:
+            continue
+        seen.add(key)
+        text = f"{_name(m)} trained {m.epochs:g} epochs"
+        if m.steps is not None:
+            text += f" ({m.steps:g} steps)"
+        text += f" vs the paper-scale {m.paper_epochs:g} epochs"
+        if m.paper_steps:
+            text += f" (about {m.paper_steps:.0f} steps)"
+        if m.steps is not None and m.paper_steps:
+            text += f": {100.0 * m.steps / m.paper_steps:.2g}% of the paper's steps"
+        elif m.paper_epochs:
+            text += f": {100.0 * m.epochs / m.paper_epochs:.2g}% of the paper's epochs"
+        out.append(text)
+    return "; ".join(out)
+
+
+def _privacy_fact(models: list[Model]) -> str:
+    """Sound vs claimed privacy setting of the models whose ledger differs."""
+    out, seen = [], set()
+    for m in models:
+        if m.claimed_epsilon is None or m.sound_epsilon is None:
+            continue
+        if math.isclose(m.claimed_epsilon, m.sound_epsilon, rel_tol=1e-6):
+            continue
+        key = (m.method, m.claimed_epsilon, m.sound_epsilon)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(f"{_name(m)}: claimed eps {_eps(m.claimed_epsilon)} (the paper's "
+                   f"accounting), sound eps {_eps(m.sound_epsilon)} (ledger)")
+    if any(m.claimed_certificates for m in models):
+        out.append("certificates are the paper's claimed (unsound) ones")
+    return "; ".join(out)
+
+
+def _baseline_fact(row: Row, models: list[Model]) -> str:
+    """Which baseline deviates from its paper's network / settings, and how."""
+    out = []
+    for spec in getattr(row, "baselines", ()) or ():
+        ms = [m for m in models if m.method == spec.method]
+        if not ms:
+            continue
+        got = ms[0].config
+        diffs = []
+        for key, want in spec.paper_settings:
+            have = got.get(key)
+            if have is not None and str(have) != str(want):
+                diffs.append(f"{key} {have} (paper {want})")
+        network = got.get(spec.network_flag, "?") if spec.network_flag else spec.tfdp_network
+        text = (f"baseline {spec.method} runs {spec.tfdp_network} [{network}] where the paper "
+                f"used {spec.paper_network}")
+        if diffs:
+            text += "; differs in " + ", ".join(diffs)
+        if spec.note:
+            text += f" ({spec.note})"
+        out.append(text)
+    return "; ".join(out)
+
+
+def facts(row: Row, models: list[Model] | None) -> str:
+    """The data-generated part of a reason: chance level, training length vs the paper's,
+    sound vs claimed setting, which baseline deviates and how (issue 29 item 4)."""
+    if not models:
+        return ""
+    parts = []
+    accs = [m for m in models if m.accuracy is not None and m.chance is not None]
+    if accs:
+        parts.append("clean accuracy " + ", ".join(
+            f"{_name(m)} {m.accuracy:.1f}%" for m in accs) +
+            f" (chance {accs[0].chance:.0f}%)")
+    for fn in (_length_fact, _privacy_fact):
+        text = fn(models)
+        if text:
+            parts.append(text)
+    text = _baseline_fact(row, models)
+    if text:
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def inconclusive(row: Row, models: list[Model] | None) -> str | None:
+    """Why the row's evidence cannot decide, or None (issue 29 item 3)."""
+    if not models:
+        return None
+    near = [m for m in models if m.near_chance]
+    if near:
+        return "; ".join(f"{_name(m)} is within {CHANCE_MARGIN:g} points of chance "
+                         f"({m.accuracy:.1f}% clean, chance {m.chance:.0f}%)" for m in near)
+    if row.extractor in CERTIFIED_EXTRACTORS:
+        counts = [c for m in models for c in m.certified]
+        if counts:
+            most = max(counts)
+            if most == 0:
+                return "certifies nothing (0 certified examples at every size and model)"
+            if most < MIN_CERTIFIED:
+                return (f"rests on fewer than {MIN_CERTIFIED} certified examples (at most "
+                        f"{most} at any size and model)")
+    return None
+
+
+def verdict(row: Row, value: Value, models: list[Model] | None = None) -> tuple[str, str]:
     """(verdict, reason) of our value against the row's criterion.
 
     Verdicts: "reproduced" (closed forms and checks that pass), "within band" (a measured
     number inside its tolerance), "ordering holds" (a sign or ordering), "not reproduced"
-    (with the reason: how far off, and the row's note on why a gap is expected).
+    (with the reason: how far off, and the row's note on why a gap is expected), or
+    "inconclusive" when the evidence cannot decide (a model within 5 points of chance, or
+    fewer than 20 certified examples); see `inconclusive`. `models` (from the job files)
+    adds the data-generated facts to the reason (see `facts`).
     """
+    verdict_, reason = _criterion_verdict(row, value)
+    why = None if verdict_ == RECORDED else inconclusive(row, models)
+    extra = facts(row, models)
+    if models and len(value.per_seed) == 1 and row.published is not None:
+        extra += ("; " if extra else "") + "one seed: the run-to-run spread is not measured"
+    if why is not None:
+        return INCONCLUSIVE, f"{why} (criterion alone: {verdict_}, {reason})" + (
+            f"; {extra}" if extra else "")
+    return verdict_, reason + (f"; {extra}" if extra else "")
+
+
+def _criterion_verdict(row: Row, value: Value) -> tuple[str, str]:
+    """(verdict, reason) from the criterion alone."""
     c = row.criterion
     v = value.value
     note = f" ({row.note})" if row.note else ""
@@ -329,10 +540,17 @@ def verdict(row: Row, value: Value) -> tuple[str, str]:
         return "not reproduced", f"no finite value{note}"
     if c.kind == "band":
         gap = v - row.published
-        if abs(gap) <= c.tol:
+        # Several seeds: the band is widened by two standard errors of the mean, so a row
+        # passes when the 95% interval of its mean meets the band (issue 29 item 2).
+        sd, k = value.sd, len(value.per_seed)
+        slack = 0.0 if sd is None else 2.0 * sd / math.sqrt(k)
+        spread = "" if sd is None else (f", seed sd {sd:.2g}{unit} over {k} seeds (band "
+                                        f"widened by 2 SE = {slack:.2g})")
+        if abs(gap) <= c.tol + slack:
             # A closed form equal to the printed digits is reproduced, not merely close.
-            return ("reproduced" if row.extractor.startswith("closed") else "within band"), f"gap {gap:+.3g}{unit}, band ±{c.tol:g}{unit}"
-        return "not reproduced", f"gap {gap:+.3g}{unit}, outside ±{c.tol:g}{unit}{note}"
+            return (("reproduced" if row.extractor.startswith("closed") else "within band"),
+                    f"gap {gap:+.3g}{unit}, band ±{c.tol:g}{unit}{spread}")
+        return "not reproduced", f"gap {gap:+.3g}{unit}, outside ±{c.tol:g}{unit}{spread}{note}"
     if c.kind == "relerr":
         rel = abs(v - row.published) / abs(row.published)
         if rel <= c.tol:

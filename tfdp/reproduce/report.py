@@ -29,7 +29,14 @@ def _cell(rec: dict | None) -> str:
     if rec is None:
         return extract.NOT_RUN
     verdict = rec["verdict"]
+    if verdict == extract.STALE:
+        prev = rec.get("previous_value_text") or "—"
+        return f"—<br>**{verdict}** (earlier definition: {_md(prev)})"
     value = rec.get("value_text") or "—"
+    seeds = rec.get("seeds") or []
+    if len(seeds) <= 1 and rec.get("value") is not None and rec.get("jobs") and any(
+            "@seed" in j for j in rec["jobs"]):
+        value += " (1 seed)"
     return f"{_md(value)}<br>**{verdict}**"
 
 
@@ -282,20 +289,27 @@ def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None 
     out.append("")
     # Summary.
     out.append("## Summary of verdicts\n")
+    counted = extract.VERDICTS + (extract.RECORDED, extract.INCONCLUSIVE, extract.STALE)
     out.append("| paper | scale | reproduced | within band | ordering holds | not reproduced | "
-               "recorded | rows without a result (no job, or not run) |")
-    out.append("|---|---|---|---|---|---|---|---|")
+               "recorded | inconclusive | stale (definition changed) | rows without a result "
+               "(no job, or not run) |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|")
     for paper in registry.PAPERS:
         rows = [r for r in registry.ROWS if r.paper == paper]
         for s in registry.SCALES:
             recs = [rows_by_key.get((s, r.id)) for r in rows]
-            counts = {v: sum(1 for rec in recs if rec and rec["verdict"] == v)
-                      for v in extract.VERDICTS + (extract.RECORDED,)}
+            counts = {v: sum(1 for rec in recs if rec and rec["verdict"] == v) for v in counted}
             missing = sum(1 for rec in recs if rec is None)
-            out.append(f"| {paper} | {s} | " + " | ".join(
-                str(counts[v]) for v in extract.VERDICTS + (extract.RECORDED,)) +
-                f" | {missing} |")
+            out.append(f"| {paper} | {s} | " + " | ".join(str(counts[v]) for v in counted) +
+                       f" | {missing} |")
     out.append("")
+    out.append(f"**inconclusive**: the criterion cannot decide because a model behind the row "
+               f"is within {extract.CHANCE_MARGIN:g} points of chance, or the row certifies "
+               f"nothing or fewer than {extract.MIN_CERTIFIED} examples; counted apart from "
+               f"the verdicts. **stale**: the row's definition (attack-size unit, baseline "
+               f"settings, Monte-Carlo scoring) changed after its jobs ran; the earlier "
+               f"number is shown only as such, never as a result. A cell with several seeds "
+               f"shows mean ± standard deviation; \"(1 seed)\" marks a single-seed result.\n")
     if fig_links:
         out.append("## Figures\n")
         for link in fig_links:

@@ -350,6 +350,123 @@ def _row_file(results_dir: str, scale: str, row_id: str) -> str:
     return os.path.join(results_dir, scale, f"{row_id}.json")
 
 
+_DATA_SIZES = {"mnist": 60000, "cifar10": 50000}
+
+
+def _float(v: Any) -> float | None:
+    try:
+        out = float(v)
+    except (TypeError, ValueError):
+        return None
+    return out
+
+
+def _mean_or_none(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _paper_length(row: Row, role: str, steps: float | None, epochs: float | None,
+                  cfg: dict) -> tuple[float | None, float | None]:
+    """(epochs, estimated steps) of the row's full-scale (paper) job of the same role.
+
+    Steps are estimated from ours: steps per epoch scaled by the ratio of training-set sizes
+    and batch sizes (the step unit is the same method's at both scales).
+    """
+    full = row.jobs.get("full", {}).get(role)
+    if full is None:
+        return None, None
+    train = registry.train_job("full", full.depends) if full.depends else full
+    if train.kind != "train":
+        return None, None
+    fcfg = registry.settings(train.flagfile, train.args)
+    f_epochs = _float(fcfg.get("epochs"))
+    if f_epochs is None or not steps or not epochs:
+        return f_epochs, None
+    dataset = cfg.get("dataset") or fcfg.get("dataset") or ""
+    n_ours = _float(cfg.get("num_train")) or _DATA_SIZES.get(dataset)
+    n_full = _float(fcfg.get("num_train")) or _DATA_SIZES.get(dataset)
+    b_ours, b_full = _float(cfg.get("batch_size")), _float(fcfg.get("batch_size"))
+    if not (n_ours and n_full and b_ours and b_full):
+        return f_epochs, None
+    return f_epochs, steps / epochs * f_epochs * (n_full / n_ours) * (b_ours / b_full)
+
+
+def _certified_counts(row: Row, evaluation: dict) -> tuple[list[int], bool]:
+    """Certified examples at the row's sizes (mean over attacks), and whether they are the
+    claimed (unsound) certificates."""
+    n = int(evaluation.get("num_examples") or 0)
+    p = row.param
+    sizes = (p["sizes"].split(",") if "sizes" in p else [p["size"]] if "size" in p else None)
+    claimed = any("claimed_certified_accuracy" in cell
+                  for entry in evaluation.get("attacks", {}).values()
+                  for cell in entry.values())
+    counts = []
+    if row.extractor == "eot_soundness" or sizes is None:
+        cert = extract._field(evaluation, "clean_certified_accuracy") or {}  # pylint: disable=protected-access
+        counts = [int(round(float(v) * n)) for v in cert.values() if v is not None]
+        return counts, claimed
+    for size in sizes:
+        key = extract._size_key(size)  # pylint: disable=protected-access
+        vals = [extract._field(entry[key], "certified_accuracy")  # pylint: disable=protected-access
+                for entry in evaluation.get("attacks", {}).values() if key in entry]
+        vals = [float(v) for v in vals if v is not None]
+        if vals:
+            counts.append(int(round(sum(vals) / len(vals) * n)))
+    return counts, claimed
+
+
+def row_models(row: Row, scale: str, records: dict[str, list[dict]],
+               results_dir: str) -> list[extract.Model]:
+    """What each role's model was (accuracy, length, privacy, settings), from the job files.
+
+    Args:
+      records: role -> the finished job JSONs of the role (one per seed).
+    """
+    out = []
+    for role, recs in sorted(records.items()):
+        job = row.jobs[scale][role]
+        train = registry.train_job(scale, job.depends) if job.depends else job
+        if train.kind != "train":
+            continue
+        cfg = registry.settings(train.flagfile, train.args)
+        trains = []
+        for rec in recs:
+            if job.depends:
+                t = load_job(results_dir, scale, Task(train, rec["seed"]).key)
+                trains.append(t["output"] if t else {})
+            else:
+                trains.append(rec["output"])
+        evals = [rec["output"].get("evaluation") for rec in recs if job.depends]
+        evals = [e for e in evals if e]
+        if evals:
+            acc = _mean_or_none([_float(e.get("clean_accuracy")) for e in evals])
+            dataset = evals[0].get("dataset") or cfg.get("dataset", "")
+        else:
+            acc = _mean_or_none([_float(t.get("metrics", {}).get("test_accuracy"))
+                                 for t in trains])
+            dataset = cfg.get("dataset", "")
+        steps = _mean_or_none([_float(t.get("metrics", {}).get("steps")) for t in trains])
+        epochs = _mean_or_none([_float(t.get("metrics", {}).get("epochs_completed"))
+                                for t in trains])
+        p_epochs, p_steps = _paper_length(row, role, steps, epochs, cfg)
+        ledger = (trains[0].get("ledger") or {}) if trains else {}
+        counts, claimed = [], False
+        if row.extractor in extract.CERTIFIED_EXTRACTORS:
+            for e in evals:
+                c, cl = _certified_counts(row, e)
+                counts += c
+                claimed = claimed or cl
+        out.append(extract.Model(
+            role=role, method=train.method or "", dataset=dataset,
+            accuracy=None if acc is None else 100.0 * acc, epochs=epochs, steps=steps,
+            paper_epochs=p_epochs, paper_steps=p_steps,
+            claimed_epsilon=_float(ledger.get("claimed_epsilon")),
+            sound_epsilon=_float(ledger.get("epsilon")), certified=counts,
+            claimed_certificates=claimed, config=cfg))
+    return out
+
+
 def compute_row(row: Row, scale: str, seeds: int, results_dir: str,
                 write: bool = True) -> dict | None:
     """Our value and verdict for a row from its finished jobs; writes the row JSON.
@@ -367,6 +484,7 @@ def compute_row(row: Row, scale: str, seeds: int, results_dir: str,
             "published_text": row.published_text, "criterion": row.criterion.describe(row.unit),
             "scale": scale}
     outs: dict[str, list[dict]] = {}
+    by_role: dict[str, list[dict]] = {}
     records = []
     for role, job in sorted(jobs.items()):
         why = unavailable(job) or (unavailable(registry.train_job(scale, job.depends))
@@ -380,13 +498,14 @@ def compute_row(row: Row, scale: str, seeds: int, results_dir: str,
             if done is None:
                 return None
             outs.setdefault(role, []).append(done["output"])
+            by_role.setdefault(role, []).append(done)
             records.append(done)
     value = extract.extract(row, outs)
     if value is None:
         return None
-    verdict, reason = extract.verdict(row, value)
+    verdict, reason = extract.verdict(row, value, row_models(row, scale, by_role, results_dir))
     rec = dict(base, value=value.value, value_text=value.text, per_seed=value.per_seed,
-               detail=value.detail, verdict=verdict, reason=reason,
+               value_sd=value.sd, detail=value.detail, verdict=verdict, reason=reason,
                seeds=sorted({r["seed"] for r in records if r["seed"] is not None}),
                jobs=[r["key"] for r in records], commands=[r["command"] for r in records],
                adopted_from=sorted({r["output"]["adopted_from"] for r in records
@@ -466,4 +585,47 @@ def recompute_rows(results_dir: str, rows: Iterable[Row] | None = None) -> int:
             rec = compute_row(row, scale, seeds, results_dir)
             if rec is not None and rec.get("verdict") != extract.NOT_AVAILABLE:
                 written += 1
+            elif rec is None and old is not None:
+                mark_stale(row, scale, seeds, old, results_dir)
     return written
+
+
+def expected_jobs(row: Row, scale: str, seeds: int) -> list[str]:
+    """The job keys a row's result rests on at a scale under its current definition."""
+    keys = []
+    for _, job in sorted(row.jobs.get(scale, {}).items()):
+        for seed in (range(1, seeds + 1) if job.seeded else (None,)):
+            keys.append(Task(job, seed).key)
+    return keys
+
+
+def mark_stale(row: Row, scale: str, seeds: int, old: dict, results_dir: str) -> bool:
+    """Marks a row JSON stale when its recorded jobs are not the row's current jobs.
+
+    The old number moves to `previous_value` (with the jobs it came from); `value` is None, so
+    the report never shows it as a result of the new definition.
+
+    Returns:
+      True if the JSON was rewritten.
+    """
+    want = expected_jobs(row, scale, seeds)
+    had = old.get("jobs") or old.get("previous_jobs") or []
+    if sorted(had) == sorted(want):
+        return False
+    if old.get("verdict") == extract.STALE and old.get("expected_jobs") == want:
+        return False
+    rec = {k: v for k, v in old.items() if k not in ("value", "value_text", "per_seed",
+                                                      "value_sd", "detail", "reason",
+                                                      "jobs", "commands", "verdict")}
+    missing = sorted(set(want) - set(had))
+    rec.update(
+        verdict=extract.STALE, value=None, value_text="—",
+        previous_value=old.get("previous_value", old.get("value")),
+        previous_value_text=old.get("previous_value_text", old.get("value_text")),
+        previous_jobs=had, expected_jobs=want,
+        reason=("the row's definition changed (issue 29: attack-size unit, baseline "
+                "settings or Monte-Carlo scoring); its earlier number came from other jobs "
+                f"and is not a result of this definition; rerun: {', '.join(missing)}"),
+        criterion=row.criterion.describe(row.unit), setting=row.setting, source=row.source)
+    _write_json(_row_file(results_dir, scale, row.id), rec)
+    return True
