@@ -1,0 +1,109 @@
+"""The authors' code release's data path as options (issue 29 item 5); defaults the paper's."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfdp.models import stobatch as models
+from tfdp.reproduce import runner
+from tfdp.train import loop, stobatch
+from tfdp.train.base import TrainConfig
+
+SHAPE, K = (8, 8, 1), 3
+
+
+def _method(model_dir, **options):
+    opts = {"stobatch_architecture": "tiny", "stobatch_hidden_units": 8,
+            "stobatch_attack_iters": 2, "stobatch_ae_optimizer": "sgd"}
+    opts.update(options)
+    cfg = TrainConfig(method="stobatch", dataset="synthetic", model_dir=str(model_dir),
+                      epochs=1, batch_size=9, learning_rate=0.01, seed=3, epsilon=2.0,
+                      options=opts)
+    return stobatch.StoBatch(cfg)
+
+
+@pytest.mark.parametrize("name,value,text", [
+    ("stobatch_adv_source", "clean", "--stobatch_adv_source: unknown value 'clean'"),
+    ("stobatch_adv_noise", "half", "--stobatch_adv_noise: unknown value 'half'"),
+    ("stobatch_input_clip", 0.0, "--stobatch_input_clip: expected a finite number > 0"),
+    ("stobatch_input_clip", float("inf"), "--stobatch_input_clip: expected a finite number"),
+])
+def test_bad_values_name_their_flag(tmp_path, name, value, text):
+    with pytest.raises(ValueError, match=text):
+        _method(tmp_path, **{name: value}).validate()
+
+
+def test_defaults_are_the_papers_path(tmp_path):
+    method = _method(tmp_path)
+    assert (method.adv_source, method.adv_noise, method.input_clip) == ("noisy", "train", None)
+    xa = tf.constant([[1.0]])
+    assert method.adversarial_input(None, xa) is xa  # untouched: no arithmetic on x_bar
+    assert method.adversarial_source(None, xa) is xa
+
+
+class _Noise:
+    def __init__(self, value):
+        self.fixed_noise = tf.constant(value)
+
+
+class _Model:
+    def __init__(self, value):
+        self.input_noise = _Noise(value)
+
+
+@pytest.mark.parametrize("source,noise,src_offset,adv_offset", [
+    ("noisy", "train", 0.0, 0.0),   # the paper: crafted from x_bar, keeps chi1/m
+    ("noisy", "zero", 0.0, -1.0),   # crafted from x_bar, chi1/m removed
+    ("raw", "zero", -1.0, 0.0),     # the authors' code: from raw x, no noise
+    ("raw", "train", -1.0, 1.0),    # from raw x, chi1/m added back
+])
+def test_source_and_noise_of_the_adversarial_half(tmp_path, source, noise, src_offset,
+                                                  adv_offset):
+    method = _method(tmp_path, stobatch_adv_source=source, stobatch_adv_noise=noise)
+    model = _Model(np.full((1, 2), 0.5, np.float32))  # chi1/m = 0.5
+    x_bar = tf.constant([[1.0, 2.0]])
+    src = method.adversarial_source(model, x_bar)
+    np.testing.assert_allclose(src.numpy(), x_bar.numpy() + 0.5 * src_offset)
+    crafted = src + 0.1
+    np.testing.assert_allclose(method.adversarial_input(model, crafted).numpy(),
+                               crafted.numpy() + 0.5 * adv_offset)
+
+
+def test_input_clip_in_the_network_and_its_saved_config():
+    net = models.StoBatchNet(SHAPE, K, architecture="tiny", batch_size=9, hidden_units=8,
+                             input_clip=10.0)
+    net.build((None,) + SHAPE)
+    big = tf.fill((2,) + SHAPE, 50.0)
+    clipped = tf.fill((2,) + SHAPE, 10.0)
+    np.testing.assert_allclose(net.encode(big, False).numpy(), net.encode(clipped, False).numpy())
+    assert net.get_config()["input_clip"] == 10.0
+    plain = models.StoBatchNet(SHAPE, K, architecture="tiny", batch_size=9, hidden_units=8)
+    assert "input_clip" not in plain.get_config()  # the paper's models are saved as before
+    assert models.StoBatchNet(**dict(net.get_config())).input_clip == 10.0
+
+
+def test_authors_path_trains_and_records_raw_inputs_in_the_ledger(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (36,) + SHAPE).astype(np.float32)
+    y = rng.integers(0, K, 36)
+    method = _method(tmp_path / "run", stobatch_adv_source="raw", stobatch_adv_noise="zero",
+                     stobatch_input_clip=10.0)
+    data = loop.Data(x.copy(), y.copy(), x[:10].copy(), y[:10].copy(), SHAPE, K)
+    result = loop.train(method, data, optimizer="sgd", verbose=0)
+    assert result.model.input_clip == 10.0
+    with open(os.path.join(tmp_path / "run", "ledger.json"), encoding="utf-8") as f:
+        assert "stobatch_raw_adversarial_source" in f.read()
+    for v in result.model.weights:
+        assert np.all(np.isfinite(v.numpy())), v.path
+
+
+@pytest.mark.parametrize("scale", ["smoke", "reduced", "full"])
+def test_authors_path_flagfiles_are_the_scales_flagfile_plus_the_three_options(scale):
+    def lines(name):
+        with open(os.path.join(runner.REPO_ROOT, "flags", "stobatch", name),
+                  encoding="utf-8") as f:
+            return [ln.strip() for ln in f if ln.startswith("--")]
+    assert lines(f"mnist_{scale}_authors_path.flags") == lines(f"mnist_{scale}.flags") + [
+        "--stobatch_adv_source=raw", "--stobatch_adv_noise=zero", "--stobatch_input_clip=10"]
