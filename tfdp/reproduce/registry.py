@@ -636,32 +636,32 @@ def _combine(**per_role: dict[str, Job]) -> dict[str, dict[str, Job]]:
 _DPSGD_NOTE = ("the dpsgd trainer offers only --dpsgd_model=cnn|mlp; the paper's network is "
                "not available to it, so tfdp's small CNN is the substitute")
 ADLM_PSGD = Baseline(
-    "dpsgd", paper_network="AdLM's MNIST CNN (2 conv + max-pool, fc 25; AdLM §6 runs pSGD on "
-    "the same network) with Abadi et al.'s settings (lot 600, sigma 4, C 4, SGD lr 0.05)",
+    "dpsgd", paper_network="AdLM's MNIST CNN (2 conv + max-pool, fc 25; the AdLM paper runs "
+    "pSGD on the same network) with Abadi et al.'s settings (lot 600, sigma 4, C 4, SGD lr 0.05)",
     tfdp_network="tfdp's small CNN (substitute)", network_flag="dpsgd_model",
     paper_settings=(("optimizer", "sgd"), ("batch_size", "600"), ("learning_rate", "0.05"),
                     ("dpsgd_l2_clip", "4.0")), note=_DPSGD_NOTE)
 HGM_DPSGD = Baseline(
-    "dpsgd", paper_network="HGM's network with Secure-SGD's sigma and C (HGM §6: same "
-    "architecture; MNIST conv32-pool-conv64-pool-fc256, CIFAR-10 AdLM's 3-conv network)",
+    "dpsgd", paper_network="HGM's network with Secure-SGD's sigma and C (the HGM paper: "
+    "same architecture; MNIST conv32-pool-conv64-pool-fc256, CIFAR-10 AdLM's 3-conv network)",
     tfdp_network="tfdp's small CNN (substitute)", network_flag="dpsgd_model",
     paper_settings=(("optimizer", "sgd"), ("batch_size", "128"), ("learning_rate", "0.1"),
                     ("dpsgd_l2_clip", "1.0")), note=_DPSGD_NOTE)
 HGM_AGM = Baseline(
-    "secure_sgd_agm", paper_network="Secure-SGD's network (HGM §6)",
+    "secure_sgd_agm", paper_network="Secure-SGD's network (the HGM paper)",
     tfdp_network="Secure-SGD's network of the same flagfile", network_flag="hgm_model")
 HGM_PIXELDP = Baseline(
-    "pixeldp", paper_network="HGM_PixelDP's network (HGM §6)",
+    "pixeldp", paper_network="HGM_PixelDP's network (the HGM paper)",
     tfdp_network="HGM_PixelDP's network of the same flagfile", network_flag="hgm_model")
 HGM_ADLM = Baseline(
-    "adlm", paper_network="AdLM's CIFAR-10 network (HGM §6, Fig. 4)",
+    "adlm", paper_network="AdLM's CIFAR-10 network (the HGM paper, Fig. 4)",
     tfdp_network="AdLM's CIFAR-10 network (the adlm trainer)")
 _STOBATCH_NOTE = ("the secure_sgd trainer offers only --hgm_model=mnist|cifar10|small; "
                   "StoBatch's auto-encoder network is not available to it, so HGM's network "
                   "is the stated substitute (the reduced scale's CPU-sized 'small')")
 STOBATCH_SECURE_SGD = Baseline(
-    "secure_sgd", paper_network="StoBatch's architecture (StoBatch §6.2: one architecture "
-    "for every method)", tfdp_network="HGM's network (substitute)", network_flag="hgm_model",
+    "secure_sgd", paper_network="StoBatch's architecture (the StoBatch paper: one "
+    "architecture for every method)", tfdp_network="HGM's network (substitute)", network_flag="hgm_model",
     note=_STOBATCH_NOTE)
 STOBATCH_AGM = dataclasses.replace(STOBATCH_SECURE_SGD, method="secure_sgd_agm")
 # The baseline methods of each paper's rows (the test checks every one is declared).
@@ -1222,8 +1222,8 @@ def _baseline_for(paper: str, method: str, dataset: str) -> Baseline | None:
     if paper == "adlm" and method == "dpsgd":
         if dataset == "cifar10":
             return dataclasses.replace(
-                ADLM_PSGD, paper_network="AdLM's CIFAR-10 network (AdLM §6 runs pSGD on the "
-                "same network)", paper_settings=())
+                ADLM_PSGD, paper_network="AdLM's CIFAR-10 network (the AdLM paper runs pSGD on "
+                "the same network)", paper_settings=())
         return ADLM_PSGD
     if paper == "hgm":
         return {"dpsgd": HGM_DPSGD, "secure_sgd_agm": HGM_AGM, "pixeldp": HGM_PIXELDP,
