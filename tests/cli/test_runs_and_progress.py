@@ -193,3 +193,26 @@ def test_runs_status_running_while_the_lock_is_held(tmp_path):
                         "print(runs.summarize(sys.argv[1]).status)", str(run))
         assert out.stdout.strip() == "running", out.stderr
     assert runs.summarize(str(run)).status == "incomplete"  # released: not running
+
+
+@pytest.mark.slow
+def test_runs_table_of_three_real_tiny_runs(tmp_path):
+    """Three tiny runs through tfdp-train (finished DP-SGD, non-private, stopped DP-SGD)."""
+    tiny = ["--num_train=512", "--num_test=200", "--batch_size=128", "--seed=1"]
+    for name, extra in (("dpsgd", ["--method=dpsgd", "--epochs=1"]),
+                        ("nonprivate", ["--method=nonprivate", "--epochs=1"]),
+                        ("stopped", ["--method=dpsgd", "--epochs=3", "--stop_after_epochs=1"])):
+        out = _py("-m", "tfdp.apps.train", *extra, *tiny, f"--model_dir={tmp_path / name}")
+        assert out.returncode == 0, out.stderr[-3000:]
+    out = _py("-m", "tfdp.apps.runs", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    body = {line.split()[0]: line.split() for line in lines[2:] if not line.startswith("(")}
+    assert set(body) == {"dpsgd", "nonprivate", "stopped"}
+    assert body["nonprivate"][3:5] == ["inf", "inf"]  # claimed and sound eps
+    for name in ("dpsgd", "stopped"):
+        with open(tmp_path / name / "ledger.json", encoding="utf-8") as f:
+            ledger = json.load(f)
+        assert body[name][3] == report.round_up(ledger["claimed_epsilon"])
+        assert body[name][4] == report.round_up(ledger["epsilon"])
+    assert body["stopped"][-1] == "stopped" and body["dpsgd"][-1] == "finished"
