@@ -571,7 +571,8 @@ def plot_accuracy(path: str, summary: Mapping[str, Any]) -> str:
     ax.set_ylim(0.0, 1.02)
     ax.set_title(_plot_title(path, summary, n), fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if summary["attacks"]:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
