@@ -215,3 +215,25 @@ def test_bad_input_delta_functions():
         m.gaussian_delta(sigma=1.0, epsilon=1.0, sensitivity=-2.0)
     with pytest.raises(ValueError, match="delta"):
         m.hgm_s(1.5)
+
+
+def _mp_delta(sigma, eps):
+    """Balle & Wang 2018 Thm 8 at sensitivity 1, in 60-digit arithmetic."""
+    import mpmath  # a dependency of dp-accounting
+    with mpmath.workdps(60):
+        s, e = mpmath.mpf(sigma), mpmath.mpf(eps)
+        return (mpmath.ncdf(1 / (2 * s) - e * s)
+                - mpmath.e ** e * mpmath.ncdf(-1 / (2 * s) - e * s))
+
+
+@pytest.mark.parametrize("eps", [0.005, 0.02, 0.1, 0.5, 1.0, 2.0, 10.0, 50.0])
+@pytest.mark.parametrize("dlt", [1e-12, 1e-10, 1e-8, 1e-5, 1e-3, 0.1])
+def test_analytic_sigma_rounds_toward_more_noise(eps, dlt):
+    """Issue 22 item 9: the true delta (mpmath) never exceeds the target, and sigma is within
+    a relative 1e-8 of the exact one (so the margin costs no noticeable noise)."""
+    import mpmath
+    sigma = m.analytic_gaussian_sigma(epsilon=eps, delta=dlt, sensitivity=1.0)
+    assert _mp_delta(sigma, eps) <= mpmath.mpf(dlt)
+    # Without the margin the float64 bisection can land just on the wrong side (e.g. eps =
+    # 0.02, delta = 1e-10 by 6e-12 relative); 1e-8 less noise must already exceed delta.
+    assert _mp_delta(sigma * (1 - 1e-8), eps) > mpmath.mpf(dlt)
