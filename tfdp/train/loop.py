@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import secrets
 import sys
@@ -321,6 +322,8 @@ class Run:
         self.stored_config: dict = {}
         self.spend: dict | None = None
         self.prior_segments: list = []
+        self.latest_checkpoint: str | None = None
+        self._pending_config: dict | None = None
 
     # ------------------------------------------------------------------ phases
 
@@ -336,6 +339,8 @@ class Run:
         self._check_resume(config)
         self._setup(accounting, spec)
         self.spend = self.method.step_spend()
+        if self.resume:
+            self._check_ledger_against_checkpoint(accounting)
         if self.spend is not None:
             if self.spend["name"] in self.ledger:
                 self.prior_segments = list(
@@ -356,6 +361,7 @@ class Run:
         self.run_key_var = None  # the scalar key of checkpoints written before run_secret
         if self.resume:
             latest = tf.train.latest_checkpoint(rundir.checkpoint_dir(self.cfg.model_dir))
+            self.latest_checkpoint = latest
             self.run_key, user_supplied = self._restore_secret(latest)
             if self.cfg.seed is not None and (not user_supplied
                                               or int(self.cfg.seed) != self.run_key):
@@ -382,9 +388,9 @@ class Run:
 
     def _restore_secret(self, latest: str) -> tuple[int, bool]:
         """The run key from the checkpoint (`run_secret`, or an older run's `run_key`)."""
+        names = _checkpoint_names(latest)
         try:
-            names = {name for name, _ in tf.train.list_variables(latest)}
-            if any(n.startswith("run_secret/") for n in names):
+            if "run_secret" in names:
                 tf.train.Checkpoint(run_secret=self.run_secret_var).restore(
                     latest).expect_partial()
                 return _decode_secret(self.run_secret_var.numpy(), latest)
@@ -489,8 +495,60 @@ class Run:
             updated.setdefault("resumes", []).append(
                 {"epochs": cfg.epochs, "batch_size": cfg.batch_size,
                  "num_replicas": int(self.strategy.num_replicas_in_sync), "time": time.time()})
-            rd.write_json(rundir.CONFIG_FILE, updated)
+            # Written when the first step of the resume is about to run: a resume that runs
+            # nothing writes nothing.
+            self._pending_config = updated
+            return
         self.ledger.save(rd.file(rundir.LEDGER_FILE))
+
+    def _flush_pending(self) -> None:
+        """Writes the resume's config.json update and ledger (before its first step)."""
+        if self._pending_config is not None and self.chief:
+            self.rd.write_json(rundir.CONFIG_FILE, self._pending_config)
+            self.ledger.save(self.rd.file(rundir.LEDGER_FILE))
+        self._pending_config = None
+
+    def _check_ledger_against_checkpoint(self, accounting) -> None:
+        """Refuses a resume whose ledger.json does not cover what the checkpoint ran.
+
+        The per-step entry's charged steps must reach the checkpoint's step counter, and
+        ledger.json must be the ledger saved with the checkpoint (same sha256 digest) or an
+        extension of it (steps charged for an epoch that began after the checkpoint).
+        """
+        latest = self.latest_checkpoint
+        path = self.rd.file(rundir.LEDGER_FILE)
+        names = _checkpoint_names(latest)
+        step = tf.Variable(0, dtype=tf.int64, trainable=False)
+        state = tf.Variable(b"", dtype=tf.string, trainable=False)
+        objects = {"step": step}
+        if "ledger_state" in names:
+            objects["ledger_state"] = state
+        try:
+            tf.train.Checkpoint(**objects).restore(latest).expect_partial()
+        except (tf.errors.OpError, ValueError) as e:
+            raise ValueError(f"{latest}: cannot read the checkpoint ({_first_line(e)})") from None
+        ran = int(step.numpy())
+        file_dict = self.ledger.to_dict()
+        charged = _charged_steps(file_dict, self.spend)
+        if self.spend is not None and charged < ran:
+            raise ValueError(
+                f"resume: {path} charges {charged} steps of {self.spend['name']!r} but the "
+                f"checkpoint {latest} has run {ran} steps; the ledger does not match what ran "
+                "(restore the run's own ledger.json)")
+        if "ledger_state" not in names:
+            return  # a checkpoint written before the ledger was stored with it
+        text = state.numpy().decode("utf-8", "replace")
+        try:
+            saved = accounting.PrivacyLedger.from_dict(json.loads(text)).to_dict()
+        except (ValueError, json.JSONDecodeError) as e:
+            raise ValueError(f"{latest}: the ledger stored in the checkpoint is corrupt "
+                             f"({_first_line(e)})") from None
+        if not _ledger_extends(saved, file_dict):
+            raise ValueError(
+                f"resume: {path} (sha256 {_ledger_digest(file_dict)[:16]}, {charged} charged "
+                f"steps) does not match the ledger saved in the checkpoint {latest} (sha256 "
+                f"{_ledger_digest(saved)[:16]}, {_charged_steps(saved, self.spend)} charged "
+                "steps); restore the run's own ledger.json")
 
     def _build(self) -> None:
         """The method's state (inside the strategy scope), the run's counters, the checkpoint."""
@@ -510,8 +568,14 @@ class Run:
         self.generator = tf.random.Generator.from_seed(derive_seed(self.run_key, _STREAM_STEPS))
         self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        # The ledger as saved with each checkpoint (private state; checked on resume).
+        self.ledger_state_var = tf.Variable(b"", dtype=tf.string, trainable=False,
+                                            name="ledger_state")
         run_state = ({"run_key": self.run_key_var} if self.run_key_var is not None
                      else {"run_secret": self.run_secret_var})
+        # A checkpoint written before the ledger was stored with it keeps its old layout.
+        if not (self.resume and "ledger_state" not in _checkpoint_names(self.latest_checkpoint)):
+            run_state["ledger_state"] = self.ledger_state_var
         ckpt = tf.train.Checkpoint(generator=self.generator, epoch=self.epoch_var,
                                    step=self.step_var, **run_state, **objects)
         self.manager = tf.train.CheckpointManager(ckpt, self.ckpt_dir, max_to_keep=2)
@@ -548,10 +612,11 @@ class Run:
     def _train_epochs(self) -> RunResult:
         cfg, method, data = self.cfg, self.method, self.data
         num_train = len(data.x_train)
+        max_steps = self._step_cap()
+        self._refuse_empty_resume(max_steps)
         reporter = report.Reporter(self.rd.file(rundir.TENSORBOARD_DIR) if self.chief else None,
                                    self.verbose, self.print_fn)
         step_fn = _make_step_fn(self.strategy, method, self.generator, cfg.batch_size)
-        max_steps = method.max_steps()
         start_epoch = int(self.epoch_var.numpy())
         seg = {"start_step": int(self.step_var.numpy()), "steps": 0, "passes": 0}
         epoch_means: dict[str, float] = {}
@@ -575,6 +640,10 @@ class Run:
             n_steps = len(batches)
             if max_steps is not None:
                 n_steps = min(n_steps, max_steps - int(self.step_var.numpy()))
+            if n_steps <= 0:
+                stopped = True
+                break
+            self._flush_pending()
             self._charge_epoch(seg, n_steps, num_train)
             reporter.start_epoch(epoch, cfg.epochs, n_steps)
             sums: dict[str, float] = {}
@@ -602,6 +671,7 @@ class Run:
             if self.chief:
                 self.ledger.save(self.rd.file(rundir.LEDGER_FILE))
             if last or halt or (epoch + 1) % self.checkpoint_every == 0:
+                self.ledger_state_var.assign(json.dumps(self.ledger.to_dict(), sort_keys=True))
                 self.manager.save(checkpoint_number=epoch + 1)
                 self._save_progress(segments, segment, epoch_means)
             if halt:
@@ -615,6 +685,32 @@ class Run:
             return RunResult(self.rd.path, {}, self.ledger.to_dict(), True, self.model,
                              epochs_completed, steps)
         return self._finish(reporter, segments, segment, epoch_means, stopped)
+
+    def _step_cap(self) -> int | None:
+        """The method's step cap, lifted when a resume asks for more epochs than planned.
+
+        --resume --epochs=N (larger) asks for more epochs than the plan the cap was set for
+        (e.g. DP-SGD's sigma solved for --epsilon over the old number of epochs): they run,
+        and every step is charged to the ledger, which may then exceed --epsilon (the
+        summary says so).
+        """
+        cap = self.method.max_steps()
+        stored_epochs = self.stored_config.get("epochs") if self.resume else None
+        if cap is not None and isinstance(stored_epochs, int) and self.cfg.epochs > stored_epochs:
+            return None
+        return cap
+
+    def _refuse_empty_resume(self, cap: int | None) -> None:
+        """A resume with nothing left to run is refused before anything is written."""
+        if not self.resume:
+            return
+        epoch, step = int(self.epoch_var.numpy()), int(self.step_var.numpy())
+        if epoch >= self.cfg.epochs or (cap is not None and step >= cap):
+            raise ValueError(
+                f"--epochs: nothing to run: the run in {self.rd.path} has completed {epoch} "
+                f"epochs ({step} steps" + ("" if cap is None else f" of its {cap}-step plan")
+                + f") and --epochs is {self.cfg.epochs}; pass a larger --epochs to train "
+                "further")
 
     def _epoch_line(self, reporter: report.Reporter, epoch: int, epoch_means: Mapping,
                     last: bool) -> None:
@@ -753,6 +849,52 @@ def train(method: Method, data: Data, *, strategy: tf.distribute.Strategy | None
     finally:
         if lock is not None:
             lock.release()
+
+
+def _checkpoint_names(latest: str | None) -> set[str]:
+    """Top-level object names in a checkpoint (e.g. "step", "run_secret").
+
+    Raises:
+      ValueError: naming the checkpoint when it is missing, truncated or corrupt.
+    """
+    if not latest:
+        raise ValueError("resume: the run directory holds no checkpoint")
+    try:
+        return {name.split("/")[0] for name, _ in tf.train.list_variables(latest)}
+    except (tf.errors.OpError, ValueError, IndexError) as e:
+        raise ValueError(f"{latest}: cannot read the checkpoint ({_first_line(e)})") from None
+
+
+def _ledger_digest(ledger_dict: Mapping[str, Any]) -> str:
+    """sha256 of a ledger's canonical JSON."""
+    return hashlib.sha256(json.dumps(ledger_dict, sort_keys=True).encode()).hexdigest()
+
+
+def _charged_steps(ledger_dict: Mapping[str, Any], spend: Mapping[str, Any] | None) -> int:
+    """Steps the per-step entry of `spend` has charged (0 without one)."""
+    if spend is None:
+        return 0
+    for e in ledger_dict.get("entries", []):
+        if e.get("name") == spend["name"]:
+            return sum(int(seg["steps"]) for seg in e.get("segments") or [])
+    return 0
+
+
+def _ledger_extends(saved: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
+    """True when `current` is `saved`, or `saved` with per-step entries charged further."""
+    from tfdp import accounting  # pylint: disable=import-outside-toplevel
+    old = {e["name"]: e for e in saved.get("entries", [])}
+    new = {e["name"]: e for e in current.get("entries", [])}
+    if set(old) != set(new):
+        return False
+    for name, a in old.items():
+        b = new[name]
+        if a.get("segments") is None or b.get("segments") is None:
+            if a != b:
+                return False
+        elif not accounting._extends(a["segments"], b["segments"]):  # pylint: disable=protected-access
+            return False
+    return True
 
 
 def _first_line(e: BaseException) -> str:
