@@ -51,7 +51,7 @@ import tensorflow as tf
 
 from layers import noise as noise_layers
 from tfdp import certify as certify_lib
-from tfdp import checks, rundir
+from tfdp import checks, rundir, serving_inputs
 
 CARD_FILE = "model_card.json"
 KERAS_FILE = "model.keras"
@@ -465,12 +465,14 @@ def _monte_carlo(score: Callable, from_logits: bool, x: tf.Tensor, num_draws: tf
     per forward pass); chunk i's noise is seeded by fold_in(key, i).
     """
     batch = tf.shape(x)[0]
-    step = tf.constant(draws_per_step, tf.int32)
+    # 64-bit counting: num_draws near 2^31 must not wrap (tfdp.serving_inputs bounds it too).
+    num_draws = tf.cast(num_draws, tf.int64)
+    step = tf.constant(draws_per_step, tf.int64)
     num_steps = (num_draws + step - 1) // step
     ones = tf.ones([tf.rank(x) - 1], tf.int32)
 
     def body(i, counts, total, total_sq):
-        k = tf.minimum(step, num_draws - i * step)
+        k = tf.cast(tf.minimum(step, num_draws - i * step), tf.int32)
         tiled = tf.tile(x, tf.concat([[k], ones], 0))
         out = score(tiled, _chunk_key(key, i))
         if from_logits:
@@ -484,7 +486,7 @@ def _monte_carlo(score: Callable, from_logits: bool, x: tf.Tensor, num_draws: tf
     zeros = tf.zeros([batch, num_classes], tf.float64)
     _, counts, total, total_sq = tf.while_loop(
         lambda i, *_: i < num_steps, body,
-        [tf.constant(0), tf.zeros([batch, num_classes], tf.int64), zeros, zeros])
+        [tf.constant(0, tf.int64), tf.zeros([batch, num_classes], tf.int64), zeros, zeros])
     return counts, total, total_sq
 
 
@@ -497,7 +499,9 @@ def _outputs(logits: tf.Tensor) -> dict:
 def build_module(model: Any, certification: Optional[Mapping[str, Any]],
                  input_shape: Sequence[int], num_classes: int, *,
                  bound: str = "clopper_pearson",
-                 draws_per_step: int = DEFAULT_DRAWS_PER_STEP) -> tuple[tf.Module, dict]:
+                 draws_per_step: int = DEFAULT_DRAWS_PER_STEP,
+                 value_range: Sequence[float] = (-1.0, 1.0),
+                 out_of_range: str = "reject") -> tuple[tf.Module, dict]:
     """The tf.Module whose tf.functions become the SavedModel's signatures.
 
     The functions are traced with the portable noise kernel whatever the process uses
@@ -510,6 +514,9 @@ def build_module(model: Any, certification: Optional[Mapping[str, Any]],
         num_classes: K.
         bound: confidence bound of `certify`, one of tfdp.certify.BOUNDS.
         draws_per_step: Monte-Carlo draws per forward pass of `certify`.
+        value_range: the pixel range every signature checks x against.
+        out_of_range: "reject" (fail the call) or "clip" for x outside value_range
+            (tfdp.serving_inputs; NaN and Inf are always rejected).
 
     Returns:
         (module, signatures): a tf.Module with the tf.functions serving_default, serve, and
@@ -521,19 +528,26 @@ def build_module(model: Any, certification: Optional[Mapping[str, Any]],
     """
     with noise_layers.noise_kernel("portable"):
         return _build_module(model, certification, input_shape, num_classes, bound=bound,
-                             draws_per_step=draws_per_step)
+                             draws_per_step=draws_per_step, value_range=value_range,
+                             out_of_range=out_of_range)
 
 
 def _build_module(model: Any, certification: Optional[Mapping[str, Any]],
                   input_shape: Sequence[int], num_classes: int, *, bound: str,
-                  draws_per_step: int) -> tuple[tf.Module, dict]:
+                  draws_per_step: int, value_range: Sequence[float] = (-1.0, 1.0),
+                  out_of_range: str = "reject") -> tuple[tf.Module, dict]:
     if bound not in certify_lib.BOUNDS:
         raise ValueError(f"bound must be one of {certify_lib.BOUNDS}, got {bound!r}")
     draws_per_step = checks.check_int(draws_per_step, "draws_per_step", minimum=1)
     cert = (certify_lib.validate_certification(certification)
             if certification is not None else None)
+    out_of_range = serving_inputs.check_out_of_range(out_of_range)
+    value_range = checks.check_interval(value_range, "value_range")
     fns = _model_functions(model, cert)
     num_classes = int(num_classes)
+
+    def checked(x):
+        return serving_inputs.checked_x(x, value_range, out_of_range)
     x_spec = tf.TensorSpec([None] + [int(d) for d in input_shape], tf.float32, name="x")
     root = tf.__internal__.tracking.AutoTrackable()
     # The model's variables (weights and drawn-once noise), tracked so that they are saved.
@@ -541,11 +555,11 @@ def _build_module(model: Any, certification: Optional[Mapping[str, Any]],
 
     @tf.function(input_signature=[x_spec])
     def serving_default(x):
-        return _outputs(fns.noise_free(x))
+        return _outputs(fns.noise_free(checked(x)))
 
     @tf.function(input_signature=[x_spec])
     def serve(x):
-        return tf.cast(fns.noise_free(x), tf.float32)
+        return tf.cast(fns.noise_free(checked(x)), tf.float32)
 
     root.serving_default = serving_default
     root.serve = serve
@@ -555,7 +569,7 @@ def _build_module(model: Any, certification: Optional[Mapping[str, Any]],
     if fns.has_noise:
         @tf.function(input_signature=[x_spec, tf.TensorSpec([], tf.int64, name="seed")])
         def noisy_predict(x, seed):
-            return _outputs(fns.noisy(x, _chunk_key(_base_key(seed, _TAG_NOISY), 0)))
+            return _outputs(fns.noisy(checked(x), _chunk_key(_base_key(seed, _TAG_NOISY), 0)))
 
         root.noisy_predict = noisy_predict
         signatures["noisy_predict"] = noisy_predict.get_concrete_function()
@@ -567,11 +581,10 @@ def _build_module(model: Any, certification: Optional[Mapping[str, Any]],
             tf.TensorSpec([], tf.float64, name="attack_size"),
             tf.TensorSpec([], tf.int64, name="seed")])
         def certify(x, num_draws, alpha, attack_size, seed):
+            num_draws = serving_inputs.checked_num_draws(num_draws,
+                                                         2 if bound == "bernstein" else 1)
+            x = checked(x)
             asserts = [
-                tf.debugging.assert_greater_equal(
-                    num_draws, 2 if bound == "bernstein" else 1,
-                    message=("num_draws must be >= 2 for the empirical Bernstein bound"
-                             if bound == "bernstein" else "num_draws must be >= 1")),
                 tf.debugging.assert_greater(alpha, tf.constant(0.0, tf.float64),
                                             message="alpha must lie in (0, 1)"),
                 tf.debugging.assert_less(alpha, tf.constant(1.0, tf.float64),
@@ -609,7 +622,8 @@ def _build_module(model: Any, certification: Optional[Mapping[str, Any]],
             certified = tf.logical_and(radius >= attack_size, radius > 0.0)
             return {"prediction": pred, "counts": counts, "mean_scores": mean,
                     "lower_bound": lower_top, "upper_bound": upper_other,
-                    "radius": radius, "certified": certified}
+                    "radius": radius, "certified": certified,
+                    "alpha": tf.identity(alpha)}  # echoed: the confidence is 1 - alpha
 
         root.certify = certify
         signatures["certify"] = certify.get_concrete_function()
@@ -803,7 +817,7 @@ def check_export_dir(export_dir: str, overwrite: bool) -> str:
 def export_run(model_dir: str, export_dir: str, *, overwrite: bool = False,
                bound: Optional[str] = None,
                draws_per_step: int = DEFAULT_DRAWS_PER_STEP,
-               include_keras: bool = True) -> ExportResult:
+               include_keras: bool = True, out_of_range: str = "reject") -> ExportResult:
     """Exports a finished run directory as a SavedModel with a model card.
 
     The SavedModel is written to a temporary directory beside `export_dir` and renamed into
@@ -818,6 +832,8 @@ def export_run(model_dir: str, export_dir: str, *, overwrite: bool = False,
         draws_per_step: Monte-Carlo draws per forward pass of certify.
         include_keras: also copy model.keras into the export (Keras users load it with
             tfdp's custom layers; see docs/export.md).
+        out_of_range: what the signatures do with x outside the run's value range:
+            "reject" (fail the call) or "clip"; recorded in the card's "input_validation".
 
     Returns:
         an ExportResult.
@@ -836,6 +852,7 @@ def export_run(model_dir: str, export_dir: str, *, overwrite: bool = False,
     if os.path.commonpath([target, run.path]) == target:
         raise ValueError("export_dir: must not be the run directory or a folder holding it")
     draws_per_step = checks.check_int(draws_per_step, "draws_per_step", minimum=1)
+    out_of_range = serving_inputs.check_out_of_range(out_of_range)
     config = run.read_json(rundir.CONFIG_FILE)
     cert = config.get("certification")
     if cert is not None:
@@ -851,10 +868,14 @@ def export_run(model_dir: str, export_dir: str, *, overwrite: bool = False,
     model, _ = evaluate_lib.load_run(run.path)
     module, signatures = build_module(model, cert, config["input_shape"],
                                       config["num_classes"], bound=bound,
-                                      draws_per_step=draws_per_step)
+                                      draws_per_step=draws_per_step,
+                                      value_range=config.get("value_range") or (-1.0, 1.0),
+                                      out_of_range=out_of_range)
     card = build_model_card(run, config, has_noise="noisy_predict" in signatures,
                             bound=bound, draws_per_step=draws_per_step)
     card["signatures_exported"] = sorted(signatures)
+    card["input_validation"] = serving_inputs.card_entry(
+        config.get("value_range") or (-1.0, 1.0), out_of_range)
 
     parent = os.path.dirname(target)
     created_parent = not os.path.exists(parent)
@@ -1061,6 +1082,8 @@ class ExportedModel:
             raise ValueError("saved_model: the export has no certify signature (the run has "
                              "no certification entry)")
         n = checks.check_positive_int(num_draws, "num_draws", allow_integral_float=True)
+        if n > serving_inputs.MAX_NUM_DRAWS:
+            raise ValueError(f"num_draws must be <= {serving_inputs.MAX_NUM_DRAWS}, got {n}")
         alpha = checks.check_unit_interval(alpha, "alpha")
         size = checks.check_nonnegative(attack_size, "attack_size")
         out = self.loaded.certify(tf.constant(np.asarray(x, np.float32)),

@@ -25,6 +25,10 @@ flags.DEFINE_enum("bound", None, ["clopper_pearson", "hoeffding", "bernstein"],
                   "certification entry, else clopper_pearson).")
 flags.DEFINE_integer("draws_per_step", 256, "Monte-Carlo draws per forward pass of certify.")
 flags.DEFINE_bool("include_keras", True, "Also copy model.keras into the export.")
+flags.DEFINE_enum("out_of_range", "reject", ["reject", "clip"],
+                  "What the signatures do with pixels outside the run's value range: reject "
+                  "the call or clip them into the range (recorded in the model card). NaN and "
+                  "Inf are always rejected.")
 flags.DEFINE_string("latest_under", None, "Instead of --model_dir: export the most recently "
                     "finished run directory (one holding model.keras) inside this folder.")
 
@@ -66,7 +70,8 @@ def main(argv: list[str]) -> None:
         export_dir = FLAGS.export_dir or os.path.join(model_dir, "saved_model")
         result = export.export_run(model_dir, export_dir, overwrite=FLAGS.overwrite,
                                    bound=FLAGS.bound, draws_per_step=FLAGS.draws_per_step,
-                                   include_keras=FLAGS.include_keras)
+                                   include_keras=FLAGS.include_keras,
+                                   out_of_range=FLAGS.out_of_range)
     except ValueError as e:
         raise app.UsageError(f"--{e}" if str(e).split(":")[0] in FLAGS else str(e)) from e
     print(f"exported run: {os.path.abspath(model_dir)}")
