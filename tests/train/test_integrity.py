@@ -357,9 +357,21 @@ def test_cli_resume_reads_the_run_config_and_refuses_conflicts(tmp_path):
     assert p.returncode == 0, err[-2000:]
     assert {n: os.stat(run / n).st_mtime_ns for n in os.listdir(run)} == before
     copy_metrics = json.load(open(tmp_path / "copy" / rundir.METRICS_FILE))
-    # sigma was solved for 2 epochs: DP-SGD's budget cap stops the third epoch at once.
-    assert copy_metrics["stopped_early"] and copy_metrics["epochs_completed"] == 2
+    # sigma was solved for 2 epochs; --epochs=3 asks for a third: it runs and is charged
+    # (issue 22: never exit 0 with nothing run).
+    assert not copy_metrics["stopped_early"] and copy_metrics["epochs_completed"] == 3
     assert json.load(open(tmp_path / "copy" / rundir.CONFIG_FILE))["resumes"][-1]["epochs"] == 3
+    grown = json.load(open(tmp_path / "copy" / rundir.LEDGER_FILE))
+    assert [s["steps"] for s in grown["entries"][0]["segments"]] == [5, 5, 5]
+    assert grown["epsilon"] > ledger["epsilon"]
+    # Again with --epochs=3: nothing to run, refused in one line, nothing written.
+    before = {n: os.stat(tmp_path / "copy" / n).st_mtime_ns
+              for n in os.listdir(tmp_path / "copy")}
+    p = _cli("--resume", f"--model_dir={tmp_path / 'copy'}", "--epochs=3", "--verbose=0")
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 1 and "--epochs" in err and "Traceback" not in err
+    assert {n: os.stat(tmp_path / "copy" / n).st_mtime_ns
+            for n in os.listdir(tmp_path / "copy")} == before
 
 
 @pytest.mark.slow  # several subprocesses of the command line

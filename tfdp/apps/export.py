@@ -74,6 +74,17 @@ def main(argv: list[str]) -> None:
                                    out_of_range=FLAGS.out_of_range)
     except ValueError as e:
         raise app.UsageError(f"--{e}" if str(e).split(":")[0] in FLAGS else str(e)) from e
+    except OSError as e:  # full disk, read-only directory: one line, nothing half-written
+        sys.exit(f"tfdp-export: error: {e.filename or export_dir}: cannot write the export "
+                 f"({e.strerror or type(e).__name__}); nothing was exported")
+    except Exception as e:  # pylint: disable=broad-except
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        if not isinstance(e, (tf.errors.ResourceExhaustedError, tf.errors.PermissionDeniedError,
+                              tf.errors.DataLossError, tf.errors.UnavailableError)):
+            raise
+        reason = (str(getattr(e, "message", "") or e).strip().splitlines() or [""])[0]
+        sys.exit(f"tfdp-export: error: {export_dir}: cannot write the export ({reason}); "
+                 "nothing was exported")
     print(f"exported run: {os.path.abspath(model_dir)}")
     print(f"export directory: {result.export_dir}")
     print("signatures:")

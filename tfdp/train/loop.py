@@ -31,7 +31,7 @@ from tfdp.train.strategy import (STRATEGIES, cpu_mirrored_strategy, is_chief, ma
                                  tf_config_is_chief, worker_name)
 from tfdp.rundir import check_run_dir, has_checkpoint
 
-__all__ = ["Data", "Run", "RunResult", "SetupError", "train", "evaluate_accuracy",
+__all__ = ["Data", "Run", "RunResult", "SetupError", "StorageError", "train", "evaluate_accuracy",
            "resume_conflicts", "data_fingerprint", "OPTIMIZERS", "STRATEGIES", "make_optimizer",
            "make_strategy", "cpu_mirrored_strategy", "tf_config_is_chief", "check_run_dir",
            "has_checkpoint", "derive_seed", "NONPRIVATE_STATS_KEY", "public_split_indices"]
@@ -45,6 +45,30 @@ _STREAM_PUBLIC, _STREAM_LAYERS = 6, 7
 _RUN_STATE = ("generator", "epoch", "step", "run_key", "run_secret", "ledger_digest")
 # Bits of OS entropy in a run key drawn when no --seed is given (issue: >= 128).
 SECRET_BITS = 256
+
+
+class StorageError(ValueError):
+    """The run directory could not be written (full disk, read-only, I/O error)."""
+
+
+# Errors of writing the run's files: Python's (atomic JSON, model.keras) and TensorFlow's
+# (checkpoints, TensorBoard events).
+_STORAGE_ERRORS = (OSError, tf.errors.ResourceExhaustedError, tf.errors.PermissionDeniedError,
+                   tf.errors.DataLossError, tf.errors.UnavailableError)
+
+
+def storage_message(model_dir: str, e: BaseException) -> str:
+    """One line naming the path and the cause of a failed write of the run directory."""
+    if isinstance(e, OSError):
+        path = e.filename or model_dir
+        reason = e.strerror or type(e).__name__
+    else:
+        path = model_dir
+        text = str(getattr(e, "message", None) or e).strip()
+        reason = text.splitlines()[0] if text else type(e).__name__
+    return (f"{path}: cannot write the run's files ({reason}); the last checkpoint and the "
+            f"result files written before are intact (free space or fix permissions, then "
+            f"resume with --resume --model_dir={model_dir})")
 
 
 class SetupError(ValueError):
@@ -397,7 +421,7 @@ class Run:
             # A checkpoint written before the secret key: a 63-bit key (kept as it was).
             self.run_key_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="run_key")
             tf.train.Checkpoint(run_key=self.run_key_var).restore(latest).expect_partial()
-        except (tf.errors.OpError, ValueError) as e:
+        except (tf.errors.OpError, ValueError, IndexError) as e:
             raise ValueError(f"{latest}: cannot read the checkpoint ({_first_line(e)})") from None
         key = int(self.run_key_var.numpy())
         user_supplied = self.cfg.seed is not None and int(self.cfg.seed) == key
@@ -525,7 +549,7 @@ class Run:
             objects["ledger_state"] = state
         try:
             tf.train.Checkpoint(**objects).restore(latest).expect_partial()
-        except (tf.errors.OpError, ValueError) as e:
+        except (tf.errors.OpError, ValueError, IndexError) as e:
             raise ValueError(f"{latest}: cannot read the checkpoint ({_first_line(e)})") from None
         ran = int(step.numpy())
         file_dict = self.ledger.to_dict()
@@ -584,7 +608,7 @@ class Run:
             try:
                 status = ckpt.restore(latest)
                 status.assert_existing_objects_matched()
-            except (tf.errors.OpError, AssertionError, ValueError) as e:
+            except (tf.errors.OpError, AssertionError, ValueError, IndexError) as e:
                 raise ValueError(f"{latest}: the checkpoint does not match this run's model "
                                  f"and state ({e})") from None
 
@@ -838,10 +862,13 @@ def train(method: Method, data: Data, *, strategy: tf.distribute.Strategy | None
             check_run_dir(cfg.model_dir, resume=resume, overwrite=overwrite, epochs=cfg.epochs)
             if overwrite and not resume:
                 rundir.clear_run_dir(cfg.model_dir)
-        return Run(method, data, strategy, chief, resume=resume,
-                   checkpoint_every=checkpoint_every, stop_after_epochs=stop_after_epochs,
-                   flags_text=flags_text, config_extra=config_extra, verbose=verbose,
-                   print_fn=print_fn).run()
+        try:
+            return Run(method, data, strategy, chief, resume=resume,
+                       checkpoint_every=checkpoint_every, stop_after_epochs=stop_after_epochs,
+                       flags_text=flags_text, config_extra=config_extra, verbose=verbose,
+                       print_fn=print_fn).run()
+        except _STORAGE_ERRORS as e:
+            raise StorageError(storage_message(cfg.model_dir, e)) from None
     except BaseException:
         if lock is not None and lock.created_dir and not rundir.result_files(lock.path):
             lock.discard()  # refused before any work: leave no directory behind
