@@ -52,6 +52,7 @@ import tensorflow as tf
 from layers import noise as noise_layers
 from tfdp import certify as certify_lib
 from tfdp import checks, rundir, serving_inputs
+from tfdp.mechanisms import gaussian as gaussian_mechanism
 
 CARD_FILE = "model_card.json"
 KERAS_FILE = "model.keras"
@@ -351,7 +352,8 @@ def _tf_agm_multiplier(eps: tf.Tensor, delta: tf.Tensor) -> tf.Tensor:
 
     _, _, log_hi = tf.while_loop(lambda i, *_: i < _AGM_STEPS, body,
                                  [tf.constant(0), log_lo, log_hi])
-    return tf.exp(log_hi)
+    # Rounded toward more noise as tfdp.mechanisms.analytic_gaussian_sigma (a smaller radius).
+    return tf.exp(log_hi) * (1.0 + gaussian_mechanism.SIGMA_MARGIN)
 
 
 def _tf_gaussian_radius(lower: tf.Tensor, upper: tf.Tensor, ratio: float, multiplier: str,

@@ -19,7 +19,7 @@ _BISECTION_STEPS = 200
 # (relative) lowers delta by more than that error over the tested grid of eps in
 # [0.005, 50] and delta in [1e-12, 0.1] (tests/mechanisms/test_gaussian.py checks the true
 # delta with mpmath at 60 digits); the noise grows by a negligible 1e-9.
-_SIGMA_MARGIN = 1e-9
+SIGMA_MARGIN = 1e-9
 
 
 def classical_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float,
@@ -153,8 +153,8 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float,
             log_lo = mid
         if log_hi - log_lo < 1e-15:
             break
-    # Round toward more noise (see _SIGMA_MARGIN); AGM sigma is linear in the sensitivity.
-    sigma = math.exp(log_hi) * (1.0 + _SIGMA_MARGIN)
+    # Round toward more noise (see SIGMA_MARGIN); AGM sigma is linear in the sensitivity.
+    sigma = math.exp(log_hi) * (1.0 + SIGMA_MARGIN)
     return _validate.check_noise_scale(sigma * sens, allow_zero, "sigma")
 
 
