@@ -35,7 +35,9 @@ import tensorflow as tf
 from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method
 from cleverhans.tf2.utils import clip_eta, compute_gradient, optimize_linear
 
-from tfdp import checks
+from tfdp import checks, tf_options
+
+tf_options.configure_tensorflow()  # bit-reproducible tf.function graphs (tfdp/tf_options.py)
 
 ATTACKS = ("fgsm", "ifgsm", "mim", "madry")
 ModelFn = Callable[[tf.Tensor], tf.Tensor]

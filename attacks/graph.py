@@ -33,6 +33,10 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
+from tfdp import tf_options
+
+tf_options.configure_tensorflow()  # bit-reproducible tf.function graphs (tfdp/tf_options.py)
+
 IFGSM, MIM, MADRY = 0, 1, 2
 ATTACK_IDS = {"ifgsm": IFGSM, "fgsm": IFGSM, "mim": MIM, "madry": MADRY}
 

@@ -1,5 +1,6 @@
 """Noise mechanisms: calibration (float64) and numpy / TensorFlow samplers."""
 
+from tfdp import tf_options
 from tfdp.mechanisms.budgets import (
     adaptive_budget_weights,
     adlm_feature_noise_scales,
@@ -40,6 +41,10 @@ from tfdp.mechanisms.sampling import (
     tf_gaussian,
     tf_laplace,
 )
+
+# Every tfdp module that runs TensorFlow imports the mechanisms, tfdp.train.loop or attacks:
+# bit-reproducible tf.function graphs (tfdp/tf_options.py).
+tf_options.configure_tensorflow()
 
 __all__ = [
     "adaptive_budget_weights",

@@ -24,12 +24,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfdp import checks, rundir
+from tfdp import checks, rundir, tf_options
 from tfdp.train import report
 from tfdp.train.base import OPTIMIZERS, DataSpec, Method, StepContext, derive_seed, make_optimizer
 from tfdp.train.strategy import (STRATEGIES, cpu_mirrored_strategy, is_chief, make_strategy,
                                  tf_config_is_chief, worker_name)
 from tfdp.rundir import check_run_dir, has_checkpoint
+
+tf_options.configure_tensorflow()  # bit-reproducible tf.function graphs (tfdp/tf_options.py)
 
 __all__ = ["Data", "Run", "RunResult", "SetupError", "StorageError", "train", "evaluate_accuracy",
            "resume_conflicts", "data_fingerprint", "OPTIMIZERS", "STRATEGIES", "make_optimizer",
