@@ -484,7 +484,8 @@ class StoBatch(Method):
         chi2 = draw_laplace(rng, b.delta_r / b.eps1, spec["h1_shape"])
         # chi3's shape needs K, known when the model is built: its draw uses a seed taken
         # from the same seeded stream now, so it is still one host draw fixed by the run key.
-        self._chi3_seed = int(rng.integers(0, 2**63 - 1))
+        # Four 63-bit words: the seed keeps the stream's entropy (>= 128 bits, issue 22).
+        self._chi3_seed = [int(v) for v in rng.integers(0, 2**63 - 1, size=4)]
         self._theta1_0 = theta1_0
         self._col_norm = norms["l1_cols"]
         self._noise = {"chi1": chi1, "chi2": chi2}
