@@ -152,6 +152,8 @@ def test_every_baseline_names_its_papers_network_or_the_substitute():
 
 def test_noisy_methods_are_scored_by_their_monte_carlo_prediction():
     for row in registry.ROWS:
+        if row.criterion.kind == "record" and row.id.endswith(".noise_free"):
+            continue  # recorded beside the paper's scoring, labelled as not the paper's
         for scale, jobs in row.jobs.items():
             for job in jobs.values():
                 if job.kind == "evaluate" and job.method in registry.NOISY_METHODS:
