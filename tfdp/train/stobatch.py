@@ -679,6 +679,15 @@ class StoBatch(Method):
             mu_log += mu
             start_all = tf.cast(tf.random.stateless_uniform(
                 tf.concat([[m], tf.shape(x)[1:]], 0), step_ctx.step_seed(1000 + t), -1.0, 1.0), dt)
+            whole = None
+            if num_rep > 1 and self.bn_eval == "batch" and self.bn_stats == "global":
+                # The attacks' inference-mode BN then uses the moments of the whole
+                # adversarial-source batch, as on one device: every replica (it holds the
+                # block) crafts all m rows and keeps its own. Moments all-reduced inside the
+                # attack loop are not possible (no collectives in a while loop).
+                whole = self.craft_adversarial(
+                    model, self.adversarial_source(model, x[base + m:base + 2 * m]),
+                    tf.cast(mu, dt), tf.range(m), start_all)
             for j in range(micro):
                 g = rid * micro + j
                 lo = (g * m) // groups
@@ -687,8 +696,11 @@ class StoBatch(Method):
                 xs, ys = x[base + m + lo:base + m + hi], y[base + m + lo:base + m + hi]
                 pos = tf.range(lo, hi)
                 xs_src = self.adversarial_source(model, xs)
-                xa = self.craft_adversarial(model, xs_src, tf.cast(mu, dt), pos,
-                                            tf.gather(start_all, pos))
+                if whole is None:
+                    xa = self.craft_adversarial(model, xs_src, tf.cast(mu, dt), pos,
+                                                tf.gather(start_all, pos))
+                else:
+                    xa = whole[lo:hi]
                 parts.append((xb, yb, xs_src, ys, xa, self.adversarial_input(model, xa)))
         for xb, yb, xs, ys, xa_crafted, xa in parts:  # one micro-batch's gradients each
             yb1 = tf.one_hot(tf.cast(yb, tf.int32), self.num_classes, dtype=dt)
