@@ -83,11 +83,14 @@ flags.DEFINE_bool("overwrite", False,
                   "Start afresh in a --model_dir that holds files but no checkpoint and no "
                   "finished model (a run stopped before its first checkpoint). Never deletes a "
                   "run that can be resumed.")
-flags.DEFINE_enum("noise_kernel", "portable", ["portable", "fused"],
-                  "How the noise layers draw fresh noise: 'portable' (TensorFlow ops, any "
-                  "device) or 'fused' (one compiled CPU op per layer, built with g++ on first "
-                  "use; same Philox words, draws equal to the portable ones up to a few float32 "
-                  "ulps). Recorded in config.json; a resume may change it.")
+flags.DEFINE_enum("noise_kernel", "auto", ["auto", "portable", "fused"],
+                  "How the noise layers draw fresh noise: 'fused' (one compiled CPU op per "
+                  "layer, built with g++ on first use; same Philox words, draws equal to the "
+                  "portable ones up to a few float32 ulps), 'portable' (TensorFlow ops, any "
+                  "device), or 'auto' (default: fused wherever it builds, else portable). The "
+                  "kernel used is recorded in config.json (flags.noise_kernel, and "
+                  "noise_kernel_fallback when auto fell back) and flags.txt; a resume may "
+                  "change it.")
 flags.DEFINE_integer("cpu_replicas", None,
                      "Split the CPU into N logical devices before any strategy is built, so "
                      "--strategy=mirrored runs N replicas on a CPU-only machine.")
@@ -151,6 +154,7 @@ class RunSpec:
     verbose: int
     num_classes: int | None = None
     noise_kernel: str = "portable"
+    noise_kernel_fallback: str | None = None
 
 
 def _is_number(value: Any) -> bool:
@@ -349,7 +353,7 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
             raise ValueError(f"--num_classes: only --dataset=tiny_imagenet takes a class "
                              f"subset, got --dataset={dataset}")
     # builds the fused kernel now: a missing compiler fails here, before any work
-    noise_kernel = kernels.check_noise_kernel(v.get("noise_kernel") or "portable")
+    noise_kernel, kernel_fallback = kernels.resolve_noise_kernel(v.get("noise_kernel") or "auto")
     num_train = v.get("num_train")
     if num_train is not None and num_train < batch_size:
         raise ValueError(f"--num_train: {num_train} examples are fewer than one batch "
@@ -375,7 +379,8 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
                    checkpoint_every=checkpoint_every,
                    stop_after_epochs=v.get("stop_after_epochs"), data_dir=v.get("data_dir"),
                    download=bool(v.get("download")), verbose=int(v.get("verbose", 1)),
-                   num_classes=num_classes, noise_kernel=noise_kernel)
+                   num_classes=num_classes, noise_kernel=noise_kernel,
+                   noise_kernel_fallback=kernel_fallback)
 
 
 def run_flags(spec: RunSpec) -> dict:
@@ -487,11 +492,14 @@ def execute(spec: RunSpec, run_data=None):
                           resume=spec.resume, checkpoint_every=spec.checkpoint_every,
                           stop_after_epochs=spec.stop_after_epochs,
                           flags_text=flags_text(spec),
-                          config_extra={"flags": run_flags(spec),
-                                        "data_dir_source": data_dir_source(
-                                            spec.config.dataset, spec.data_dir),
-                                        "cpu_replicas": spec.cpu_replicas,
-                                        "data_options": data_options(spec)},
+                          config_extra=dict({"flags": run_flags(spec),
+                                             "data_dir_source": data_dir_source(
+                                                 spec.config.dataset, spec.data_dir),
+                                             "cpu_replicas": spec.cpu_replicas,
+                                             "data_options": data_options(spec)},
+                                            **({"noise_kernel_fallback":
+                                                spec.noise_kernel_fallback}
+                                               if spec.noise_kernel_fallback else {})),
                           verbose=spec.verbose, overwrite=spec.overwrite)
 
 

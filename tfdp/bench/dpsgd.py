@@ -1,5 +1,11 @@
 """Benchmark `tfdp-bench dpsgd`: DP-SGD step time against the non-private step, and the peers.
 
+The headline is measured on the path users run (`measured_path: "train"`): tfdp-train's own
+`Run` (`tfdp.train.loop.Run.prepare`, `make_step_fn`, `epoch_inputs`, `run_step`) for
+`--method=nonprivate` and `--method=dpsgd` with the default clipping, fed the run's own
+batches (Poisson lots for DP-SGD) through its input pipeline. Systems named `static-*` time
+one graph traced for one static batch shape on a repeated batch and are labelled so.
+
 Every system (the non-private step, tfdp DP-SGD with each clipping path, and when installed
 TF Privacy's DPModel and vectorized optimizer and Opacus) runs in its own worker process
 (`tfdp.bench.dpsgd_worker`) on the same model, batch, clip and noise multiplier. All workers
@@ -21,12 +27,19 @@ import sys
 import tempfile
 from typing import Any
 
+import numpy as np
+
 from tfdp import options
 
 from tfdp.bench import dpsgd_worker
 
 TARGET_RATIO = 2.0
-TFDP_SYSTEMS = ("nonprivate", "tfdp-dpsgd-vectorized", "tfdp-dpsgd-ghost", "tfdp-dpsgd-auto")
+TARGET_BY_MODEL = {"mnist": 2.0, "cifar10": 2.5}
+# Timed by default: tfdp-train's path (nonprivate, auto = the default clipping, vectorized),
+# the static-graph figure of the default (labelled), and the peers. Ghost clipping (15-20x
+# here) is available by name.
+TFDP_SYSTEMS = ("nonprivate", "tfdp-dpsgd-auto", "tfdp-dpsgd-vectorized",
+                "static-nonprivate", "static-tfdp-dpsgd-auto")
 PEER_SYSTEMS = ("tfprivacy-dpmodel", "tfprivacy-vectorized", "opacus")
 
 OPTIONS = options.OptionSet("dpsgd_bench_")  # every dpsgd_bench_* setting: name, default, help
@@ -38,13 +51,22 @@ _SYSTEMS = OPTIONS.list("dpsgd_bench_systems", list(TFDP_SYSTEMS + PEER_SYSTEMS)
                         f"Systems to time, from {dpsgd_worker.SYSTEMS}; 'nonprivate' "
                         "is always included (it is the reference).")
 _BATCH = OPTIONS.integer("dpsgd_bench_batch_size", 256, "Examples per step.")
-_STEPS = OPTIONS.integer("dpsgd_bench_steps", 3, "Timed steps per system per round.")
+_STEPS = OPTIONS.integer("dpsgd_bench_steps", 20, "Timed steps per system per round.")
 _ROUNDS = OPTIONS.integer("dpsgd_bench_rounds", 5, "Interleaved rounds.")
-_WARMUP = OPTIONS.integer("dpsgd_bench_warmup", 3, "Untimed steps after tracing.")
+_WARMUP = OPTIONS.integer("dpsgd_bench_warmup", 3,
+                         "Untimed steps after tracing (tfdp-train's path: at least one epoch, "
+                         "which traces the padded lots' bucket graphs).")
+_NUM_TRAIN = OPTIONS.integer("dpsgd_bench_num_train", 12800,
+                             "tfdp-train's path: training examples of the run (--num_train); "
+                             "the Poisson lots' rate is batch_size / num_train.")
 _CLIP = OPTIONS.float("dpsgd_bench_l2_clip", 1.0, "Clipping bound C.")
 _SIGMA = OPTIONS.float("dpsgd_bench_noise_multiplier", 1.1, "Noise multiplier sigma.")
 _TIMEOUT = OPTIONS.integer("dpsgd_bench_worker_timeout", 1800,
                            "Seconds a worker may take to start or to answer a round.")
+_PEER_PYTHON = OPTIONS.string("dpsgd_bench_peer_python", "",
+                              "Interpreter of the peer systems (opacus, tfprivacy-*), e.g. a "
+                              "separate virtual environment holding torch, opacus, tf-keras "
+                              "and tensorflow-privacy; empty: this interpreter.")
 _MEMORY = OPTIONS.float("dpsgd_bench_memory_limit_gb", 8.0,
                         "A worker whose resident memory exceeds this many GiB stops and its "
                         "system is reported as failed (0: no limit).")
@@ -58,8 +80,13 @@ class _Worker:
     """A running worker process speaking the line protocol of dpsgd_worker."""
 
     def __init__(self, system: str, model: str, args: dict, timeout: int):
-        cmd = [sys.executable, "-m", "tfdp.bench.dpsgd_worker", f"--system={system}",
-               f"--model={model}"] + [f"--{k}={v}" for k, v in args.items()]
+        args = dict(args)
+        python = args.pop("peer_python", "") if system in PEER_SYSTEMS else ""
+        args.pop("peer_python", None)
+        if system in dpsgd_worker.TRAIN_PATH_SYSTEMS:
+            args.pop("batch_file", None)
+        cmd = [python or sys.executable, "-m", "tfdp.bench.dpsgd_worker", f"--system={system}",
+               f"--model={model}"] + [f"--{k}={v}" for k, v in args.items() if v is not None]
         env = dict(os.environ)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -124,7 +151,9 @@ def _summary(values: list[float]) -> dict:
 def _bench_model(model: str, systems: list[str], cfg: dict) -> dict:
     worker_args = {"batch_size": cfg["batch_size"], "warmup": cfg["warmup"],
                    "l2_clip": cfg["l2_clip"], "noise_multiplier": cfg["noise_multiplier"],
-                   "memory_limit_gb": cfg["memory_limit_gb"]}
+                   "memory_limit_gb": cfg["memory_limit_gb"], "num_train": cfg.get("num_train"),
+                   "peer_python": cfg.get("peer_python", ""),
+                   "batch_file": cfg.get("batch_files", {}).get(model)}
     workers, skipped, setup = {}, {}, {}
     try:
         for system in systems:
@@ -167,6 +196,7 @@ def _bench_model(model: str, systems: list[str], cfg: dict) -> dict:
         out[system] = {"ms_per_step": _summary(times[system]),
                        "ratio_to_nonprivate": _summary(ratios),
                        "ms_per_round": times[system], "ratio_per_round": ratios,
+                       "measured_path": dpsgd_worker.measured_path(system),
                        "setup": setup[system]}
     return {"systems": out, "skipped": {s: m for s, m in skipped.items()},
             "data": setup["nonprivate"].get("data")}
@@ -210,10 +240,10 @@ def run(**overrides: Any) -> dict:
     models = list(_flag("models", overrides))
     systems = list(_flag("systems", overrides))
     cfg = {k: _flag(k, overrides) for k in ("batch_size", "steps", "rounds", "warmup",
-                                            "l2_clip", "noise_multiplier")}
+                                            "l2_clip", "noise_multiplier", "num_train")}
     cfg["timeout"] = int(_flag("worker_timeout", overrides))
     cfg["memory_limit_gb"] = float(_flag("memory_limit_gb", overrides))
-    for name in ("batch_size", "steps", "rounds"):
+    for name in ("batch_size", "steps", "rounds", "num_train"):
         if int(cfg[name]) < 1:
             raise ValueError(f"dpsgd_bench_{name} must be >= 1, got {cfg[name]}")
     if cfg["memory_limit_gb"] < 0:
@@ -221,6 +251,9 @@ def run(**overrides: Any) -> dict:
                          f"{cfg['memory_limit_gb']}")
     if int(cfg["warmup"]) < 0:
         raise ValueError(f"dpsgd_bench_warmup must be >= 0, got {cfg['warmup']}")
+    if int(cfg["num_train"]) < int(cfg["batch_size"]):
+        raise ValueError(f"dpsgd_bench_num_train: {cfg['num_train']} examples are fewer than "
+                         f"one batch ({cfg['batch_size']})")
     for m in models:
         if m not in dpsgd_worker.INPUT_SHAPES:
             raise ValueError(f"dpsgd_bench_models: unknown model {m!r}")
@@ -228,18 +261,37 @@ def run(**overrides: Any) -> dict:
         if s not in dpsgd_worker.SYSTEMS:
             raise ValueError(f"dpsgd_bench_systems: unknown system {s!r}")
     systems = ["nonprivate"] + [s for s in systems if s != "nonprivate"]
+    cfg["peer_python"] = str(_flag("peer_python", overrides) or "")
     load_before = os.getloadavg()
-    results = {m: _bench_model(m, systems, cfg) for m in models}
+    with tempfile.TemporaryDirectory(prefix="tfdp-bench-dpsgd-") as tmp:
+        cfg["batch_files"] = {}
+        if any(dpsgd_worker.measured_path(s) != "train" for s in systems):
+            for m in models:  # one batch for the static and peer systems, read once here
+                x, y, source = dpsgd_worker.load_batch(m, int(cfg["batch_size"]), 0)
+                path = os.path.join(tmp, f"{m}.npz")
+                np.savez(path, x=x, y=y, source=np.array(source))
+                cfg["batch_files"][m] = path
+        results = {m: _bench_model(m, systems, cfg) for m in models}
+        del cfg["batch_files"]
     load_after = os.getloadavg()
     headline = results.get("mnist", next(iter(results.values())))["systems"]
     ratio = headline.get("tfdp-dpsgd-auto", {}).get("ratio_to_nonprivate", {}).get("median")
+    by_model = {m: r["systems"].get("tfdp-dpsgd-auto", {}).get("ratio_to_nonprivate",
+                                                                 {}).get("median")
+                for m, r in results.items()}
     return {
         "benchmark": "dpsgd",
         "ratio": ratio,
         "target": TARGET_RATIO,
         "passed": None if ratio is None else bool(ratio <= TARGET_RATIO),
-        "reference": "non-private step of the same model (Adam, mean cross-entropy)",
-        "candidate": "tfdp DP-SGD step, --dpsgd_clipping=auto (MNIST small_cnn)",
+        "measured_path": "train",
+        "measured_path_description": dpsgd_worker.MEASURED_PATHS["train"],
+        "measured_paths": dict(dpsgd_worker.MEASURED_PATHS),
+        "reference": "tfdp-train --method=nonprivate step (small_cnn, Adam, shuffled batches)",
+        "candidate": "tfdp-train --method=dpsgd step with the default --dpsgd_clipping=auto "
+                     "(Poisson lots padded to bucket sizes; MNIST small_cnn)",
+        "ratio_by_model": by_model,
+        "target_by_model": dict(TARGET_BY_MODEL),
         "models": results,
         "config": {k: v for k, v in cfg.items()},
         "systems": systems,

@@ -22,8 +22,28 @@ from typing import Any, Callable
 
 import numpy as np
 
-SYSTEMS = ("nonprivate", "tfdp-dpsgd-vectorized", "tfdp-dpsgd-ghost", "tfdp-dpsgd-auto",
-           "tfprivacy-dpmodel", "tfprivacy-vectorized", "opacus")
+# tfdp-train's path: "nonprivate" and "tfdp-dpsgd-<clipping>" run tfdp-train's own `Run` (its
+# Poisson or shuffled batches, input pipeline and traced step). "static-*": one step graph
+# traced for one static batch shape, fed the same batch again and again (not what tfdp-train
+# runs; shown labelled as such). The peers run their own frameworks' fixed-batch steps.
+TRAIN_PATH_SYSTEMS = ("nonprivate", "tfdp-dpsgd-vectorized", "tfdp-dpsgd-ghost",
+                      "tfdp-dpsgd-auto")
+STATIC_SYSTEMS = tuple(f"static-{s}" for s in TRAIN_PATH_SYSTEMS)
+SYSTEMS = TRAIN_PATH_SYSTEMS + STATIC_SYSTEMS + (
+    "tfprivacy-dpmodel", "tfprivacy-vectorized", "opacus")
+MEASURED_PATHS = {
+    "train": "tfdp-train's Run: its batches (Poisson lots for DP-SGD, shuffled fixed batches "
+             "for nonprivate), input pipeline, traced step and per-step metric fetch",
+    "static": "one step graph traced for one static batch shape, the same batch every step",
+    "peer": "the peer framework's own fixed-batch training step, the same batch every step",
+}
+
+
+def measured_path(system: str) -> str:
+    """Which path a system's timings measure: "train", "static" or "peer"."""
+    if system in TRAIN_PATH_SYSTEMS:
+        return "train"
+    return "static" if system.startswith("static-") else "peer"
 PEER_INSTALL = "pip install -e '.[bench-peers]'"
 INPUT_SHAPES = {"mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
 
@@ -58,7 +78,7 @@ def _tfdp_step(system: str, x: np.ndarray, y: np.ndarray, args: Any) -> tuple[Ca
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
 
-    if system == "nonprivate":
+    if system == "static-nonprivate":
         @tf.function
         def step():
             with tf.GradientTape() as tape:
@@ -68,7 +88,7 @@ def _tfdp_step(system: str, x: np.ndarray, y: np.ndarray, args: Any) -> tuple[Ca
         return step, info
 
     clipping = system.rsplit("-", 1)[1]
-    if clipping != "vectorized":
+    if clipping not in ("vectorized",):
         info["layer_plan"] = [list(p) for p in ghost.describe(model, variables, clipping)]
 
     def example_loss(xi, yi):
@@ -85,6 +105,64 @@ def _tfdp_step(system: str, x: np.ndarray, y: np.ndarray, args: Any) -> tuple[Ca
             l2_clip=args.l2_clip, noise_multiplier=args.noise_multiplier, clipping=clipping)
         optimizer.apply_gradients(zip(grads, variables))
         return metrics["loss"]
+    return step, info
+
+
+def _train_path_step(system: str, model: str, args: Any) -> tuple[Callable, dict]:
+    """A step of tfdp-train's own run: `Run.prepare`, then its epochs' inputs and step.
+
+    The run is configured exactly as `tfdp-train --method=... --dataset=<model>` with the
+    benchmark's batch, clip and noise (library form of the same flags, `apps.train.resolve`),
+    in a temporary run directory. Each call trains one step of the run (a new epoch's Poisson
+    lots and dataset when the previous epoch is used up), as `Run.run` does, without the
+    progress bar (verbose 0) and the per-epoch ledger and checkpoint writes.
+    """
+    import tempfile  # pylint: disable=import-outside-toplevel
+
+    import tensorflow as tf
+    from tfdp import kernels
+    from tfdp.apps import train as train_app
+    from tfdp.train import loop
+    from tfdp.train import strategy as strategies
+
+    values = {"method": "nonprivate" if system == "nonprivate" else "dpsgd",
+              "dataset": model, "batch_size": args.batch_size, "optimizer": "adam",
+              "learning_rate": args.learning_rate, "seed": args.seed, "epochs": 1000000,
+              "num_train": args.num_train, "num_test": 100, "verbose": 0,
+              "model_dir": os.path.join(tempfile.mkdtemp(prefix="tfdp-bench-"), "run")}
+    if system == "nonprivate":
+        options = {"nonprivate_model": "cnn"}
+    else:
+        options = {"dpsgd_model": "cnn", "dpsgd_l2_clip": args.l2_clip,
+                   "dpsgd_noise_multiplier": args.noise_multiplier,
+                   "dpsgd_clipping": system.rsplit("-", 1)[1]}
+    spec = train_app.resolve(values, options)
+    with kernels.noise_kernel_flag(spec.noise_kernel):
+        method = spec.method_cls(spec.config)
+        strategy = strategies.make_strategy(spec.strategy)
+        data = train_app.load_data(spec)
+        run = loop.Run(method, data, strategy, True, resume=False, checkpoint_every=1,
+                       stop_after_epochs=None, flags_text=train_app.flags_text(spec),
+                       config_extra={"flags": train_app.run_flags(spec)}, verbose=0,
+                       print_fn=lambda _: None)
+        run.prepare()
+        step_fn = run.make_step_fn()
+    state = {"epoch": 0, "it": None, "left": 0, "lot_sizes": []}
+
+    def step():
+        if state["left"] == 0:
+            dataset, n = run.epoch_inputs(step_fn, state["epoch"])
+            state.update(epoch=state["epoch"] + 1, it=iter(dataset), left=n)
+        state["left"] -= 1
+        return run.run_step(step_fn, next(state["it"]))["loss"]
+
+    info = {"tensorflow": tf.__version__, "method": values["method"],
+            "options": options, "num_train": len(data.x_train),
+            "batch_schedule": method.batch_schedule(), "pads_lots": method.pads_lots(),
+            "steps_per_epoch": len(data.x_train) // args.batch_size,
+            "noise_kernel": spec.noise_kernel,
+            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
     return step, info
 
 
@@ -270,24 +348,44 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--learning_rate", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--memory_limit_gb", type=float, default=0.0)
+    parser.add_argument("--num_train", type=int, default=12800)
+    parser.add_argument("--batch_file", default=None,
+                        help="An .npz with x, y and source: the batch of the static and peer "
+                             "systems (written once by the benchmark, so that a peer's "
+                             "interpreter needs no TensorFlow to read the data set).")
     args = parser.parse_args(argv)
     out = sys.stdout
     start_memory_guard(args.memory_limit_gb, out)
-    x, y, source = load_batch(args.model, args.batch_size, args.seed)
+    if args.system in TRAIN_PATH_SYSTEMS:
+        x = y = None
+        source = f"real {args.model}, first {args.num_train} training examples"
+    elif args.batch_file:
+        with np.load(args.batch_file) as f:
+            x, y, source = f["x"], f["y"], str(f["source"])
+    else:
+        x, y, source = load_batch(args.model, args.batch_size, args.seed)
     try:
         if args.system == "opacus":
             step, info = _opacus_step(x, y, args)
         elif args.system.startswith("tfprivacy"):
             step, info = _tfprivacy_step(args.system, x, y, args)
+        elif args.system in TRAIN_PATH_SYSTEMS:
+            step, info = _train_path_step(args.system, args.model, args)
         else:
             step, info = _tfdp_step(args.system, x, y, args)
+        info["measured_path"] = measured_path(args.system)
     except _Skip as e:
         print(json.dumps({"skipped": str(e)}), file=out, flush=True)
         return
     start = time.perf_counter()
     float(step())  # trace / compile
     first_ms = (time.perf_counter() - start) * 1000.0
-    for _ in range(args.warmup):
+    warmup = args.warmup
+    if args.system in TRAIN_PATH_SYSTEMS:
+        # A full epoch first: padded Poisson lots trace one graph per lot-size bucket, once
+        # per run; tracing is not a step's cost.
+        warmup = max(warmup, info["steps_per_epoch"])
+    for _ in range(warmup):
         float(step())
     info.update({"ready": True, "data": source, "first_step_ms": first_ms,
                  "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),

@@ -2,9 +2,11 @@
 
 `load()` compiles `noise_kernel.cc` against the installed TensorFlow with the system C++
 compiler (g++ by default, `CXX` to change it) into a cache directory keyed by the source,
-the TensorFlow version, the compiler flags and the CPU, then loads it. Nothing here is
-used unless asked for (`layers.set_noise_kernel("fused")`, `--noise_kernel=fused`); when
-asked for and it cannot be built, the error says why and nothing falls back silently.
+the TensorFlow version, the compiler flags and the CPU, then loads it. tfdp-train's default
+`--noise_kernel=auto` uses it wherever it builds and falls back to the portable kernel
+elsewhere, recording the kernel used and the reason in the run's config.json
+(`resolve_noise_kernel`); asked for explicitly (`--noise_kernel=fused`,
+`layers.set_noise_kernel("fused")`) and unbuildable, the error says why.
 """
 
 from __future__ import annotations
@@ -148,6 +150,32 @@ def check_noise_kernel(kernel: str, flag: str = "--noise_kernel") -> str:
         except KernelUnavailable as e:
             raise ValueError(f"{flag}=fused: {e}") from e
     return kernel
+
+
+# What the apps' --noise_kernel takes: "auto" (the default of tfdp-train) is the fused kernel
+# wherever it builds and the portable kernel elsewhere, the fallback recorded with the run.
+KERNEL_CHOICES = ("auto", "portable", "fused")
+
+
+def resolve_noise_kernel(kernel: str, flag: str = "--noise_kernel") -> tuple[str, str | None]:
+    """The kernel the noise layers will use for `kernel`, and why it fell back (or None).
+
+    "auto" gives "fused" when the fused kernel builds and loads here (it is built now),
+    else "portable" with the reason; "portable" and "fused" are checked as by
+    `check_noise_kernel`.
+
+    Raises:
+        ValueError: naming `flag`, for an unknown kernel, or "fused" that cannot be built.
+    """
+    checks.check_choice(kernel, flag, KERNEL_CHOICES)
+    if kernel != "auto":
+        return check_noise_kernel(kernel, flag), None
+    try:
+        load()
+    except KernelUnavailable as e:
+        reason = str(e).strip().splitlines()[0]
+        return "portable", f"{flag}=auto: the fused kernel is unavailable here ({reason})"
+    return "fused", None
 
 
 @contextlib.contextmanager

@@ -18,16 +18,18 @@ OPTIONS = options.OptionSet("dpsgd_")  # every dpsgd_* setting: name, default, h
 
 privatize.declare_dpsgd_options(OPTIONS, "dpsgd_", "DP-SGD")
 OPTIONS.enum("dpsgd_model", "cnn", ["cnn", "mlp"], "DP-SGD: baseline architecture.")
-OPTIONS.enum("dpsgd_clipping", "vectorized", list(privatize.CLIPPING_METHODS),
+OPTIONS.enum("dpsgd_clipping", "auto", list(privatize.CLIPPING_METHODS),
              "DP-SGD: how per-example gradient norms are computed; all give the same "
              "clipped sum. vectorized: per-example gradients of the whole model "
              "(tf.vectorized_map); ghost: norms from each layer's inputs and output "
              "gradients, one batched re-weighted gradient; auto: ghost, with each "
              "Dense/Conv2D layer taking the cheaper of the ghost norm and per-example "
              "kernel gradients from image patches. Unsupported layers (and models with "
-             "batch-mixing layers) use the vectorized path. auto is several times "
-             "faster than vectorized and agrees with it to float rounding; vectorized is "
-             "the default so that committed results rerun bit for bit. A resumed run is "
+             "batch-mixing layers) use the vectorized path. auto (the default) is several "
+             "times faster than vectorized and agrees with it to float rounding; with "
+             "Poisson lots, ghost and auto pad each lot to a few static sizes (padding rows "
+             "add nothing). Results made before auto became the default pin "
+             "--dpsgd_clipping=vectorized in their flagfiles. A resumed run is "
              "bit-identical to an uninterrupted one with every path.")
 
 DPSGDConfig = OPTIONS.config_class(
@@ -179,9 +181,18 @@ class DPSGD(Method):
         grads, metrics = privatize.dpsgd_gradients(
             ctx, model, variables, x, y, example_loss, l2_clip=self.l2_clip,
             noise_multiplier=self.noise_multiplier,
-            clipping=OPTIONS.get(self.config.options, "dpsgd_clipping"))
+            clipping=OPTIONS.get(self.config.options, "dpsgd_clipping"),
+            mask=ctx.row_mask() if self.pads_lots() else None)
         self.optimizer.apply_gradients(zip(grads, variables))
         return metrics
+
+    def pads_lots(self) -> bool:
+        # Poisson lots on the ghost paths run padded to a few static sizes (several times
+        # faster than one any-size graph); the vectorized path keeps the graphs its committed
+        # results were made with. Padding is safe with every model: the ghost paths fall back
+        # to per-example (vectorized) gradients for models whose layers mix examples.
+        return (self.sampling == "poisson"
+                and OPTIONS.get(self.config.options, "dpsgd_clipping") != "vectorized")
 
     def trace_any_batch_size(self) -> bool:
         # With Poisson lots, Grappler rewrites the ghost paths' graph differently for a static

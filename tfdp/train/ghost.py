@@ -403,7 +403,8 @@ def _fallback_per_example(plan: LayerPlan, variables: Sequence[Any], a: tf.Tenso
 
 
 def clipped_gradient_sum(model: Any, variables: Sequence[Any], x: tf.Tensor, y: tf.Tensor,
-                         example_loss: Callable, l2_clip: float, *, method: str = "auto"
+                         example_loss: Callable, l2_clip: float, *, method: str = "auto",
+                         mask: Optional[tf.Tensor] = None
                          ) -> Optional[tuple[list, tf.Tensor, tf.Tensor]]:
     """Sum of per-example gradients clipped to L2 norm `l2_clip`, by the ghost path.
 
@@ -418,6 +419,7 @@ def clipped_gradient_sum(model: Any, variables: Sequence[Any], x: tf.Tensor, y: 
       example_loss: `f(xi, yi) -> (loss, logits)` for one example with a batch axis of 1.
       l2_clip: clipping bound C > 0.
       method: "ghost" or "auto" (see module docstring).
+      mask: optional float [B]; rows with 0.0 (padding) get clip factor 0.
 
     Returns:
       (sums, losses, correct) or None.
@@ -468,6 +470,8 @@ def clipped_gradient_sum(model: Any, variables: Sequence[Any], x: tf.Tensor, y: 
                 materialised[id(plan.layer)] = per_example
     # Abadi et al. 2016, Alg. 1: g_i / max(1, ||g_i||_2 / C), as privatize.clip_and_sum.
     factors = tf.minimum(1.0, l2_clip / tf.maximum(tf.sqrt(sq), 1e-12))
+    if mask is not None:
+        factors = factors * mask  # padding rows add nothing to the clipped sums
     factors = tf.stop_gradient(factors)
 
     sums: list = [None] * len(variables)

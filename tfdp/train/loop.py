@@ -26,7 +26,8 @@ import tensorflow as tf
 
 from tfdp import checks, rundir, tf_options
 from tfdp.train import report
-from tfdp.train.base import OPTIMIZERS, DataSpec, Method, StepContext, derive_seed, make_optimizer
+from tfdp.train.base import (OPTIMIZERS, DataSpec, Method, StepContext, derive_seed,
+                             lot_bucket, make_optimizer)
 from tfdp.train.strategy import (STRATEGIES, cpu_mirrored_strategy, is_chief, make_strategy,
                                  tf_config_is_chief, worker_name)
 from tfdp.rundir import check_run_dir, has_checkpoint
@@ -170,12 +171,45 @@ def _flat_batches(batches: list) -> list[np.ndarray]:
     return out
 
 
-def _epoch_dataset(strategy, x: np.ndarray, y: np.ndarray, batches: list[np.ndarray]):
-    """Distributed dataset of (x, y, record indices) batches."""
-    if len({len(b) for b in batches}) <= 1:
-        indices = np.concatenate(batches) if batches else np.zeros([0], np.int64)
-        ds = tf.data.Dataset.from_tensor_slices((x[indices], y[indices], indices))
-        ds = ds.batch(len(batches[0]) if batches else 1, drop_remainder=True)
+def _padded(x: np.ndarray, y: np.ndarray, b: np.ndarray, size: int) -> tuple:
+    """(x, y, indices) of the records `b`, padded with zero rows of index -1 to `size` rows."""
+    xb = np.zeros((size,) + x.shape[1:], x.dtype)
+    yb = np.zeros((size,) + y.shape[1:], y.dtype)
+    ib = np.full([size], -1, np.int64)
+    xb[:len(b)], yb[:len(b)], ib[:len(b)] = x[b], y[b], b
+    return xb, yb, ib
+
+
+def _epoch_dataset(strategy, x: np.ndarray, y: np.ndarray, batches: list[np.ndarray],
+                   pad_to: Callable[[int], int] | None = None):
+    """Distributed dataset of (x, y, record indices) batches.
+
+    With `pad_to`, batches of varying size are padded to `pad_to(len(batch))` rows (zeros,
+    record index -1; see `Method.pads_lots`).
+    """
+    if pad_to is not None and len({len(b) for b in batches}) > 1:
+        def padded_gen():
+            for b in batches:
+                yield _padded(x, y, b, pad_to(len(b)))
+        signature = (tf.TensorSpec((None,) + x.shape[1:], tf.as_dtype(x.dtype)),
+                     tf.TensorSpec((None,) + y.shape[1:], tf.as_dtype(y.dtype)),
+                     tf.TensorSpec((None,), tf.int64))
+        ds = tf.data.Dataset.from_generator(padded_gen, output_signature=signature)
+    elif not batches:
+        empty = np.zeros([0], np.int64)
+        ds = tf.data.Dataset.from_tensor_slices((x[empty], y[empty], empty)).batch(1)
+    elif len({len(b) for b in batches}) == 1:
+        # Batches of one size: gathered per step by a generator with the static batch shape
+        # (the same elements as slicing a gathered epoch array, without copying the epoch's
+        # data into a dataset constant first, which cost about 1 s per 12,800 MNIST images).
+        def fixed_gen():
+            for b in batches:
+                yield x[b], y[b], b
+        m = len(batches[0])
+        signature = (tf.TensorSpec((m,) + x.shape[1:], tf.as_dtype(x.dtype)),
+                     tf.TensorSpec((m,) + y.shape[1:], tf.as_dtype(y.dtype)),
+                     tf.TensorSpec((m,), tf.int64))
+        ds = tf.data.Dataset.from_generator(fixed_gen, output_signature=signature)
     else:
         def gen():
             for b in batches:
@@ -190,13 +224,13 @@ def _epoch_dataset(strategy, x: np.ndarray, y: np.ndarray, batches: list[np.ndar
 
 
 def _make_step_fn(strategy, method: Method, generator: tf.random.Generator,
-                  global_batch_size: int) -> Callable:
+                  global_batch_size: int, reduce_retracing: bool = True) -> Callable:
     def replica_fn(seed, x, y, indices):
         ctx = StepContext.current(seed, global_batch_size, indices)
         metrics = method.train_step(ctx, x, y)
         return {k: tf.cast(v, tf.float32) for k, v in dict(metrics).items()}
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=reduce_retracing)
     def step(x, y, indices):
         # One seed per step, drawn in cross-replica context so that every replica sees it.
         seed = generator.make_seeds(1)[:, 0]
@@ -355,6 +389,15 @@ class Run:
 
     def run(self) -> RunResult:
         """Prepares the run state, trains the remaining epochs and writes the results."""
+        self.prepare()
+        return self._train_epochs()
+
+    def prepare(self) -> None:
+        """Everything before the first epoch: run key, setup, config, ledger, state restored.
+
+        After it, `make_step_fn`, `epoch_inputs` and `run_step` are the pieces `run()` trains
+        with (also used by `tfdp-bench dpsgd` to time exactly this path).
+        """
         from tfdp import accounting  # pylint: disable=import-outside-toplevel
         fingerprint = data_fingerprint(self.data.x_train, self.data.y_train)
         self._load_or_start(accounting)
@@ -376,7 +419,6 @@ class Run:
         config["certification"] = self.method.certification_config()
         self._write_config(config)
         self._build()
-        return self._train_epochs()
 
     def _load_or_start(self, accounting) -> None:
         # The run key: every random stream of the run derives from it (principle 5). It is a
@@ -635,6 +677,37 @@ class Run:
         rundir.write_json_atomic(os.path.join(self.ckpt_dir, rundir.SEGMENTS_FILE),
                                  {"segments": segments + [segment], "last_stats": stats})
 
+    def _pad_to(self) -> Callable[[int], int] | None:
+        if not self.method.pads_lots():
+            return None
+        batch_size = self.cfg.batch_size
+        return lambda size: lot_bucket(size, batch_size)
+
+    def make_step_fn(self) -> Callable:
+        """The run's traced step: (x, y, indices) -> summed metrics (one seed per call)."""
+        # Padded lots: one static-shape graph per bucket size (no relaxing to any size).
+        return _make_step_fn(self.strategy, self.method, self.generator, self.cfg.batch_size,
+                             reduce_retracing=not self.method.pads_lots())
+
+    def epoch_inputs(self, step_fn: Callable, epoch: int) -> tuple[Any, int]:
+        """(distributed dataset, number of batches) of `epoch`, as `run()` trains on them."""
+        batches = _flat_batches(epoch_batches(self.method, self.run_key, epoch))
+        dataset = _epoch_dataset(self.strategy, self.data.x_train, self.data.y_train, batches,
+                                 self._pad_to())
+        if (self.method.trace_any_batch_size() and not self.method.pads_lots()
+                and len({len(b) for b in batches}) > 1):
+            # Lots of varying size (Poisson): trace the step for any batch size before the
+            # first call, so that every step, first run or resume, runs this one graph (a
+            # graph traced for a static size can differ from it in the last bit).
+            step_fn.get_concrete_function(*dataset.element_spec)
+        return dataset, len(batches)
+
+    def run_step(self, step_fn: Callable, batch: Any) -> dict[str, float]:
+        """One training step on `batch` (from `epoch_inputs`); its metrics as floats."""
+        metrics = {k: float(v) for k, v in step_fn(*batch).items()}
+        self.step_var.assign_add(1)
+        return metrics
+
     def _train_epochs(self) -> RunResult:
         cfg, method, data = self.cfg, self.method, self.data
         num_train = len(data.x_train)
@@ -642,7 +715,7 @@ class Run:
         self._refuse_empty_resume(max_steps)
         reporter = report.Reporter(self.rd.file(rundir.TENSORBOARD_DIR) if self.chief else None,
                                    self.verbose, self.print_fn)
-        step_fn = _make_step_fn(self.strategy, method, self.generator, cfg.batch_size)
+        step_fn = self.make_step_fn()
         start_epoch = int(self.epoch_var.numpy())
         seg = {"start_step": int(self.step_var.numpy()), "steps": 0, "passes": 0}
         epoch_means: dict[str, float] = {}
@@ -656,14 +729,7 @@ class Run:
         for epoch in range(start_epoch, cfg.epochs):
             if stopped:
                 break
-            batches = _flat_batches(epoch_batches(method, self.run_key, epoch))
-            dataset = _epoch_dataset(self.strategy, data.x_train, data.y_train, batches)
-            if method.trace_any_batch_size() and len({len(b) for b in batches}) > 1:
-                # Lots of varying size (Poisson): trace the step for any batch size before the
-                # first call, so that every step, first run or resume, runs this one graph (a
-                # graph traced for a static size can differ from it in the last bit).
-                step_fn.get_concrete_function(*dataset.element_spec)
-            n_steps = len(batches)
+            dataset, n_steps = self.epoch_inputs(step_fn, epoch)
             if max_steps is not None:
                 n_steps = min(n_steps, max_steps - int(self.step_var.numpy()))
             if n_steps <= 0:
@@ -677,8 +743,7 @@ class Run:
             for batch in dataset:
                 if done >= n_steps:
                     break
-                metrics = {k: float(v) for k, v in step_fn(*batch).items()}
-                self.step_var.assign_add(1)
+                metrics = self.run_step(step_fn, batch)
                 done += 1
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + v

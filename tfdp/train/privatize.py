@@ -64,7 +64,8 @@ def per_example_gradients(model, variables: Sequence[tf.Variable], x: tf.Tensor,
     return tf.vectorized_map(one_example, (x, y, index))
 
 
-def clip_and_sum(per_example_grads: Sequence[tf.Tensor], l2_clip: float) -> list:
+def clip_and_sum(per_example_grads: Sequence[tf.Tensor], l2_clip: float,
+                 mask: tf.Tensor | None = None) -> list:
     """Sum over examples of per-example gradients, each clipped to L2 norm `l2_clip`.
 
     The norm of example i is taken over all parameter tensors together; its gradient is
@@ -73,6 +74,8 @@ def clip_and_sum(per_example_grads: Sequence[tf.Tensor], l2_clip: float) -> list
     Args:
       per_example_grads: list of tensors, each [batch, *param_shape].
       l2_clip: the bound C > 0.
+      mask: optional float [batch], 0.0 for padding rows (their factor becomes 0: they add
+        nothing to the sum) and 1.0 for real records.
 
     Returns:
       List of tensors of the parameter shapes.
@@ -80,12 +83,14 @@ def clip_and_sum(per_example_grads: Sequence[tf.Tensor], l2_clip: float) -> list
     sq_norms = tf.add_n([tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1)
                          for g in per_example_grads])
     factors = tf.minimum(1.0, l2_clip / tf.maximum(tf.sqrt(sq_norms), 1e-12))
+    if mask is not None:
+        factors = factors * mask
     return [tf.tensordot(factors, g, axes=1) for g in per_example_grads]
 
 
 def clipped_gradient_sum(model, variables: Sequence[tf.Variable], x: tf.Tensor, y: tf.Tensor,
-                         example_loss: Callable, l2_clip: float, method: str = "vectorized"
-                         ) -> tuple[list, tf.Tensor, tf.Tensor]:
+                         example_loss: Callable, l2_clip: float, method: str = "vectorized",
+                         mask: tf.Tensor | None = None) -> tuple[list, tf.Tensor, tf.Tensor]:
     """Sum of per-example gradients clipped to L2 norm `l2_clip` (one replica's slice).
 
     Args:
@@ -95,6 +100,8 @@ def clipped_gradient_sum(model, variables: Sequence[tf.Variable], x: tf.Tensor, 
         same clipped sum up to float rounding (tests/train/test_privatize.py); "ghost" and
         "auto" fall back to "vectorized" for models they do not support as a whole
         (see `tfdp.train.ghost.plan_model`) and per layer for layers they do not support.
+      mask: optional float [B]: 0.0 marks padding rows, which add nothing to the sums (their
+        losses and accuracies are returned as computed; weight them with the mask).
 
     Returns:
       (sums, losses, correct): clipped gradient sums (parameter shapes), per-example losses
@@ -107,13 +114,13 @@ def clipped_gradient_sum(model, variables: Sequence[tf.Variable], x: tf.Tensor, 
         raise ValueError(f"method: expected one of {CLIPPING_METHODS}, got {method!r}")
     if method != "vectorized":
         out = ghost.clipped_gradient_sum(model, variables, x, y, example_loss, l2_clip,
-                                         method=method)
+                                         method=method, mask=mask)
         if out is not None:
             return out
         # The model as a whole is not supported (see ghost.plan_model): same result the
         # slow way.
     grads, losses, correct = per_example_gradients(model, variables, x, y, example_loss)
-    return clip_and_sum(grads, l2_clip), losses, correct
+    return clip_and_sum(grads, l2_clip, mask), losses, correct
 
 
 def add_gaussian_noise_once(ctx: StepContext, sums: Sequence[tf.Tensor], stddev: float,
@@ -143,8 +150,8 @@ def add_gaussian_noise_once(ctx: StepContext, sums: Sequence[tf.Tensor], stddev:
 
 def dpsgd_gradients(ctx: StepContext, model, variables: Sequence[tf.Variable], x: tf.Tensor,
                     y: tf.Tensor, example_loss: Callable, *, l2_clip: float,
-                    noise_multiplier: float, clipping: str = "vectorized"
-                    ) -> tuple[list, dict]:
+                    noise_multiplier: float, clipping: str = "vectorized",
+                    mask: tf.Tensor | None = None) -> tuple[list, dict]:
     """One replica's DP-SGD gradients: clip per example, sum, noise once, divide by the lot.
 
     Abadi et al. 2016 Alg. 1: g_i / max(1, ||g_i||/C), summed, plus N(0, sigma^2 C^2 I)
@@ -157,13 +164,19 @@ def dpsgd_gradients(ctx: StepContext, model, variables: Sequence[tf.Variable], x
       l2_clip: C.
       noise_multiplier: sigma.
       clipping: see `clipped_gradient_sum`.
+      mask: optional float [B], 0.0 for the padding rows of a padded lot
+        (`StepContext.row_mask()`): they add nothing to the clipped sum, loss or accuracy,
+        so the update is that of the real lot; the noise, drawn from the step seed with the
+        parameters' shapes, does not depend on the padding.
 
     Returns:
       (gradients, metrics) with metrics "loss" and "accuracy" as this replica's share of the
       global means.
     """
     sums, losses, correct = clipped_gradient_sum(model, variables, x, y, example_loss, l2_clip,
-                                                 clipping)
+                                                 clipping, mask)
+    if mask is not None:
+        losses, correct = losses * mask, correct * mask
     global_batch_size = ctx.global_batch_size
     noisy = add_gaussian_noise_once(ctx, sums, noise_multiplier * l2_clip)
     grads = [g / float(global_batch_size) for g in noisy]
