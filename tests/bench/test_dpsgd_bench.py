@@ -16,6 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.mark.parametrize("kwargs,name", [
     (dict(batch_size=0), "dpsgd_bench_batch_size"),
+    (dict(num_train=100), "dpsgd_bench_num_train"),
     (dict(rounds=0), "dpsgd_bench_rounds"),
     (dict(warmup=-1), "dpsgd_bench_warmup"),
     (dict(models=["imagenet"]), "dpsgd_bench_models"),
@@ -91,11 +92,19 @@ def test_absent_peer_is_reported_with_install_hint(monkeypatch):
 
 @pytest.mark.slow
 def test_tiny_run_interleaves_processes():
-    res = dpsgd.run(models=["mnist"], systems=["tfdp-dpsgd-auto", "tfprivacy-dpmodel"],
-                    batch_size=8, steps=1, rounds=2, warmup=0)
+    res = dpsgd.run(models=["mnist"], systems=["tfdp-dpsgd-auto", "static-tfdp-dpsgd-auto",
+                                               "tfprivacy-dpmodel"],
+                    batch_size=8, steps=1, rounds=2, warmup=0, num_train=64)
     systems = res["models"]["mnist"]["systems"]
-    assert set(systems) == {"nonprivate", "tfdp-dpsgd-auto"} | (
+    assert set(systems) == {"nonprivate", "tfdp-dpsgd-auto", "static-tfdp-dpsgd-auto"} | (
         {"tfprivacy-dpmodel"} if importlib.util.find_spec("tf_keras") else set())
+    # tfdp-train's own run (Poisson lots, padded) against its non-private run.
+    assert res["measured_path"] == "train"
+    assert systems["nonprivate"]["measured_path"] == "train"
+    assert systems["tfdp-dpsgd-auto"]["measured_path"] == "train"
+    assert systems["tfdp-dpsgd-auto"]["setup"]["batch_schedule"] == "poisson"
+    assert systems["tfdp-dpsgd-auto"]["setup"]["pads_lots"] is True
+    assert systems["static-tfdp-dpsgd-auto"]["measured_path"] == "static"
     pids = {s["setup"]["pid"] for s in systems.values()}
     assert len(pids) == len(systems) and os.getpid() not in pids  # one process each
     assert len(systems["nonprivate"]["ms_per_round"]) == 2

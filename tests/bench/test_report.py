@@ -38,7 +38,9 @@ def test_dpsgd_table_matches_its_result_file():
     for model, res in result["models"].items():
         assert f"**{model}**" in text
         for system, s in res["systems"].items():
-            cell = (f"| {system} | {report._fmt(s['ms_per_step']['median'])} "
+            assert s["measured_path"] in ("train", "static", "peer"), system
+            cell = (f"| {system} | {s['measured_path']} | "
+                    f"{report._fmt(s['ms_per_step']['median'])} "
                     f"[{report._fmt(s['ms_per_step']['min'])}, "
                     f"{report._fmt(s['ms_per_step']['max'])}] | "
                     f"{report._fmt(s['ratio_to_nonprivate']['median'])} ")
@@ -46,6 +48,12 @@ def test_dpsgd_table_matches_its_result_file():
         for system in res["skipped"]:
             assert f"| {system} | skipped: " in text
     assert os.path.exists(os.path.join(RESULTS, report.PLOT))
+    # Principle 9: the headline is measured on tfdp-train's own path.
+    assert result["measured_path"] == "train"
+    headline = result["models"]["mnist"]["systems"]["tfdp-dpsgd-auto"]
+    assert headline["measured_path"] == "train"
+    assert result["ratio"] == headline["ratio_to_nonprivate"]["median"]
+    assert result["models"]["mnist"]["systems"]["nonprivate"]["measured_path"] == "train"
 
 
 def test_render_of_a_fresh_directory(tmp_path):

@@ -250,3 +250,31 @@ def test_train_cli_fused_without_compiler_fails_before_any_work(tmp_path):
     assert proc.returncode != 0
     assert "--noise_kernel=fused" in proc.stderr and "no-such-compiler-tfdp" in proc.stderr
     assert not run.exists()  # nothing written
+
+
+def test_auto_kernel_falls_back_to_portable_and_says_why(monkeypatch):
+    def unavailable():
+        raise kernels.KernelUnavailable("the fused noise kernel needs a C++ compiler: 'x'")
+    monkeypatch.setattr(kernels, "load", unavailable)
+    kernel, why = kernels.resolve_noise_kernel("auto")
+    assert kernel == "portable" and "--noise_kernel=auto" in why and "C++ compiler" in why
+    with pytest.raises(ValueError, match="--noise_kernel=fused"):  # asked for: an error
+        kernels.resolve_noise_kernel("fused")
+    assert kernels.resolve_noise_kernel("portable") == ("portable", None)
+    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
+
+    spec = train_app.resolve({"method": "nonprivate", "dataset": "sample",
+                              "model_dir": "/tmp/tfdp-unused-run-dir-25"})
+    assert spec.noise_kernel == "portable" and "C++ compiler" in spec.noise_kernel_fallback
+    assert train_app.run_flags(spec)["noise_kernel"] == "portable"
+
+
+@needs_compiler
+def test_auto_kernel_is_fused_where_it_builds():
+    assert kernels.resolve_noise_kernel("auto") == ("fused", None)
+    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
+
+    spec = train_app.resolve({"method": "nonprivate", "dataset": "sample",
+                              "model_dir": "/tmp/tfdp-unused-run-dir-25"})
+    assert spec.noise_kernel == "fused" and spec.noise_kernel_fallback is None
+    assert "--noise_kernel=fused" in train_app.flags_text(spec)  # the kernel used

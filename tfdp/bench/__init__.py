@@ -9,4 +9,5 @@ BENCHMARKS = {
     "dpsgd": "tfdp.bench.dpsgd",
     "export": "tfdp.bench.export",
     "stobatch": "tfdp.bench.stobatch",
+    "evaluate": "tfdp.bench.evaluate",
 }

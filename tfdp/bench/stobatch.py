@@ -141,6 +141,11 @@ def run(**overrides) -> dict:
     med = {k: statistics.median(v) for k, v in times.items()}
     result = {
         "benchmark": "stobatch",
+        # Principle 9: which path the timings measure.
+        "measured_path": "component",
+        "measured_path_description": (
+            "StoBatch's train_step called directly in a tf.function on a fixed batch (not "
+            "through tfdp-train's Run)"),
         "reference": "plain adversarial-training step (same network, attacks, T_mu, 2m examples)",
         "candidate": "StoBatch training step (ensemble attack, auto-encoder, Eq. 9, chi3 term)",
         "ratio": med["stobatch"] / med["plain_adversarial"],
