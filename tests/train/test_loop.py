@@ -147,9 +147,10 @@ def test_interrupted_and_resumed_equals_uninterrupted(tmp_path, tiny_data):
     assert metrics["epochs_completed"] == 3
 
 
-# Poisson lots vary in size; with ghost / auto clipping a step graph traced for one static
-# lot size differs from the any-size graph in the last bit, so the loop runs the any-size
-# graph from the first step (a resume restarts the trace history).
+# Poisson lots vary in size; with ghost / auto clipping (auto is the default) the loop pads
+# each lot to a bucket size and runs that bucket's static-shape graph, traced the same way on
+# a first run and on a resume; the vectorized path keeps tracing as lots arrive. A resumed run
+# must equal the uninterrupted one bit for bit on every path.
 @pytest.mark.parametrize("model,clipping", [("mlp", None), ("cnn", "auto"),
                                             ("mlp", "vectorized")])
 def test_dpsgd_resume_keeps_noise_stream_and_budget(tmp_path, tiny_data, model, clipping):

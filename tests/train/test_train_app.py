@@ -165,3 +165,31 @@ def test_app_stop_and_resume_equals_uninterrupted(tmp_path):
     for a, b in zip(full.model.get_weights(), resumed.model.get_weights()):
         np.testing.assert_array_equal(a, b)
     assert resumed.metrics["test_accuracy"] == full.metrics["test_accuracy"]
+
+
+@pytest.mark.slow  # about 2 minutes on a loaded 2-core machine; test_loop covers the loop
+def test_app_dpsgd_defaults_resume_bit_identical(tmp_path):
+    # tfdp-train's defaults (auto clipping, Poisson lots padded to bucket sizes, the auto
+    # noise kernel): a stopped and resumed run equals the uninterrupted one bit for bit.
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    def values(name, **kw):
+        v = _values(tmp_path, model_dir=str(tmp_path / name), epochs=2, num_train=256,
+                    num_test=50, seed=6, verbose=0, batch_size=32, method="dpsgd",
+                    epsilon=50.0)
+        v.update(kw)
+        return v
+
+    options = {"dpsgd_model": "mlp", "dpsgd_noise_multiplier": 4.0}
+    full = train_app.execute(train_app.resolve(values("full"), options))
+    assert full.model is not None
+    spec = train_app.resolve(values("cut", stop_after_epochs=1), options)
+    method = spec.method_cls(spec.config)
+    assert method.pads_lots() and method.batch_schedule() == "poisson"
+    train_app.execute(spec)
+    resumed = train_app.execute(train_app.resolve(values("cut", resume=True), options))
+    assert resumed.epochs_completed == 2 and not resumed.interrupted
+    for a, b in zip(full.model.get_weights(), resumed.model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # Accounted per segment ([0, 8) then [8, 8)), composing to the uninterrupted epsilon.
+    assert resumed.ledger["epsilon"] == pytest.approx(full.ledger["epsilon"], rel=1e-9)
