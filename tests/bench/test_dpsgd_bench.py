@@ -64,7 +64,8 @@ class _FakeWorker:
         self.rounds += 1
         if self.system == "peer-b" and self.rounds == 2:
             raise RuntimeError("worker peer-b ended", -9)
-        return {"nonprivate": 10.0, "peer-a": 20.0, "peer-b": 30.0}[self.system]
+        ms = {"nonprivate": 10.0, "peer-a": 20.0, "peer-b": 30.0}[self.system]
+        return {"ms_per_step": ms, "mean_ms_per_step": 2 * ms}
 
     def close(self):
         pass
@@ -77,6 +78,8 @@ def test_a_worker_dying_mid_run_is_reported_and_the_others_continue(monkeypatch)
     res = dpsgd._bench_model("mnist", ["nonprivate", "peer-a", "peer-b"], cfg)
     assert set(res["systems"]) == {"nonprivate", "peer-a"}
     assert res["systems"]["peer-a"]["ratio_per_round"] == [2.0, 2.0, 2.0]
+    assert res["systems"]["peer-a"]["mean_ms_per_round"] == [40.0, 40.0, 40.0]
+    assert res["systems"]["peer-a"]["mean_ratio_to_nonprivate"]["median"] == 2.0
     why = res["skipped"]["peer-b"]
     assert "in timed round 2" in why and "exit code -9" in why and "out of memory" in why
 

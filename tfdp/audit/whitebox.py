@@ -67,8 +67,8 @@ def dirac_dpsgd_class(coords: np.ndarray, included: np.ndarray, store: dict) -> 
 
             grads, metrics = privatize.dpsgd_gradients(
                 ctx, model, variables, x, y, example_loss, l2_clip=self.l2_clip,
-                noise_multiplier=self.noise_multiplier,
-                clipping=dpsgd.OPTIONS.get(self.config.options, "dpsgd_clipping"))
+                noise_multiplier=self.noise_multiplier, clipping=self.clipping_path(),
+                mask=ctx.row_mask() if self.pads_lots() else None)
             batch = float(ctx.global_batch_size)
             q = batch / float(self._require_spec().num_train)  # the lots' Poisson rate
             c = float(self.l2_clip)

@@ -180,25 +180,32 @@ class DPSGD(Method):
 
         grads, metrics = privatize.dpsgd_gradients(
             ctx, model, variables, x, y, example_loss, l2_clip=self.l2_clip,
-            noise_multiplier=self.noise_multiplier,
-            clipping=OPTIONS.get(self.config.options, "dpsgd_clipping"),
+            noise_multiplier=self.noise_multiplier, clipping=self.clipping_path(),
             mask=ctx.row_mask() if self.pads_lots() else None)
         self.optimizer.apply_gradients(zip(grads, variables))
         return metrics
+
+    # Whether this class's train_step passes `ctx.row_mask()` to dpsgd_gradients; a subclass
+    # with its own train_step must set it only if it does (else padding rows would count).
+    masks_padding_rows = True
+
+    def clipping_path(self) -> str:
+        """The clipping path train_step uses (privatize.CLIPPING_METHODS)."""
+        return OPTIONS.get(self.config.options, "dpsgd_clipping")
 
     def pads_lots(self) -> bool:
         # Poisson lots on the ghost paths run padded to a few static sizes (several times
         # faster than one any-size graph); the vectorized path keeps the graphs its committed
         # results were made with. Padding is safe with every model: the ghost paths fall back
         # to per-example (vectorized) gradients for models whose layers mix examples.
-        return (self.sampling == "poisson"
-                and OPTIONS.get(self.config.options, "dpsgd_clipping") != "vectorized")
+        return (self.masks_padding_rows and self.sampling == "poisson"
+                and self.clipping_path() != "vectorized")
 
     def trace_any_batch_size(self) -> bool:
         # With Poisson lots, Grappler rewrites the ghost paths' graph differently for a static
         # batch size, so a resume must run the same any-size graph (docs/dpsgd-clipping.md).
         # The vectorized path does not differ, and keeps the graphs its results were made with.
-        return OPTIONS.get(self.config.options, "dpsgd_clipping") != "vectorized"
+        return self.clipping_path() != "vectorized"
 
     def setup_state(self) -> dict:
         return {"noise_multiplier": np.float64(self.noise_multiplier),

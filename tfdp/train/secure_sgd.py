@@ -466,6 +466,13 @@ class SecureSGD(_RobustnessNoise, DPSGD):
     def build_model(self, input_shape, num_classes):
         return self._build_robust(input_shape, num_classes)
 
+    # Secure-SGD's step runs the vectorized path (it passes no clipping and no row mask):
+    # no padded lots and no any-size trace, whatever --dpsgd_clipping says.
+    masks_padding_rows = False
+
+    def clipping_path(self) -> str:
+        return "vectorized"
+
     def train_step(self, ctx, x, y):
         model = self.model
         variables = model.trainable_variables
