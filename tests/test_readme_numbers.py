@@ -123,6 +123,15 @@ ROWS = {
     "`tfdp-bench certify`": (
         "results/bench/certify.json",
         [("0.899", lambda: _json("results/bench/certify.json")["ratio"])], {"0.8"}),
+    "`tfdp-bench dpsgd`": (
+        "results/bench/dpsgd.json",
+        [("2.3", lambda: _json("results/bench/dpsgd.json")["ratio_by_model"]["mnist"]),
+         ("2.15",
+          lambda: _json("results/bench/dpsgd.json")["ratio_by_model"]["cifar10"])],
+        {"2.0", "2.5", "10"}),
+    "`tfdp-bench evaluate`": (
+        "results/bench/evaluate.json",
+        [("0.915", lambda: _json("results/bench/evaluate.json")["ratio"])], {"0.8"}),
 }
 
 # README numbers that differ from, or are absent from, the file their row cites, as of this

@@ -105,7 +105,9 @@ def _dpsgd_section(result: dict, results_dir: str) -> list[str]:
                   "epoch, which traces the padded lots' bucket graphs once. The headline ratio "
                   "is tfdp-dpsgd-auto (tfdp-train's default DP-SGD) over nonprivate, both on "
                   "the train path; `static-*` rows are the same steps traced for one static "
-                  "batch shape and fed one batch, shown for comparison only."]
+                  "batch shape and fed one batch, shown for comparison only. A round's ms/step "
+                  "is the median of its steps' times when the file has `mean_ms_per_round` "
+                  "(the rounds' means are there too)."]
     by_model = result.get("ratio_by_model") or {}
     targets = result.get("target_by_model") or {}
     if by_model:
@@ -152,6 +154,7 @@ def render(results_dir: str = "results/bench") -> str:
         "",
         "The `measured path` column says what each benchmark times (design principle 9): "
         "`train` = tfdp-train's own run (its batches, input pipeline and traced step), "
+        "`evaluate` = tfdp-evaluate's evaluation of a loaded model, "
         "`export` = the exported SavedModel, `component` = one library piece called directly "
         "(labelled as such, not a user's end-to-end path); `not recorded` = a result file "
         "written before the field existed.",
