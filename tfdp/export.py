@@ -38,6 +38,7 @@ import contextlib
 import dataclasses
 import datetime
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -51,8 +52,9 @@ import tensorflow as tf
 
 from layers import noise as noise_layers
 from tfdp import certify as certify_lib
-from tfdp import checks, rundir, serving_inputs
+from tfdp import accounting, checks, rundir, serving_inputs
 from tfdp.mechanisms import gaussian as gaussian_mechanism
+from tfdp.train import registry
 
 CARD_FILE = "model_card.json"
 KERAS_FILE = "model.keras"
@@ -72,22 +74,142 @@ _BETA_STEPS = 100
 _AGM_STEPS = 200
 _AGM_WIDTH = 1e-15
 
-# Config keys copied to the model card (everything else in config.json is left out).
+# ------------------------------------------------------------- model card allow-list
+# The model card is built from an allow-list (issue 22): every key it may carry is declared
+# below, section by section; a key not listed is dropped, whatever its value. A spec is a dict
+# key -> ANY (any JSON value: a constant, a public hyper-parameter, a test-set figure or a
+# quantity of the released weights), a nested spec (a dict filtered by it), a one-element
+# list [spec] (a list of dicts, each filtered by spec) or a frozenset (a list of
+# "--name=value" flag lines whose names are in it). Nothing computed from the training data
+# outside the privately trained weights is listed: no training loss or accuracy, no r
+# statistics or pre-training accuracy (Secure-SGD), no data fingerprint, no seed, no path.
+ANY = True
+
+# config.json keys of the card's "run" section.
 _CONFIG_KEYS = ("method", "dataset", "value_range", "input_shape", "num_classes", "epochs",
                 "batch_size", "learning_rate", "optimizer", "epsilon", "delta",
                 "strategy", "num_replicas", "num_train", "num_test", "batch_schedule",
                 "noise_seed")
-# Flags never copied to the model card: the seed regenerates the run's privacy noise; the
-# others are local paths or run-control switches.
+# Generic flags of flags.txt that are public hyper-parameters (no seed, path or run control).
+_CARD_FLAGS = ("method", "dataset", "epochs", "batch_size", "learning_rate", "optimizer",
+               "epsilon", "delta", "value_range", "strategy", "num_train", "num_test",
+               "num_classes", "noise_kernel")
+# Names never copied to the model card, even when declared as a method option: the seed
+# regenerates the run's privacy noise; the others are local paths or run-control switches.
 _PRIVATE_FLAGS = ("seed", "model_dir", "data_dir", "resume", "stop_after_epochs", "verbose",
-                  "download", "flagfile")
+                  "download", "flagfile", "hgm_r_file")
 # metrics.json: only these test-set fields (no training statistics of any kind).
 _METRICS_KEYS = ("test_accuracy",)
-# evaluation.json: the test-set summary fields.
+# evaluation.json: the test-set summary fields (computed on the test split only).
 _EVALUATION_KEYS = ("clean_accuracy", "clean_certified_accuracy", "attacks", "num_examples",
                     "value_range", "size_range", "prediction", "attack_target",
                     "attack_labels", "nb_iter", "eot_draws", "certification",
                     "certified_accuracy_note", "num_draws", "alpha", "bound", "robust_rule")
+# ledger.json: the public summary and the entries (mechanism, budget, notes, DP-SGD segments).
+_LEDGER_SPEC = {
+    **{k: ANY for k in ("epsilon", "delta", "claimed_epsilon", "claimed_delta", "differs",
+                        "relation", "guarantee", "note", "noise_seed", "noise_seed_note")},
+    "entries": [{
+        **{k: ANY for k in ("name", "mechanism", "epsilon", "delta", "protects",
+                            "composition", "group", "claimed_epsilon", "claimed_delta",
+                            "note", "relation", "covers")},
+        "segments": [{k: ANY for k in accounting.SEGMENT_KEYS}]}],
+}
+# The certification parameters: public hyper-parameters of the mechanisms, constants, and
+# sensitivities of the released weights (StoBatch's Delta_r^h). Secure-SGD's r_stats keep
+# only the pre-training settings; r's range and the pre-training accuracy stay out.
+_CERTIFICATION_SPEC = {
+    **{k: ANY for k in (
+        "mechanism", "construction_bound", "epsilon", "delta", "sigma", "sigma_multiplier",
+        "sensitivity", "sensitivity_mode", "sensitivity_sound", "noised_layer", "layer",
+        "num_units", "h1_shape", "redistribution", "train_noise", "test_noise", "norm",
+        "num_draws", "alpha", "bound", "note", "eps_cap",
+        # StoBatch (StoBatch §2.9, Theorem 5)
+        "batch_size", "epsilon1", "d_cert", "delta_rh", "psi", "delta_rx_mode", "mu_train",
+        "radius_psi_correction", "radius_divisor", "passes")},
+    "r_stats": {k: ANY for k in ("pretrain_epochs", "score_examples", "beta", "mix", "floor",
+                                 "public_records")},
+    "budget": {k: ANY for k in (
+        "epsilon", "eps1", "eps2", "gamma", "gamma_x", "delta_r", "delta_l2",
+        "first_layer_norm", "norm_mode", "fan_in", "beta", "m", "theorem4_total",
+        "a22_term", "theorem4_total_with_a22")},
+}
+
+
+def _public_options(method: Any) -> tuple:
+    """The options of `method` the card may show: its module's declared OPTIONS (settings the
+    user chose, never values fitted on data), without seeds and paths."""
+    try:
+        module = registry.method_module(str(method))
+    except ValueError:
+        return ()  # not a registered method: no option is known to be public
+    declared = getattr(importlib.import_module(module), "OPTIONS", None)
+    return tuple(n for n in (declared.names if declared is not None else ())
+                 if not _is_private_flag(n))
+
+
+def card_allow_list(method: Any) -> dict:
+    """The model card's allow-list for a run of `method` (see the spec format above)."""
+    options = _public_options(method)
+    return {
+        **{k: ANY for k in ("format", "created_utc", "noise_seeding", "signatures",
+                            "signatures_exported")},
+        "run": {k: ANY for k in _CONFIG_KEYS},
+        "options": {k: ANY for k in options},
+        "flags": frozenset(_CARD_FLAGS + options),
+        "data": {k: ANY for k in ("dataset", "value_range", "input_shape", "num_classes",
+                                  "preprocessing")},
+        "ledger": _LEDGER_SPEC,
+        "certification": _CERTIFICATION_SPEC,
+        "versions": {k: ANY for k in ("tfdp", "tensorflow", "keras", "numpy", "python")},
+        "test": {k: ANY for k in _METRICS_KEYS},
+        "evaluation": {k: ANY for k in _EVALUATION_KEYS},
+        "source": {"model_sha256": ANY},
+        "input_validation": {k: ANY for k in ("value_range", "non_finite", "out_of_range",
+                                              "out_of_range_meaning", "shape", "num_draws")},
+    }
+
+
+def _flag_name(line: str) -> str:
+    return line.strip()[2:].partition("=")[0] if line.strip().startswith("--") else ""
+
+
+def apply_allow_list(value: Any, spec: Any) -> Any:
+    """`value` with every key (at any depth) that `spec` does not list dropped."""
+    if spec is ANY or value is None:
+        return value
+    if not isinstance(value, list) and isinstance(spec, (frozenset, list)):
+        return None
+    if isinstance(spec, frozenset):
+        return [v for v in value if isinstance(v, str) and _flag_name(v) in spec]
+    if isinstance(spec, list):
+        return [apply_allow_list(v, spec[0]) for v in value if isinstance(v, dict)]
+    if not isinstance(value, Mapping):
+        return None
+    return {k: apply_allow_list(v, spec[k]) for k, v in value.items() if k in spec}
+
+
+def disallowed_paths(value: Any, spec: Any, path: str = "") -> list:
+    """The paths ("ledger.entries[0].x", "flags[--seed]") of `value` that `spec` does not list."""
+    if spec is ANY or value is None:
+        return []
+    if isinstance(spec, frozenset):
+        if not isinstance(value, list):
+            return [path]
+        return [f"{path}[{v}]" for v in value if not isinstance(v, str)
+                or _flag_name(v) not in spec]
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return [path]
+        return [p for i, v in enumerate(value)
+                for p in disallowed_paths(v, spec[0], f"{path}[{i}]")]
+    if not isinstance(value, Mapping):
+        return [path]
+    out = []
+    for k, v in value.items():
+        sub = f"{path}.{k}" if path else str(k)
+        out += [sub] if k not in spec else disallowed_paths(v, spec[k], sub)
+    return out
 
 
 # ----------------------------------------------------------------------- seeded noise
@@ -648,7 +770,7 @@ def _read_json(path: str) -> Any:
 
 
 def _is_private_flag(name: str) -> bool:
-    return name in _PRIVATE_FLAGS or name.endswith("_seed") or name.endswith("_dir")
+    return name in _PRIVATE_FLAGS or name.endswith(("_seed", "_dir", "_file", "_path"))
 
 
 def _flags_from_text(text: str) -> list:
@@ -708,7 +830,7 @@ def _signature_docs(has_noise: bool, cert: Optional[dict], input_shape: Sequence
 
 def build_model_card(run: rundir.RunDir, config: Mapping[str, Any], *, has_noise: bool,
                      bound: str, draws_per_step: int) -> dict:
-    """The model card of a run, from an allow-list of fields.
+    """The model card of a run, filtered by `card_allow_list` (a key not listed is dropped).
 
     Contains the ledger (sound and claimed totals, entries with their notes), the data set,
     value range and preprocessing, the flags (without the seed and local paths), the
@@ -757,20 +879,14 @@ def build_model_card(run: rundir.RunDir, config: Mapping[str, Any], *, has_noise
                           "model's noise draws in call order"),
         "source": {"model_sha256": _sha256(run.file(rundir.MODEL_FILE))},
     }
-    # Training-run options that hold seeds or paths stay out.
-    for key in list(card["options"]):
-        if _is_private_flag(key):
-            del card["options"][key]
     if run.exists(rundir.FLAGS_FILE):
         with open(run.file(rundir.FLAGS_FILE), encoding="utf-8") as f:
             card["flags"] = _flags_from_text(f.read())
     if run.exists(rundir.METRICS_FILE):
-        metrics = _read_json(run.file(rundir.METRICS_FILE))
-        card["test"] = {k: metrics[k] for k in _METRICS_KEYS if k in metrics}
+        card["test"] = _read_json(run.file(rundir.METRICS_FILE))
     if run.exists(rundir.EVALUATION_FILE):
-        evaluation = _read_json(run.file(rundir.EVALUATION_FILE))
-        card["evaluation"] = {k: evaluation[k] for k in _EVALUATION_KEYS if k in evaluation}
-    return card
+        card["evaluation"] = _read_json(run.file(rundir.EVALUATION_FILE))
+    return apply_allow_list(card, card_allow_list(config.get("method")))
 
 
 def _sha256(path: str) -> str:
@@ -878,6 +994,7 @@ def export_run(model_dir: str, export_dir: str, *, overwrite: bool = False,
     card["signatures_exported"] = sorted(signatures)
     card["input_validation"] = serving_inputs.card_entry(
         config.get("value_range") or (-1.0, 1.0), out_of_range)
+    card = apply_allow_list(card, card_allow_list(config.get("method")))
 
     parent = os.path.dirname(target)
     created_parent = not os.path.exists(parent)
