@@ -14,8 +14,11 @@ $(STAMP): requirements.txt setup.py
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# The main job: Secure-SGD on the embedded MNIST sample, evaluated under the four attacks with
-# certification, then exported as a SavedModel (tfdp/apps/pipeline.py). The AdLM job:
+# The main job: DP-SGD with Gaussian input smoothing on the embedded 20,000-image MNIST sample,
+# attacked in l2, certified (gaussian_smoothing), soundness-checked, then exported as a
+# SavedModel (tfdp/apps/pipeline.py). The HGM job (code-release sensitivity: claimed numbers):
+#   make run ARGS="--train_flagfile=flags/hgm/sample.flags --eval_flagfile=flags/hgm/sample_eval.flags"
+# The AdLM job:
 #   make run ARGS="--train_flagfile=flags/adlm/sample.flags --eval_flagfile=flags/adlm/sample_eval.flags"
 run: $(STAMP)
 	$(PY) -m tfdp.apps.pipeline $(ARGS)

@@ -25,6 +25,7 @@ import time
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
+import scipy.stats
 import tensorflow as tf
 from absl import logging
 
@@ -66,6 +67,12 @@ class EvalOptions:
             any restart breaks the noise-free network.
         noise_kernel: how the noise layers draw (layers.NOISE_KERNELS); run directories only
             (an export's graph is fixed when it is written).
+        attack_norm: "inf" (l_inf attacks and sizes) or "2" (l2); must match the norm of
+            the certificate when certifying.
+        soundness_check: attack every clean-certified example at its certified radius
+            (EOT, the certificate's norm) and re-certify it (tfdp.soundness).
+        soundness_nb_iter: PGD steps of the soundness attack.
+        soundness_eot_draws: noise draws averaged per gradient of the soundness attack.
     """
 
     attacks: Sequence[str] = ("fgsm", "ifgsm", "mim", "madry")
@@ -86,6 +93,10 @@ class EvalOptions:
     eps_iter_scale: float = 1.0
     restarts: int = 1
     noise_kernel: str = "portable"
+    attack_norm: str = "inf"
+    soundness_check: bool = False
+    soundness_nb_iter: int = 50
+    soundness_eot_draws: int = 32
 
 
 # Attack presets (issue 13 item 5): the papers' setting (step mu/T, as the authors' code) and
@@ -120,7 +131,7 @@ def _attack_batch(name, attack_fn, det_fn, xb, eps, low, high, labels, opts, rng
     best, target = None, None
     for _ in range(restarts):
         adv = attacks.run_attack(name, attack_fn, xb, eps, low, high, labels,
-                                 nb_iter=opts.nb_iter, eot_draws=opts.eot_draws,
+                                 ATTACK_NORMS[opts.attack_norm][1], nb_iter=opts.nb_iter, eot_draws=opts.eot_draws,
                                  eps_iter=eps_iter if eps > 0 else None,
                                  seed=rng.integers(0, 2**31 - 1, size=2)).numpy()
         if restarts == 1:
@@ -189,11 +200,57 @@ def validate_options(options: EvalOptions) -> EvalOptions:
         raise ValueError(f"eps_iter_scale must be > 0, got {options.eps_iter_scale!r}")
     if int(options.restarts) < 1:
         raise ValueError(f"restarts must be >= 1, got {options.restarts!r}")
+    attack_norm = str(options.attack_norm).strip().lower()
+    if attack_norm not in ATTACK_NORMS:
+        raise ValueError(f"attack_norm: expected one of {sorted(ATTACK_NORMS)}, got "
+                         f"{options.attack_norm!r}")
+    if options.soundness_check and not options.certify:
+        raise ValueError("soundness_check: needs --certify (it attacks the certified examples)")
+    if int(options.soundness_nb_iter) < 1:
+        raise ValueError(f"soundness_nb_iter must be >= 1, got {options.soundness_nb_iter!r}")
+    if int(options.soundness_eot_draws) < 1:
+        raise ValueError(f"soundness_eot_draws must be >= 1, got "
+                         f"{options.soundness_eot_draws!r}")
     from tfdp import kernels  # pylint: disable=import-outside-toplevel
 
     kernels.check_noise_kernel(options.noise_kernel, "noise_kernel")  # builds "fused" now
     return dataclasses.replace(options, attacks=tuple(names), attack_sizes=tuple(sizes),
-                               size_range=size_range)
+                               size_range=size_range, attack_norm=attack_norm)
+
+
+# --attack_norm -> the certificate norm it matches and the attacks' norm argument.
+ATTACK_NORMS = {"inf": ("linf", np.inf), "2": ("l2", 2)}
+
+
+def check_certificate_norm(options: EvalOptions, certification: Any) -> None:
+    """A certifying evaluation attacks in the certificate's own norm (principle 7).
+
+    Raises:
+        ValueError: naming --attack_norm when the norms differ.
+    """
+    if not (options.certify and certification):
+        return
+    cert = certify_lib.from_config(certification)
+    want = ATTACK_NORMS[str(options.attack_norm).strip().lower()][0]
+    if cert.norm != want:
+        flag = "2" if cert.norm == "l2" else "inf"
+        raise ValueError(f"attack_norm: the {cert.name} certificate is {cert.norm}; "
+                         f"certified accuracy is reported only in its norm "
+                         f"(use --attack_norm={flag})")
+
+
+def binomial_ci95(k: int, n: int) -> list:
+    """Two-sided 95% Clopper-Pearson interval of a proportion k / n (scipy.stats.beta)."""
+    if n <= 0:
+        return [0.0, 1.0]
+    lo = 0.0 if k == 0 else float(scipy.stats.beta.ppf(0.025, k, n - k + 1))
+    hi = 1.0 if k == n else float(scipy.stats.beta.ppf(0.975, k + 1, n - k))
+    return [lo, hi]
+
+
+def proportion(k: int, n: int) -> dict:
+    """{"value", "ci95", "n"} of a proportion k / n."""
+    return {"value": k / n if n else None, "ci95": binomial_ci95(int(k), int(n)), "n": int(n)}
 
 
 def size_key(size: float) -> str:
@@ -288,6 +345,10 @@ def model_functions(model: Any, certification: Optional[Mapping[str, Any]]
         with _noise(model, True):
             return model(x, training=False)
 
+    from tfdp.certify import smoothing  # pylint: disable=import-outside-toplevel
+    if smoothing.is_smoothing(certification):
+        # Randomized smoothing (Cohen et al. 2019): noise on the input of the base classifier.
+        return noise_free, smoothing.smoothed_score(noise_free, float(certification["sigma"])), True
     passes = (certification or {}).get("passes")
     if passes:
         known = {layer.name for layer in _noise_layers(model)}
@@ -341,8 +402,15 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
     if float(x.min()) < low - 1e-6 or float(x.max()) > high + 1e-6:
         raise ValueError(f"x lies outside value_range {value_range!r}")
 
-    cert = certify_lib.validate_certification(certification) if certification else None
+    certificate = certify_lib.from_config(certification) if certification else None
+    cert = certificate.to_config() if certificate is not None else None
+    check_certificate_norm(opts, cert)
     do_certify = bool(opts.certify and cert is not None)
+    if do_certify and certificate.selection_draws and (opts.bound or "clopper_pearson") != \
+            "clopper_pearson":
+        raise ValueError(f"bound: {certificate.name} uses clopper_pearson, not {opts.bound!r}")
+    # Accuracies behind an unsound certificate are claims, and named so (principle 7).
+    cert_key = certificate.accuracy_key() if certificate is not None else "certified_accuracy"
     num_draws = int(opts.num_draws or (cert or {}).get("num_draws") or 1000)
     alpha = float(opts.alpha or (cert or {}).get("alpha") or 0.05)
     bound = opts.bound or (cert or {}).get("bound") or "clopper_pearson"
@@ -392,7 +460,7 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
         radii = {}
         for s in (sizes_for_radius if per_size else sizes_for_radius[:1]):
             out = model.certify(xb, num_draws, alpha, s, seed)
-            radii[s] = out["radius"]
+            radii[s] = out["radius"] if "radius" in out else out["claimed_radius"]
         pred = out["prediction"]
         return pred, {s: radii[s if per_size else sizes_for_radius[0]]
                       for s in sizes_for_radius}
@@ -403,10 +471,11 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
         if predictor is None:
             pred = np.argmax(det_fn(tf.constant(xb)).numpy(), axis=-1)
             return pred, None
+        selection = (predictor(xb, certificate.selection_draws, num_classes)
+                     if certificate.selection_draws else None)
         result = predictor(xb, num_draws, num_classes)
-        pred, lower, upper = certify_lib.top_two_bounds(result, bound, alpha)
-        radii = {s: certify_lib.certified_radius(lower, upper, cert, attack_size=s)
-                 for s in sizes_for_radius}
+        pred, lower, upper = certificate.bounds(result, bound, alpha, selection=selection)
+        radii = {s: certificate.radius(lower, upper, attack_size=s) for s in sizes_for_radius}
         return pred, radii
 
     n = x.shape[0]
@@ -418,6 +487,8 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
     correct_by_job = {}
     certified_by_job = {}
     clean_cert = {size_key(s): 0 for s in opts.attack_sizes}
+    clean_pred = np.zeros(x.shape[0], np.int64)
+    clean_radius = np.zeros(x.shape[0], np.float64)
     for name, size, eps in jobs:
         correct_total = 0
         certified_total = 0
@@ -437,6 +508,10 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
             if radii is not None:
                 radius = radii[radius_sizes[0]]
                 if name == "clean":
+                    clean_pred[start:start + len(yb)] = pred
+                    # The largest radius (radii differ per size only in StoBatch's mu_a mode).
+                    clean_radius[start:start + len(yb)] = np.max(
+                        np.stack([radii[d] for d in radius_sizes]), axis=0)
                     for s, d in zip(opts.attack_sizes, data_sizes):
                         clean_cert[size_key(s)] += int(np.sum(
                             correct & certify_lib.is_robust(radii[d], d)))
@@ -452,14 +527,17 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
             done += len(yb)
             if progress is not None:
                 progress(done, total)
-        correct_by_job[(name, size)] = correct_total / n
-        certified_by_job[(name, size)] = certified_total / n if do_certify else None
+        correct_by_job[(name, size)] = correct_total
+        certified_by_job[(name, size)] = certified_total if do_certify else None
 
+    clean_key = "clean_" + cert_key
     summary: dict[str, Any] = {
-        "clean_accuracy": correct_by_job[("clean", 0.0)],
-        "clean_certified_accuracy": ({k: v / n for k, v in clean_cert.items()}
-                                     if do_certify else None),
+        "clean_accuracy": correct_by_job[("clean", 0.0)] / n,
+        "clean_accuracy_ci95": binomial_ci95(correct_by_job[("clean", 0.0)], n),
+        clean_key: ({k: proportion(v, n) for k, v in clean_cert.items()}
+                    if do_certify else None),
         "attacks": {},
+        "attack_norm": ATTACK_NORMS[opts.attack_norm][0],
         "num_examples": int(n),
         "value_range": [low, high],
         "size_range": list(opts.size_range) if opts.size_range else [low, high],
@@ -477,13 +555,33 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
         "bound": bound if do_certify else None,
         "robust_rule": "radius >= attack size, radius > 0",
     }
+    if do_certify:
+        summary["certified_label"] = certificate.label()
+        if not certificate.sound:
+            summary["claimed_note"] = (f"CLAIMED, not certified: {certificate.unsound_reason}")
+    # Certified on attacked inputs (the HGM / StoBatch papers' metric): named so.
+    attacked_key = cert_key + "_on_attacked_inputs"
     for name in opts.attacks:
         entry = {}
         for s, d in zip(opts.attack_sizes, data_sizes):
-            entry[size_key(s)] = {"accuracy": correct_by_job[(name, s)],
-                                  "certified_accuracy": certified_by_job[(name, s)],
+            k = correct_by_job[(name, s)]
+            c = certified_by_job[(name, s)]
+            entry[size_key(s)] = {"accuracy": k / n, "accuracy_ci95": binomial_ci95(k, n),
+                                  "n": int(n),
+                                  attacked_key: None if c is None else c / n,
+                                  attacked_key + "_ci95": (None if c is None
+                                                           else binomial_ci95(c, n)),
                                   "eps_data": d}
         summary["attacks"][name] = entry
+    if do_certify and opts.soundness_check:
+        from tfdp import soundness  # pylint: disable=import-outside-toplevel
+        summary["soundness_check"] = soundness.soundness_check(
+            certificate, x, y, clean_pred, clean_radius,
+            noisy=(noisy if noisy_logits else
+                   (lambda v: tf.math.log(noisy(v) + 1e-12))),  # StoBatch: log of the score
+            certify_fn=lambda xb: predict(xb, [0.0]), value_range=(low, high),
+            alpha=alpha, options=opts, num_classes=num_classes,
+            chance=1.0 / num_classes, clean_accuracy=summary["clean_accuracy"])
     return summary, records
 
 
@@ -493,9 +591,73 @@ def _is_exported(model: Any) -> bool:
     return isinstance(model, export.ExportedModel)
 
 
-def write_certificates(path: str, records: Sequence[tuple]) -> str:
-    """Writes the per-example records as a TSV (header TSV_COLUMNS); returns the path."""
-    lines = ["\t".join(TSV_COLUMNS)]
+def certified_key(summary: Mapping[str, Any]) -> str:
+    """"certified_accuracy", or "claimed_certified_accuracy" for an unsound certificate."""
+    cert = summary.get("certification") or {}
+    return "certified_accuracy" if cert.get("sound", False) or not cert else \
+        "claimed_certified_accuracy"
+
+
+def _ci(res: Mapping[str, Any], key: str = "ci95") -> str:
+    lo, hi = res.get(key) or (float("nan"), float("nan"))
+    return f"95% CI {lo:.3f}-{hi:.3f}"
+
+
+def summary_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Console lines of an evaluation summary; unsound certificates' numbers say CLAIMED.
+
+    The headline is the clean certified accuracy per radius (the standard metric), with the
+    accuracy under attack beside it; every accuracy has its N and 95% CI.
+    """
+    key = certified_key(summary)
+    label = "certified" if key == "certified_accuracy" else "CLAIMED certified"
+    n = summary["num_examples"]
+    norm = {"l2": "l2", "linf": "l_inf"}.get(summary.get("attack_norm", "linf"), "l_inf")
+    lines = [f"clean accuracy {summary['clean_accuracy']:.4f} "
+             f"({_ci(summary, 'clean_accuracy_ci95')}, N={n}, {summary.get('prediction')})"]
+    cert = summary.get("certification") or {}
+    if summary.get("num_draws") and cert:
+        params = ", ".join(f"{k}={cert[k]}" for k in ("sigma", "lipschitz", "selection_draws",
+                                                      "epsilon", "delta",
+                                                      "construction_bound",
+                                                      "sensitivity_mode") if k in cert)
+        lines.append(f"certificate {cert.get('name')} ({cert.get('norm')}, "
+                     f"{'sound' if cert.get('sound') else 'NOT sound: numbers are claims'}; "
+                     f"{params}), n={summary.get('num_draws')} draws, alpha="
+                     f"{summary.get('alpha')}, {summary.get('bound')}")
+    for size, res in sorted((summary.get("clean_" + key) or {}).items(),
+                            key=lambda kv: float(kv[0])):
+        lines.append(f"clean {label} accuracy at {norm} radius {size}: {res['value']:.4f} "
+                     f"({_ci(res)}, N={res['n']})")
+    for name, entry in summary["attacks"].items():
+        for size, res in sorted(entry.items(), key=lambda kv: float(kv[0])):
+            on_attacked = res.get(key + "_on_attacked_inputs")
+            extra = ("" if on_attacked is None else
+                     f"; {label} on attacked inputs {on_attacked:.4f}")
+            lines.append(f"{name} ({norm}) at {size}: accuracy {res['accuracy']:.4f} "
+                         f"({_ci(res, 'accuracy_ci95')}, N={res.get('n', n)}){extra}")
+    if summary.get("claimed_note"):
+        lines.append(summary["claimed_note"])
+    check = summary.get("soundness_check")
+    if check:
+        verdict = ("passed" if check["passed"] else
+                   "inconclusive" if not check["conclusive"] else "FAILED")
+        lines.append(f"soundness check ({verdict}): {check['flipped']} of "
+                     f"{check['certified']} certified examples flipped under {check['attack']}"
+                     f"; p-value {check['p_value']:.3g} (flips ~ Binomial(certified, "
+                     f"{check['null_rate']:g}) if sound); {check['note']}")
+    return lines
+
+
+def write_certificates(path: str, records: Sequence[tuple], claimed: bool = False) -> str:
+    """Writes the per-example records as a TSV (header TSV_COLUMNS); returns the path.
+
+    With `claimed` (an unsound certificate) the radius and certified columns are named
+    claimed_radius and claimed_certified.
+    """
+    columns = [("claimed_" + c if claimed and c in ("radius", "certified") else c)
+               for c in TSV_COLUMNS]
+    lines = ["\t".join(columns)]
     for name, size, index, label, pred, radius, correct, certified, seconds in records:
         lines.append("\t".join([
             name, repr(float(size)), str(index), str(label), str(pred),
@@ -525,8 +687,8 @@ def _plot_title(path: str, summary: Mapping[str, Any], n: Optional[int]) -> str:
         parts.append(f"N = {n}")
     cert = summary.get("certification")
     if isinstance(cert, Mapping):
-        sound = cert.get("sensitivity_sound", summary.get("certificates_sound", True))
-        parts.append("certificates sound" if sound else "certificates NOT formally sound")
+        sound = cert.get("sound", cert.get("sensitivity_sound", False))
+        parts.append("certificates sound" if sound else "certificates CLAIMED (not sound)")
     return ", ".join(parts)
 
 
@@ -561,12 +723,24 @@ def plot_accuracy(path: str, summary: Mapping[str, Any]) -> str:
         color = f"C{i}"
         ax.plot(xs, ys, "o-", color=color, label=f"{name}")
         band(ax, xs, ys, color)
-        cert = [entry[s]["certified_accuracy"] for s in sizes]
+        key = certified_key(summary)
+        cert = [entry[s].get(key + "_on_attacked_inputs") for s in sizes]
         if all(c is not None for c in cert) and cert:
+            label = "certified" if key == "certified_accuracy" else "CLAIMED certified"
             cx = [float(s) / (hi - lo) for s in sizes]
-            ax.plot(cx, cert, "s--", color=color, label=f"{name} (certified)")
+            ax.plot(cx, cert, "s--", color=color, label=f"{name} ({label}, attacked inputs)")
             band(ax, cx, cert, color)
-    ax.set_xlabel("attack size (l_inf, as a fraction of the pixel range)")
+    clean = summary.get("clean_" + certified_key(summary)) or {}
+    if clean:
+        sizes = sorted(clean, key=float)
+        label = ("certified" if certified_key(summary) == "certified_accuracy"
+                 else "CLAIMED certified")
+        cx = [float(s) / (hi - lo) for s in sizes]
+        cy = [clean[s]["value"] for s in sizes]
+        ax.plot(cx, cy, "k^:", label=f"clean {label} accuracy")
+        band(ax, cx, cy, "k")
+    norm = {"l2": "l2", "linf": "l_inf"}.get(summary.get("attack_norm", "linf"), "l_inf")
+    ax.set_xlabel(f"attack size / radius ({norm}, as a fraction of the pixel range)")
     ax.set_ylabel("accuracy" + (" (95% CI bands)" if n else ""))
     ax.set_ylim(0.0, 1.02)
     ax.set_title(_plot_title(path, summary, n), fontsize=9)
@@ -594,6 +768,7 @@ def evaluate_run(model_dir: str, options: EvalOptions) -> dict:
     """
     opts = validate_options(options)
     model, config = load_run(model_dir)
+    check_certificate_norm(opts, config.get("certification"))
     rd = rundir.RunDir(model_dir)
     from tfdp import data as data_lib  # pylint: disable=import-outside-toplevel
     value_range = tuple(config.get("value_range") or (-1.0, 1.0))
@@ -626,7 +801,8 @@ def evaluate_run(model_dir: str, options: EvalOptions) -> dict:
     summary["method"] = config.get("method")
     summary["dataset"] = config.get("dataset")
     summary["seconds"] = time.perf_counter() - start
-    write_certificates(rd.file(rundir.CERTIFICATES_FILE), records)
+    write_certificates(rd.file(rundir.CERTIFICATES_FILE), records,
+                       claimed=certified_key(summary) != "certified_accuracy")
     summary["plot"] = PLOT_FILE
     plot_accuracy(rd.file(PLOT_FILE), summary)
     rd.write_json(rundir.EVALUATION_FILE, summary)
@@ -657,6 +833,7 @@ def evaluate_saved_model(saved_model: str, options: EvalOptions,
     opts = validate_options(options)
     from tfdp import export  # pylint: disable=import-outside-toplevel
     model = export.ExportedModel(saved_model)
+    check_certificate_norm(opts, model.certification)
     card = model.card
     data_card = card.get("data") or {}
     if not data_card.get("dataset"):
@@ -683,7 +860,8 @@ def evaluate_saved_model(saved_model: str, options: EvalOptions,
     summary["method"] = (card.get("run") or {}).get("method")
     summary["dataset"] = data_card["dataset"]
     summary["seconds"] = time.perf_counter() - start
-    write_certificates(rd.file(rundir.CERTIFICATES_FILE), records)
+    write_certificates(rd.file(rundir.CERTIFICATES_FILE), records,
+                       claimed=certified_key(summary) != "certified_accuracy")
     summary["plot"] = PLOT_FILE
     plot_accuracy(rd.file(PLOT_FILE), summary)
     rd.write_json(rundir.EVALUATION_FILE, summary)

@@ -53,7 +53,8 @@ import tensorflow as tf
 from layers import noise as noise_layers
 from tfdp import certify as certify_lib
 from tfdp import accounting, checks, rundir, serving_inputs
-from tfdp.mechanisms import gaussian as gaussian_mechanism
+from tfdp.certify import graph as certify_graph
+from tfdp.certify import smoothing as certify_smoothing
 from tfdp.train import registry
 
 CARD_FILE = "model_card.json"
@@ -65,14 +66,8 @@ SIGNATURES = ("serving_default", "serve", "noisy_predict", "certify")
 # Tags folded into the user's seed, so noisy_predict and certify never share a draw.
 _TAG_NOISY = 1
 _TAG_CERTIFY = 2
-
-# Bisection steps of the in-graph Beta quantile (Clopper-Pearson): the bracket [0, 1]
-# halves each step, 2^-100 is far below float64 resolution.
-_BETA_STEPS = 100
-# The analytic Gaussian calibration (tfdp.mechanisms.analytic_gaussian_sigma): bisection on
-# log sigma for at most 200 steps, stopping once the bracket is narrower than 1e-15.
-_AGM_STEPS = 200
-_AGM_WIDTH = 1e-15
+_TAG_SELECT = 3  # the selection draws (n0) of a two-stage certificate
+_TAG_SMOOTHING = 0x534D  # folded into a draw's key for the input noise of smoothing
 
 # ------------------------------------------------------------- model card allow-list
 # The model card is built from an allow-list (issue 22): every key it may carry is declared
@@ -329,256 +324,27 @@ def _model_functions(model: Any, certification: Optional[Mapping[str, Any]]) -> 
             return noise_free(x)
 
     has_noise = bool(evaluate_lib._noise_layers(model))  # pylint: disable=protected-access
+    if certify_smoothing.is_smoothing(certification):
+        # Randomized smoothing: the noise is on the input, one stateless draw per key.
+        sigma = float(certification["sigma"])
+
+        def smoothed(x, key):
+            seed = tf.random.experimental.stateless_fold_in(key, _TAG_SMOOTHING)
+            return deterministic(certify_smoothing.add_gaussian_noise(x, sigma, seed))
+
+        return _Functions(deterministic, smoothed, smoothed, True, True)
     return _Functions(deterministic, seeded(noisy), seeded(score), score_is_logits, has_noise)
 
 
 # ------------------------------------------------------- in-graph certification statistics
 
 
-def _tf_beta_ppf(p: tf.Tensor, a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
-    """Quantile of Beta(a, b) at p (float64, elementwise) by bisection on tf.math.betainc."""
-    p, a, b = (_f64(v) for v in (p, a, b))
-    shape = tf.shape(a + b + p)
-    lo = tf.zeros(shape, tf.float64)
-    hi = tf.ones(shape, tf.float64)
-
-    def body(i, lo, hi):
-        mid = 0.5 * (lo + hi)
-        below = tf.math.betainc(a, b, mid) < p
-        return i + 1, tf.where(below, mid, lo), tf.where(below, hi, mid)
-
-    _, lo, hi = tf.while_loop(lambda i, *_: i < _BETA_STEPS, body,
-                              [tf.constant(0), lo, hi])
-    return 0.5 * (lo + hi)
-
-
-def tf_clopper_pearson_bounds(counts: tf.Tensor, alpha: tf.Tensor
-                              ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Graph version of `tfdp.certify.clopper_pearson_bounds` (Bonferroni over classes).
-
-    Args:
-        counts: (b, K) integer counts.
-        alpha: float64 scalar in (0, 1).
-
-    Returns:
-        (lower, upper) float64 (b, K).
-    """
-    c = tf.cast(counts, tf.float64)
-    n = tf.reduce_sum(c, axis=-1, keepdims=True) + tf.zeros_like(c)
-    a = alpha / tf.cast(tf.shape(c)[-1], tf.float64)
-    # Clopper & Pearson (1934): lower = Beta.ppf(a; c, n-c+1), upper = Beta.ppf(1-a; c+1, n-c)
-    lower = _tf_beta_ppf(a + tf.zeros_like(c), tf.where(c > 0, c, 1.0), n - c + 1.0)
-    upper = _tf_beta_ppf(1.0 - a + tf.zeros_like(c), c + 1.0, tf.where(c < n, n - c, 1.0))
-    return tf.where(c > 0, lower, 0.0), tf.where(c < n, upper, 1.0)
-
-
-def tf_hoeffding_bounds(mean: tf.Tensor, num_draws: tf.Tensor, alpha: tf.Tensor
-                        ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Graph version of `tfdp.certify.hoeffding_bounds` (HGM spec §4.4)."""
-    k = tf.cast(tf.shape(mean)[-1], tf.float64)
-    n = tf.cast(num_draws, tf.float64)
-    half = tf.sqrt(tf.math.log(k / alpha) / (2.0 * n))
-    return (tf.clip_by_value(mean - half, 0.0, 1.0), tf.clip_by_value(mean + half, 0.0, 1.0))
-
-
-def tf_bernstein_bounds(mean: tf.Tensor, var: tf.Tensor, num_draws: tf.Tensor,
-                        alpha: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Graph version of `tfdp.certify.empirical_bernstein_bounds` (Maurer & Pontil 2009, Thm 4)."""
-    k = tf.cast(tf.shape(mean)[-1], tf.float64)
-    n = tf.cast(num_draws, tf.float64)
-    log_term = tf.math.log(2.0 * k / alpha)
-    half = tf.sqrt(2.0 * var * log_term / n) + 7.0 * log_term / (3.0 * (n - 1.0))
-    return (tf.clip_by_value(mean - half, 0.0, 1.0), tf.clip_by_value(mean + half, 0.0, 1.0))
-
-
-def tf_max_epsilon(lower: tf.Tensor, upper: tf.Tensor, delta: Any = 0.0) -> tf.Tensor:
-    """Graph version of `tfdp.certify.max_epsilon` (PixelDP Eq. 4 solved for eps')."""
-    lo, up, d = _f64(lower), _f64(upper), _f64(delta)
-    lo, up, d = lo + 0.0 * (up + d), up + 0.0 * (lo + d), d + 0.0 * (lo + up)
-    # t* = (-delta + sqrt(delta^2 + 4 upper (lower - delta))) / (2 upper)
-    disc = d * d + 4.0 * up * (lo - d)
-    safe_up = tf.where(up > 0, up, 1.0)
-    t_quad = (-d + tf.sqrt(tf.maximum(disc, 0.0))) / (2.0 * safe_up)
-    safe_d = tf.where(d > 0, d, 1.0)
-    t_lin = (lo - d) / safe_d
-    inf = tf.constant(np.inf, tf.float64)
-    t = tf.where(up > 0, t_quad, tf.where(d > 0, t_lin, inf))
-    eps = tf.where(t > 1.0, tf.math.log(tf.maximum(t, 1.0)), 0.0)
-    return tf.where(lo - d > 0, eps, 0.0)
-
-
-def _f64(value: Any) -> tf.Tensor:
-    """float64 tensor of value (Python floats converted directly, never through float32)."""
-    if isinstance(value, (tf.Tensor, tf.Variable)):
-        return tf.cast(value, tf.float64)
-    return tf.constant(np.asarray(value, np.float64))
-
-
-def _tf_log_ndtr(x: tf.Tensor) -> tf.Tensor:
-    """log Phi(x) in float64: erfc in the body, the asymptotic series in the far left tail."""
-    x = tf.cast(x, tf.float64)
-    sqrt_half = math.sqrt(0.5)
-    right = tf.math.log1p(-0.5 * tf.math.erfc(tf.maximum(x, 6.0) * sqrt_half))
-    middle = tf.math.log(0.5 * tf.math.erfc(-tf.clip_by_value(x, -20.0, 6.0) * sqrt_half))
-    xl = tf.minimum(x, -20.0)
-    z = 1.0 / (xl * xl)
-    # Phi(x) ~ phi(x)/(-x) * (1 - 1/x^2 + 3/x^4 - 15/x^6 + 105/x^8), x -> -inf
-    series = 1.0 - z * (1.0 - 3.0 * z * (1.0 - 5.0 * z * (1.0 - 7.0 * z)))
-    left = (-0.5 * xl * xl - tf.math.log(-xl) - 0.5 * math.log(2.0 * math.pi)
-            + tf.math.log(series))
-    return tf.where(x > 6.0, right, tf.where(x < -20.0, left, middle))
-
-
-def _tf_gaussian_delta_unit(sigma: tf.Tensor, eps: tf.Tensor) -> tf.Tensor:
-    """Balle & Wang 2018 Thm 8 at sensitivity 1 (as tfdp.mechanisms.gaussian)."""
-    a = 0.5 / sigma - eps * sigma
-    b = -0.5 / sigma - eps * sigma
-    log_pa = _tf_log_ndtr(a)
-    log_pb = _tf_log_ndtr(b)
-    delta = tf.exp(log_pa) * -tf.math.expm1(eps + log_pb - log_pa)
-    return tf.maximum(delta, 0.0)
-
-
-def _tf_hgm_multiplier(eps: tf.Tensor, delta: tf.Tensor) -> tf.Tensor:
-    """mult_HGM(eps, delta), HGM Theorem 2 (tfdp.mechanisms.hgm_multiplier)."""
-    s = tf.math.log(math.sqrt(2.0 / math.pi) / delta)  # HGM Theorem 2, s(delta)
-    cond1 = (1.0 + tf.sqrt(1.0 + 2.0 * eps)) / (2.0 * eps)
-    s_safe = tf.maximum(s, 0.0)
-    cond2 = (tf.sqrt(s_safe) + tf.sqrt(s_safe + eps)) / (math.sqrt(2.0) * eps)
-    return tf.where(s < 0.0, cond1, tf.maximum(cond1, cond2))
-
-
-def _tf_agm_multiplier(eps: tf.Tensor, delta: tf.Tensor) -> tf.Tensor:
-    """Analytic Gaussian sigma at sensitivity 1 (tfdp.mechanisms.analytic_gaussian_sigma)."""
-    hi = _tf_hgm_multiplier(eps, delta)
-    lo = hi / 2.0
-
-    # Bracket: halve lo while it is still valid (delta(lo) <= delta).
-    def bracket_cond(i, lo, hi):
-        return tf.logical_and(i < 1100, tf.reduce_any(
-            tf.logical_and(_tf_gaussian_delta_unit(lo, eps) <= delta, lo >= 1e-300)))
-
-    def bracket_body(i, lo, hi):
-        grow = tf.logical_and(_tf_gaussian_delta_unit(lo, eps) <= delta, lo >= 1e-300)
-        return i + 1, tf.where(grow, lo / 2.0, lo), tf.where(grow, lo, hi)
-
-    _, lo, hi = tf.while_loop(bracket_cond, bracket_body, [tf.constant(0), lo, hi])
-    log_lo, log_hi = tf.math.log(lo), tf.math.log(hi)
-
-    def body(i, log_lo, log_hi):
-        active = log_hi - log_lo >= _AGM_WIDTH
-        mid = 0.5 * (log_lo + log_hi)
-        valid = _tf_gaussian_delta_unit(tf.exp(mid), eps) <= delta
-        return (i + 1, tf.where(active & ~valid, mid, log_lo),
-                tf.where(active & valid, mid, log_hi))
-
-    _, _, log_hi = tf.while_loop(lambda i, *_: i < _AGM_STEPS, body,
-                                 [tf.constant(0), log_lo, log_hi])
-    # Rounded toward more noise as tfdp.mechanisms.analytic_gaussian_sigma (a smaller radius).
-    return tf.exp(log_hi) * (1.0 + gaussian_mechanism.SIGMA_MARGIN)
-
-
-def _tf_gaussian_radius(lower: tf.Tensor, upper: tf.Tensor, ratio: float, multiplier: str,
-                        eps_cap: Optional[float]) -> tf.Tensor:
-    """Graph version of `tfdp.certify.gaussian_radius` on the default delta' grid."""
-    grid = tf.constant(np.asarray(certify_lib.DEFAULT_DELTA_GRID, np.float64))[None, :]
-    eps = tf_max_epsilon(lower[:, None], upper[:, None], grid)  # (b, grid)
-    if eps_cap is not None:
-        eps = tf.minimum(eps, float(eps_cap))
-    passed = eps > 0
-    safe_eps = tf.where(passed, eps, 1.0)
-    d = grid + tf.zeros_like(eps)
-    if multiplier == "gm":
-        mult = tf.sqrt(2.0 * tf.math.log(1.25 / d)) / safe_eps  # HGM Theorem 1 constant
-    elif multiplier == "hgm":
-        mult = _tf_hgm_multiplier(safe_eps, d)  # HGM Eq. 10 (corrected, spec §4.2)
-    else:
-        mult = tf.where(passed, _tf_agm_multiplier(safe_eps, d), 1.0)
-    return tf.reduce_max(tf.where(passed, ratio / mult, 0.0), axis=-1)
-
-
-def _tf_stobatch_radius(lower: tf.Tensor, upper: tf.Tensor, cert: Mapping[str, Any],
-                        attack_size: tf.Tensor) -> tf.Tensor:
-    """Graph version of `tfdp.certify.stobatch_radius` (StoBatch Eq. 13, spec §7 A1/A19)."""
-    mode = cert["delta_rx_mode"]
-    if mode == "unit":
-        mu = tf.constant(1.0, tf.float64)
-    elif mode == "mu_train":
-        mu = tf.constant(float(cert["mu_train"]), tf.float64)
-    else:
-        mu = _f64(attack_size)
-    delta_rx = mu * float(cert["d_cert"])
-    eps_star = tf_max_epsilon(lower, upper, 0.0)
-    # StoBatch Eq. 13
-    radius = eps_star * float(cert["sensitivity"]) / (
-        float(cert["batch_size"]) * float(cert["epsilon1"])
-        * (delta_rx + float(cert["delta_rh"]) / 2.0))
-    if cert["radius_psi_correction"]:
-        radius = radius / float(cert["psi"])
-    return radius / float(cert["radius_divisor"])
-
-
-def tf_certified_radius(lower: tf.Tensor, upper: tf.Tensor, certification: Mapping[str, Any],
-                        attack_size: tf.Tensor) -> tf.Tensor:
-    """Graph version of `tfdp.certify.certified_radius` for a fixed certification dict.
-
-    The mechanism constants (noise-to-sensitivity ratios) are computed here in Python with
-    the same tfdp.mechanisms calibrations tfdp.certify uses, and become graph constants.
-
-    Args:
-        lower: (b,) lower bounds of the predicted class.
-        upper: (b,) upper bounds of the runner-up.
-        certification: the run's certification dict.
-        attack_size: float64 scalar (StoBatch's "mu_a" mode uses it).
-
-    Returns:
-        (b,) float64 radii, 0 = abstain.
-
-    Raises:
-        ValueError: on an invalid certification dict.
-    """
-    cert = certify_lib.validate_certification(certification)
-    mech = cert["mechanism"]
-    cap = cert.get("eps_cap")
-    lower, upper, attack_size = _f64(lower), _f64(upper), _f64(attack_size)
-    if mech == "stobatch":
-        radius = _tf_stobatch_radius(lower, upper, cert, attack_size)
-        if cap is not None:  # as tfdp.certify: cap eps_r* through the radius
-            capped = _tf_stobatch_radius(tf.constant([math.exp(2.0 * float(cap))], tf.float64),
-                                         tf.constant([1.0], tf.float64), cert, attack_size)
-            radius = tf.minimum(radius, capped)
-        return radius
-    bound_l = float(cert["construction_bound"])
-    eps_r = float(cert["epsilon"])
-    if mech == "pixeldp_laplace":
-        ratio = bound_l / eps_r  # PixelDP: b = Delta L / eps_r
-        eps = tf_max_epsilon(lower, upper, 0.0)
-        if cap is not None:
-            eps = tf.minimum(eps, float(cap))
-        return ratio * eps
-    delta_r = float(cert["delta"])
-    # pylint: disable=protected-access
-    if mech == "pixeldp_gaussian":
-        ratio = bound_l * float(certify_lib._gm_multiplier(np.float64(delta_r))) / eps_r
-        cap = 1.0 if cap is None else min(float(cap), 1.0)
-        return _tf_gaussian_radius(lower, upper, ratio, "gm", cap)
-    if mech == "hgm":
-        ratio = bound_l * float(certify_lib._hgm_multiplier(eps_r, delta_r))
-        return _tf_gaussian_radius(lower, upper, ratio, "hgm", cap)
-    ratio = bound_l * float(certify_lib._agm_multiplier(eps_r, delta_r))
-    return _tf_gaussian_radius(lower, upper, ratio, "agm", cap)
-
-
-def _tf_top_two(lower: tf.Tensor, upper: tf.Tensor, pred: tf.Tensor
-                ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Lower bound of the predicted class and the largest upper bound of the others."""
-    lower_top = tf.gather(lower, pred, axis=1, batch_dims=1)
-    is_pred = tf.one_hot(pred, tf.shape(upper)[-1], on_value=True, off_value=False)
-    others = tf.where(is_pred, tf.constant(-np.inf, tf.float64), upper)
-    return lower_top, tf.reduce_max(others, axis=-1)
-
-
-# ------------------------------------------------------------------ the exported module
+# The graph statistics live in tfdp.certify.graph; the names stay importable from here.
+tf_clopper_pearson_bounds = certify_graph.tf_clopper_pearson_bounds
+tf_hoeffding_bounds = certify_graph.tf_hoeffding_bounds
+tf_bernstein_bounds = certify_graph.tf_bernstein_bounds
+tf_max_epsilon = certify_graph.tf_max_epsilon
+tf_certified_radius = certify_lib.tf_certified_radius
 
 
 def _monte_carlo(score: Callable, from_logits: bool, x: tf.Tensor, num_draws: tf.Tensor,
@@ -663,8 +429,11 @@ def _build_module(model: Any, certification: Optional[Mapping[str, Any]],
     if bound not in certify_lib.BOUNDS:
         raise ValueError(f"bound must be one of {certify_lib.BOUNDS}, got {bound!r}")
     draws_per_step = checks.check_int(draws_per_step, "draws_per_step", minimum=1)
-    cert = (certify_lib.validate_certification(certification)
-            if certification is not None else None)
+    certificate = (certify_lib.from_config(certification)
+                   if certification is not None else None)
+    cert = certificate.to_config() if certificate is not None else None
+    if certificate is not None and certificate.selection_draws and bound != "clopper_pearson":
+        raise ValueError(f"bound: {certificate.name} uses clopper_pearson, not {bound!r}")
     out_of_range = serving_inputs.check_out_of_range(out_of_range)
     value_range = checks.check_interval(value_range, "value_range")
     fns = _model_functions(model, cert)
@@ -723,30 +492,47 @@ def _build_module(model: Any, certification: Optional[Mapping[str, Any]],
             ]
             with tf.control_dependencies(asserts):
                 x = tf.identity(x)
+            key = _base_key(seed, _TAG_CERTIFY)
             counts, total, total_sq = _monte_carlo(
-                fns.score, fns.score_is_logits, x, num_draws,
-                _base_key(seed, _TAG_CERTIFY), num_classes, draws_per_step)
+                fns.score, fns.score_is_logits, x, num_draws, key, num_classes,
+                draws_per_step)
             n = tf.cast(num_draws, tf.float64)
             mean = total / n
             var = tf.where(num_draws > 1,
                            tf.maximum(total_sq - n * mean ** 2, 0.0) / tf.maximum(n - 1.0, 1.0),
                            tf.zeros_like(mean))
-            if bound == "clopper_pearson":
-                lower, upper = tf_clopper_pearson_bounds(counts, alpha)
-                pred = tf.argmax(counts, axis=-1, output_type=tf.int64)
-            elif bound == "hoeffding":
-                lower, upper = tf_hoeffding_bounds(mean, num_draws, alpha)
-                pred = tf.argmax(mean, axis=-1, output_type=tf.int64)
+            if certificate.selection_draws:
+                # Two-stage certificate (Cohen et al. 2019, CERTIFY): the class comes from
+                # n0 separate draws (their own key), p_A's one-sided lower bound from the n.
+                sel_counts, _, _ = _monte_carlo(
+                    fns.score, fns.score_is_logits, x,
+                    tf.constant(certificate.selection_draws, tf.int32),
+                    _base_key(seed, _TAG_SELECT), num_classes, draws_per_step)
+                pred = tf.argmax(sel_counts, axis=-1, output_type=tf.int64)
+                top = tf.gather(tf.cast(counts, tf.float64), pred, axis=1, batch_dims=1)
+                lower_cp = certify_graph.tf_beta_ppf(
+                    alpha + tf.zeros_like(top), tf.where(top > 0, top, 1.0), n - top + 1.0)
+                lower_top = tf.where(top > 0, lower_cp, 0.0)
+                upper_other = 1.0 - lower_top
             else:
-                lower, upper = tf_bernstein_bounds(mean, var, num_draws, alpha)
-                pred = tf.argmax(mean, axis=-1, output_type=tf.int64)
-            lower_top, upper_other = _tf_top_two(lower, upper, pred)
-            radius = tf_certified_radius(lower_top, upper_other, cert, attack_size)
+                if bound == "clopper_pearson":
+                    lower, upper = tf_clopper_pearson_bounds(counts, alpha)
+                    pred = tf.argmax(counts, axis=-1, output_type=tf.int64)
+                elif bound == "hoeffding":
+                    lower, upper = tf_hoeffding_bounds(mean, num_draws, alpha)
+                    pred = tf.argmax(mean, axis=-1, output_type=tf.int64)
+                else:
+                    lower, upper = tf_bernstein_bounds(mean, var, num_draws, alpha)
+                    pred = tf.argmax(mean, axis=-1, output_type=tf.int64)
+                lower_top, upper_other = certify_graph.tf_top_two(lower, upper, pred)
+            radius = certificate.radius_tf(lower_top, upper_other, attack_size)
             # isRobust = radius >= mu_a and radius > 0 (HGM Algorithm 1, StoBatch Alg. 3)
             certified = tf.logical_and(radius >= attack_size, radius > 0.0)
+            # An unsound certificate's outputs are claims, and are named so (principle 7).
+            prefix = "" if certificate.sound else "claimed_"
             return {"prediction": pred, "counts": counts, "mean_scores": mean,
                     "lower_bound": lower_top, "upper_bound": upper_other,
-                    "radius": radius, "certified": certified,
+                    prefix + "radius": radius, prefix + "certified": certified,
                     "alpha": tf.identity(alpha)}  # echoed: the confidence is 1 - alpha
 
         root.certify = certify
@@ -808,6 +594,7 @@ def _signature_docs(has_noise: bool, cert: Optional[dict], input_shape: Sequence
             "noise": "every noise layer's inference noise on; one draw per row of x; the "
                      "same seed gives the same output"}
     if cert is not None:
+        prefix = "" if cert.get("sound") else "claimed_"
         docs["certify"] = {
             "inputs": {
                 "x": x_doc,
@@ -822,9 +609,17 @@ def _signature_docs(has_noise: bool, cert: Optional[dict], input_shape: Sequence
             "outputs": {"prediction": "int64 [batch]", "counts": "int64 [batch, K]",
                         "mean_scores": "float64 [batch, K]",
                         "lower_bound": "float64 [batch]", "upper_bound": "float64 [batch]",
-                        "radius": "float64 [batch] (0 = abstain)",
-                        "certified": "bool [batch]: radius >= attack_size and radius > 0"},
+                        prefix + "radius": "float64 [batch] (0 = abstain)",
+                        prefix + "certified": "bool [batch]: radius >= attack_size and "
+                                              "radius > 0"},
+            "certificate": {"name": cert.get("name"), "norm": cert.get("norm"),
+                            "sound": bool(cert.get("sound")),
+                            "meaning": ("a proven bound" if cert.get("sound") else
+                                        "CLAIMED, not certified: the sensitivity behind the "
+                                        "radius is not a proven bound")},
             "bound": bound, "draws_per_step": int(draws_per_step)}
+        if cert.get("selection_draws"):
+            docs["certify"]["selection_draws"] = int(cert["selection_draws"])
     return docs
 
 
@@ -851,6 +646,8 @@ def build_model_card(run: rundir.RunDir, config: Mapping[str, Any], *, has_noise
     import keras  # pylint: disable=import-outside-toplevel
     import tfdp  # pylint: disable=import-outside-toplevel
     cert = config.get("certification")
+    if cert is not None:  # with the certificate's name, norm and (derived) soundness
+        cert = certify_lib.validate_certification(cert)
     value_range = config.get("value_range") or [-1.0, 1.0]
     card: dict[str, Any] = {
         "format": CARD_FORMAT,
@@ -1112,25 +909,34 @@ def certify_in_process(model: Any, certification: Mapping[str, Any], x: Any, num
                                                 draws_per_step=step)
     x = np.asarray(x, np.float32)
     num_classes = int(fns.noise_free(tf.constant(x[:1])).shape[-1])
-    base = _base_key(int(seed), _TAG_CERTIFY)
-    counts = np.zeros((x.shape[0], num_classes), np.int64)
-    total = np.zeros((x.shape[0], num_classes), np.float64)
-    total_sq = np.zeros((x.shape[0], num_classes), np.float64)
-    for i in range(-(-n // step)):
-        k = min(step, n - i * step)
-        key_var.assign(_chunk_key(base, i))
-        res = predictor(x, k, num_classes)
-        counts += res.counts
-        total += res.mean_scores * k
-        total_sq += res.var_scores * (k - 1) + k * res.mean_scores ** 2
-    mean = total / n
-    var = np.maximum(total_sq - n * mean ** 2, 0.0) / (n - 1) if n > 1 else np.zeros_like(mean)
-    result = certify_lib.MonteCarloResult(counts, mean, var, n)
-    pred, lower, upper = certify_lib.top_two_bounds(result, bound, alpha)
-    radius = certify_lib.certified_radius(lower, upper, cert, attack_size=attack_size)
-    return {"prediction": pred, "counts": counts, "mean_scores": mean, "lower_bound": lower,
-            "upper_bound": upper, "radius": radius,
-            "certified": certify_lib.is_robust(radius, attack_size)}
+
+    def stats(tag: int, n: int) -> certify_lib.MonteCarloResult:
+        base = _base_key(int(seed), tag)
+        counts = np.zeros((x.shape[0], num_classes), np.int64)
+        total = np.zeros((x.shape[0], num_classes), np.float64)
+        total_sq = np.zeros((x.shape[0], num_classes), np.float64)
+        for i in range(-(-n // step)):
+            k = min(step, n - i * step)
+            key_var.assign(_chunk_key(base, i))
+            res = predictor(x, k, num_classes)
+            counts += res.counts
+            total += res.mean_scores * k
+            total_sq += res.var_scores * (k - 1) + k * res.mean_scores ** 2
+        mean = total / n
+        var = (np.maximum(total_sq - n * mean ** 2, 0.0) / (n - 1) if n > 1
+               else np.zeros_like(mean))
+        return certify_lib.MonteCarloResult(counts, mean, var, n)
+
+    certificate = certify_lib.from_config(cert)
+    result = stats(_TAG_CERTIFY, n)
+    selection = (stats(_TAG_SELECT, certificate.selection_draws)
+                 if certificate.selection_draws else None)
+    pred, lower, upper = certificate.bounds(result, bound, alpha, selection=selection)
+    radius = certificate.radius(lower, upper, attack_size)
+    prefix = "" if certificate.sound else "claimed_"
+    return {"prediction": pred, "counts": result.counts, "mean_scores": result.mean_scores,
+            "lower_bound": lower, "upper_bound": upper, prefix + "radius": radius,
+            prefix + "certified": certify_lib.is_robust(radius, attack_size)}
 
 
 def noisy_in_process(model: Any, x: Any, seed: int) -> np.ndarray:

@@ -18,9 +18,70 @@ import tensorflow as tf
 
 from tfdp import mechanisms
 
-# Sensitivity modes (HGM spec §3.2 and §8 A3). The first two are sound for l_inf attacks.
-SENSITIVITY_MODES = ("layer_max", "layer_sum", "per_map", "code_spectral")
-SOUND_SENSITIVITY_MODES = ("layer_max", "layer_sum")
+# Sensitivity modes (HGM spec §3.2 and §8 A3). layer_max and layer_sum are sound for l_inf
+# attacks; l2_fourier and l2_patch are sound for l2 attacks (their certificates are l2).
+SENSITIVITY_MODES = ("layer_max", "layer_sum", "per_map", "code_spectral", "l2_fourier",
+                     "l2_patch")
+SOUND_SENSITIVITY_MODES = ("layer_max", "layer_sum", "l2_fourier", "l2_patch")
+L2_SENSITIVITY_MODES = ("l2_fourier", "l2_patch")
+# Relative margin added to the float32 FFT bound so that rounding cannot understate it.
+_FFT_MARGIN = 1e-4
+
+
+def sensitivity_norm(mode: str) -> str:
+    """The attack norm a sensitivity mode bounds: "l2" or "linf"."""
+    return "l2" if mode in L2_SENSITIVITY_MODES else "linf"
+
+
+def conv_operator_norm_fourier(kernel: tf.Tensor, out_hw: Any, strides: int = 1
+                               ) -> tf.Tensor:
+    """Upper bound of a zero-padded 2-D convolution's l2 operator norm, from its FFT.
+
+    Sedghi, Gupta, Long (ICLR 2019), Theorem 6: the singular values of a multi-channel
+    circular convolution on an N x N grid are those of the C_in x C_out matrices
+    P(u, v) = sum_(a,b) K[a, b] exp(-2 pi i (u a + v b) / N), one per frequency (u, v).
+    A zero-padded convolution of an n x n input (any padding, any stride s) is a submatrix
+    of the circular one on a grid with N >= n + k - 1 (the rows kept by the stride and the
+    output window, the columns of the input's support), and a submatrix's norm is at most
+    the whole's. Here N = s * H_out + k >= n + k - 1.
+
+    Args:
+        kernel: [k_h, k_w, C_in, C_out].
+        out_hw: (H_out, W_out) of the layer.
+        strides: the stride s.
+
+    Returns:
+        scalar tensor (kernel's dtype), an upper bound of ||W||_(2->2).
+    """
+    kernel = tf.convert_to_tensor(kernel)
+    kh, kw, cin, _ = (int(d) for d in kernel.shape)
+    n_h = int(strides) * int(out_hw[0]) + kh
+    n_w = int(strides) * int(out_hw[1]) + kw
+    kt = tf.transpose(tf.cast(kernel, tf.float32), [2, 3, 0, 1])  # [C_in, C_out, k_h, k_w]
+    padded = tf.pad(kt, [[0, 0], [0, 0], [0, n_h - kh], [0, n_w - kw]])
+    freq = tf.transpose(tf.signal.fft2d(tf.cast(padded, tf.complex64)), [2, 3, 0, 1])
+    if cin == 1:  # sigma_max of a 1 x C_out matrix is its l2 norm
+        top = tf.sqrt(tf.reduce_max(tf.reduce_sum(tf.abs(freq) ** 2, axis=[-2, -1])))
+    else:
+        gram = tf.matmul(freq, freq, adjoint_b=True)  # [N, N, C_in, C_in], P P^H
+        top = tf.sqrt(tf.reduce_max(tf.math.real(tf.linalg.eigvalsh(gram))))
+    return tf.cast(top * (1.0 + _FFT_MARGIN), kernel.dtype)
+
+
+def conv_operator_norm_patch(kernel: tf.Tensor, strides: int = 1) -> tf.Tensor:
+    """ceil(k_h/s) ceil(k_w/s) bound: ||W||_(2->2) <= sqrt(ceil(k_h/s) ceil(k_w/s)) sigma_max.
+
+    Every input pixel lies in at most ceil(k_h/s) ceil(k_w/s) patches, so
+    ||W x||^2 = sum_p ||K^T x_p||^2 <= sigma_max(K)^2 sum_p ||x_p||^2
+    <= sigma_max(K)^2 ceil(k_h/s) ceil(k_w/s) ||x||^2, with K the kernel reshaped to
+    [k_h k_w C_in, C_out] (for square kernels: ceil(k/s) sigma_max(K)).
+    """
+    kernel = tf.convert_to_tensor(kernel)
+    kh, kw = int(kernel.shape[0]), int(kernel.shape[1])
+    s = int(strides)
+    mult = float(np.sqrt((-(-kh // s)) * (-(-kw // s))))
+    mat = tf.reshape(kernel, [-1, tf.shape(kernel)[-1]])
+    return mult * tf.linalg.svd(mat, compute_uv=False)[0]
 R_SOURCES = ("nonprivate_pretrain", "uniform")
 
 
@@ -52,8 +113,9 @@ def kernel_unit_l1_norms(kernel: tf.Tensor) -> tf.Tensor:
     return tf.reduce_sum(tf.abs(tf.reshape(kernel, [-1, tf.shape(kernel)[-1]])), axis=0)
 
 
-def layer_sensitivity(kernel: tf.Tensor, r: Any, mode: str = "layer_max") -> tf.Tensor:
-    """Delta_f of the noised layer per unit of l_inf input change, r-weighted (HGM spec §3.2).
+def layer_sensitivity(kernel: tf.Tensor, r: Any, mode: str = "layer_max",
+                      strides: int = 1) -> tf.Tensor:
+    """Delta_f of the noised layer per unit of input change, r-weighted (HGM spec §3.2).
 
     r has the layer's output feature shape [..., C] (e.g. [H, W, C]); K = r.size.
 
@@ -65,11 +127,17 @@ def layer_sensitivity(kernel: tf.Tensor, r: Any, mode: str = "layer_max") -> tf.
     - "code_spectral" (the authors' code release; NOT sound): the largest singular value
       of the kernel reshaped to [k_h k_w C_in, C_out], divided by the square root of the
       largest singular value of the map K r reshaped to [positions, C].
+    - "l2_fourier" (sound for l2 attacks): ||W||_(2->2) bounded from the kernel's FFT
+      (`conv_operator_norm_fourier`, Sedghi et al. 2019) over sqrt(min_k K r_k), since
+      sum_k dh_k^2 / (K r_k) <= ||dh||_2^2 / min_k K r_k.
+    - "l2_patch" (sound for l2 attacks): the same with ceil(k/s) sigma_max(reshaped kernel)
+      (`conv_operator_norm_patch`).
 
     Args:
         kernel: [k_h, k_w, C_in, C_out] conv kernel (or [d, C] dense kernel).
         r: redistribution vector of the output feature shape, entries > 0 summing to 1.
         mode: one of SENSITIVITY_MODES.
+        strides: the convolution's stride (the l2 modes only).
 
     Returns:
         scalar tensor (kernel's dtype), differentiable in the kernel.
@@ -97,6 +165,15 @@ def layer_sensitivity(kernel: tf.Tensor, r: Any, mode: str = "layer_max") -> tf.
     if mode == "per_map":
         w = tf.constant(np.sum(1.0 / (k * r2), axis=0), dtype)
         return tf.reduce_max(tf.sqrt(tf.square(l1) * w))  # HGM spec §3.2 (c), as published
+    if mode in L2_SENSITIVITY_MODES:
+        if len(kernel.shape) != 4 or r_arr.ndim != 3:
+            raise ValueError("mode: the l2 modes need a conv kernel [k_h, k_w, C_in, C_out] and "
+                             "r of shape [H, W, C]")
+        if mode == "l2_fourier":
+            op = conv_operator_norm_fourier(kernel, r_arr.shape[:2], strides)
+        else:
+            op = conv_operator_norm_patch(kernel, strides)
+        return op / tf.constant(np.sqrt(k * r_arr.min()), dtype)
     # code_spectral: HGM code release (spec §8.3), recorded as not sound.
     mat = tf.reshape(kernel, [-1, tf.shape(kernel)[-1]])
     top = tf.linalg.svd(mat, compute_uv=False)[0]

@@ -50,12 +50,13 @@ def test_bad_input_fails_before_any_file_access(tmp_path):
 
 def test_datasets_and_info():
     assert data.DATASETS == ("mnist", "fashion_mnist", "cifar10", "tiny_imagenet",
-                             "synthetic", "sample")
+                             "synthetic", "sample", "sample_20k")
     assert data.info("mnist").input_shape == (28, 28, 1)
     assert data.info("cifar10").class_names[0] == "airplane"
     assert data.info("cifar10").class_names[9] == "truck"
     assert data.info("fashion_mnist").class_names[9] == "Ankle boot"
     assert data.info("sample").split_sizes == {"train": 5000, "test": 1000}
+    assert data.info("sample_20k").split_sizes == {"train": 20000, "test": 1000}
     inf = data.info("synthetic", shape=(5,), num_classes=3, num_examples=12)
     assert (inf.input_shape, inf.num_classes, inf.split_sizes["test"]) == ((5,), 3, 12)
     ti = data.info("tiny_imagenet", num_classes=30)

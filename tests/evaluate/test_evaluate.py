@@ -17,7 +17,8 @@ from tfdp import data, evaluate, rundir
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _BIN = os.path.join(os.path.dirname(sys.executable))
 
-HGM_CERT = {"mechanism": "hgm", "construction_bound": 0.1, "epsilon": 1.0, "delta": 1e-5}
+HGM_CERT = {"mechanism": "hgm", "construction_bound": 0.1, "epsilon": 1.0, "delta": 1e-5,
+            "sensitivity_sound": True}
 
 
 def _write_run(path, certification, stddev=0.0):
@@ -66,7 +67,7 @@ def test_run_without_certification(plain_run):
     assert on_disk["clean_accuracy"] == summary["clean_accuracy"]
     assert set(on_disk["attacks"]) == {"fgsm", "ifgsm", "mim", "madry"}
     assert set(on_disk["attacks"]["fgsm"]) == {"0.1", "0.3"}
-    assert on_disk["attacks"]["mim"]["0.3"]["certified_accuracy"] is None
+    assert on_disk["attacks"]["mim"]["0.3"]["certified_accuracy_on_attacked_inputs"] is None
     assert "no robustness noise" in on_disk["certified_accuracy_note"]
     assert os.path.getsize(os.path.join(plain_run, evaluate.PLOT_FILE)) > 1000
     rows = _read_tsv(os.path.join(plain_run, rundir.CERTIFICATES_FILE))
@@ -97,20 +98,28 @@ def test_run_with_certification(noisy_run):
     rows = _read_tsv(os.path.join(noisy_run, rundir.CERTIFICATES_FILE))
     for size in ("0.05", "0.5"):
         res = summary["attacks"]["fgsm"][size]
-        assert res["certified_accuracy"] is not None
-        assert 0.0 <= res["certified_accuracy"] <= res["accuracy"]  # spec §8.1 item 27
+        cert_acc = res["certified_accuracy_on_attacked_inputs"]
+        assert cert_acc is not None
+        assert 0.0 <= cert_acc <= res["accuracy"]  # spec §8.1 item 27
+        assert res["n"] == 40 and res["accuracy_ci95"][0] <= res["accuracy"]
         sel = [r for r in rows if r["attack"] == "fgsm" and float(r["attack_size"]) ==
                float(size)]
         certified = [int(r["correct"]) and float(r["radius"]) >= float(size) and
                      float(r["radius"]) > 0 for r in sel]
-        assert res["certified_accuracy"] == pytest.approx(np.mean(certified))
+        assert cert_acc == pytest.approx(np.mean(certified))
         assert all(int(r["certified"]) == (float(r["radius"]) >= float(size) and
                                            float(r["radius"]) > 0) for r in sel)
     radii = np.array([float(r["radius"]) for r in rows])
     assert np.all(radii >= 0) and np.any(radii > 0)
     clean_cert = summary["clean_certified_accuracy"]
     assert set(clean_cert) == {"0.05", "0.5"}
-    assert clean_cert["0.5"] <= clean_cert["0.05"] <= summary["clean_accuracy"]
+    assert (clean_cert["0.5"]["value"] <= clean_cert["0.05"]["value"]
+            <= summary["clean_accuracy"])
+    lo, hi = clean_cert["0.5"]["ci95"]
+    assert clean_cert["0.5"]["n"] == 40 and lo <= clean_cert["0.5"]["value"] <= hi
+    # The contract other tools read (issue 23).
+    assert summary["certification"]["name"] == "hgm"
+    assert summary["certification"]["norm"] == "linf" and summary["certification"]["sound"]
 
 
 def test_size_range_converts_sizes(plain_run):
@@ -154,7 +163,7 @@ def test_stobatch_passes_compose_two_mechanisms():
         model, x, y, value_range=(-1.0, 1.0), certification=cert,
         options=evaluate.EvalOptions(attacks=("ifgsm",), attack_sizes=(0.1,), nb_iter=2,
                                      certify=True, num_draws=50))
-    assert summary["attacks"]["ifgsm"]["0.1"]["certified_accuracy"] is not None
+    assert summary["attacks"]["ifgsm"]["0.1"]["certified_accuracy_on_attacked_inputs"] is not None
     assert all(r[5] >= 0 for r in records)
     assert all(not l.inference_noise for l in model.layers
                if isinstance(l, layers.LaplaceNoise))
@@ -211,5 +220,5 @@ def test_cli_end_to_end_on_trained_run(tmp_path):
     for name in ("fgsm", "ifgsm"):
         for size in ("0.1", "0.2"):
             assert isinstance(result["attacks"][name][size]["accuracy"], float)
-            assert result["attacks"][name][size]["certified_accuracy"] is None
+            assert result["attacks"][name][size]["certified_accuracy_on_attacked_inputs"] is None
     assert len(_read_tsv(os.path.join(run, rundir.CERTIFICATES_FILE))) == 50 * 5

@@ -11,7 +11,8 @@ import pytest
 from tfdp import certify, data, evaluate, export, rundir
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HGM_CERT = {"mechanism": "hgm", "construction_bound": 0.1, "epsilon": 1.0, "delta": 1e-5}
+HGM_CERT = {"mechanism": "hgm", "construction_bound": 0.1, "epsilon": 1.0, "delta": 1e-5,
+            "sensitivity_sound": True}  # as in conftest.py
 
 
 def test_attacks_through_exported_gradients_match_keras(tmp_path, pixeldp_run, pixeldp_export):
@@ -54,7 +55,8 @@ def test_certification_through_the_certify_signature(tmp_path, pixeldp_run, pixe
     assert got["clean_accuracy"] == np.mean(ref["prediction"] == y)
     for size in (0.02, 0.1):
         want = np.mean((ref["prediction"] == y) & certify.is_robust(ref["radius"], size))
-        assert got["clean_certified_accuracy"][repr(size)] == pytest.approx(want, abs=1e-12)
+        got_acc = got["clean_certified_accuracy"][repr(size)]["value"]
+        assert got_acc == pytest.approx(want, abs=1e-12)
     assert got["prediction"] == "monte_carlo" and got["num_draws"] == 120
     with pytest.raises(ValueError, match="bound"):
         evaluate.evaluate_saved_model(
@@ -76,4 +78,4 @@ def test_cli(tmp_path, pixeldp_export):
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.load(open(tmp_path / "eval" / rundir.EVALUATION_FILE))
     assert summary["num_examples"] == 20 and summary["num_draws"] == 50
-    assert summary["attacks"]["fgsm"]["0.1"]["certified_accuracy"] is not None
+    assert summary["attacks"]["fgsm"]["0.1"]["certified_accuracy_on_attacked_inputs"] is not None

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdp import export, rundir
+from tfdp import certify, export, rundir
+
+SHAPE, CLASSES, VALUE_RANGE = (28, 28, 1), 10, (-1.0, 1.0)  # as in conftest.py
 
 # As in conftest.py (the run fixtures).
 HGM_CERT = {"mechanism": "hgm", "construction_bound": 0.1, "epsilon": 1.0, "delta": 1e-5}
@@ -338,11 +340,13 @@ def test_stobatch_style_passes_and_once_noise(tmp_path, bound):
         # Means: the same draws summed per chunk here and per export step (float64).
         np.testing.assert_allclose(got["mean_scores"].numpy(), want["mean_scores"], rtol=1e-9)
         np.testing.assert_array_equal(got["prediction"].numpy(), want["prediction"])
-        np.testing.assert_allclose(got["radius"].numpy(), want["radius"], rtol=1e-9,
-                                   atol=1e-15)
-        np.testing.assert_array_equal(got["certified"].numpy(), want["certified"])
+        # delta_rx_mode="mu_a" is not a sound reading (StoBatch A1): the outputs are claims.
+        np.testing.assert_allclose(got["claimed_radius"].numpy(), want["claimed_radius"],
+                                   rtol=1e-9, atol=1e-15)
+        np.testing.assert_array_equal(got["claimed_certified"].numpy(),
+                                      want["claimed_certified"])
         if bound == "clopper_pearson":
-            assert want["radius"].max() > 0
+            assert want["claimed_radius"].max() > 0
     # The deterministic path keeps the drawn-once noise off, as the in-process model does.
     np.testing.assert_allclose(m.serve(tf.constant(x)).numpy(),
                                model(x, training=False).numpy(), atol=1e-6)
@@ -372,3 +376,41 @@ def test_nested_noise_is_off_in_serving_and_stateless(tmp_path):
     np.testing.assert_array_equal(a, b)
     layers.set_inference_noise(model, False)
     np.testing.assert_allclose(a, model(x, training=False).numpy(), atol=1e-6)
+
+
+def test_unsound_certificate_outputs_are_claimed(pixeldp_run, tiny_data):
+    # Issue 23: an unsound certificate's export outputs and model-card docs say "claimed".
+    claimed = {"mechanism": "hgm", "construction_bound": 0.1, "epsilon": 1.0, "delta": 1e-5,
+               "sensitivity_mode": "code_spectral", "sensitivity_sound": False}
+    module, sigs = export.build_module(pixeldp_run.model, claimed, SHAPE, CLASSES)
+    out = module.certify(tf.constant(tiny_data.x_test[:4]), tf.constant(50, tf.int32),
+                         tf.constant(0.05, tf.float64), tf.constant(0.0, tf.float64),
+                         tf.constant(3, tf.int64))
+    assert {"claimed_radius", "claimed_certified"} <= set(out)
+    assert "radius" not in out and "certified" not in out
+    docs = export._signature_docs(True, certify.validate_certification(claimed),  # pylint: disable=protected-access
+                                  SHAPE, VALUE_RANGE, "clopper_pearson", 256)
+    assert docs["certify"]["certificate"]["sound"] is False
+    assert "CLAIMED" in docs["certify"]["certificate"]["meaning"]
+    want = export.certify_in_process(pixeldp_run.model, claimed, tiny_data.x_test[:4], 50,
+                                     0.05, 0.0, 3)
+    np.testing.assert_allclose(out["claimed_radius"].numpy(), want["claimed_radius"],
+                               rtol=1e-9, atol=1e-12)
+
+
+def test_smoothing_certify_signature_matches_in_process(nonprivate_run, tiny_data):
+    # gaussian_smoothing: n0 selection draws and n estimation draws, seeded apart; the graph
+    # (one-sided Clopper-Pearson by bisection, ndtri) equals scipy in process.
+    cert = {"mechanism": "gaussian_smoothing", "sigma": 0.25, "selection_draws": 30}
+    module, _ = export.build_module(nonprivate_run.model, cert, SHAPE, CLASSES)
+    x = tiny_data.x_test[:6]
+    out = module.certify(tf.constant(x), tf.constant(200, tf.int32),
+                         tf.constant(0.01, tf.float64), tf.constant(0.0, tf.float64),
+                         tf.constant(9, tf.int64))
+    want = export.certify_in_process(nonprivate_run.model, cert, x, 200, 0.01, 0.0, 9)
+    np.testing.assert_array_equal(out["counts"].numpy(), want["counts"])
+    np.testing.assert_array_equal(out["prediction"].numpy(), want["prediction"])
+    np.testing.assert_allclose(out["lower_bound"].numpy(), want["lower_bound"], rtol=1e-9,
+                               atol=1e-12)
+    np.testing.assert_allclose(out["radius"].numpy(), want["radius"], rtol=1e-9, atol=1e-12)
+    assert np.any(want["radius"] > 0)

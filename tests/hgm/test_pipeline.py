@@ -18,18 +18,29 @@ def _write(path, name, obj):
 
 
 def test_summary_lines_report_accuracy_certificates_and_both_epsilons(tmp_path):
+    cert = {"mechanism": "hgm", "name": "hgm", "norm": "linf", "sound": False,
+            "epsilon": 1.0, "delta": 1e-5, "construction_bound": 0.2,
+            "sensitivity_mode": "code_spectral", "sensitivity_sound": False}
     _write(tmp_path, "config.json", {"method": "secure_sgd", "dataset": "sample",
-                                     "certification": {"mechanism": "hgm", "epsilon": 1.0,
-                                                       "sensitivity_sound": False}})
+                                     "certification": cert})
     _write(tmp_path, "ledger.json", {"epsilon": 2.0, "delta": 1e-5, "claimed_epsilon": 2.0})
     _write(tmp_path, "evaluation.json", {
-        "clean_accuracy": 0.62, "num_examples": 100, "size_range": [0, 1],
-        "num_draws": 200, "bound": "hoeffding", "prediction": "monte_carlo",
-        "attacks": {"fgsm": {"0.1": {"accuracy": 0.43, "certified_accuracy": 0.18}}}})
+        "clean_accuracy": 0.62, "clean_accuracy_ci95": [0.52, 0.71], "num_examples": 100,
+        "size_range": [0, 1], "num_draws": 200, "alpha": 0.05, "bound": "hoeffding",
+        "prediction": "monte_carlo", "certification": cert, "attack_norm": "linf",
+        "clean_claimed_certified_accuracy": {"0.1": {"value": 0.3, "ci95": [0.21, 0.4],
+                                                     "n": 100}},
+        "claimed_note": "CLAIMED, not certified: sensitivity mode 'code_spectral' is not a "
+                        "proven bound",
+        "attacks": {"fgsm": {"0.1": {"accuracy": 0.43, "accuracy_ci95": [0.33, 0.53],
+                                     "n": 100,
+                                     "claimed_certified_accuracy_on_attacked_inputs": 0.18}}}})
     text = "\n".join(pipeline.summary_lines(str(tmp_path)))
-    assert "clean accuracy: 0.6200" in text
-    assert "fgsm   mu_a=0.1: accuracy 0.4300, certified 0.1800" in text
-    assert "NOT formally certified" in text
+    assert "clean accuracy 0.6200 (95% CI 0.520-0.710, N=100" in text
+    assert "clean CLAIMED certified accuracy at l_inf radius 0.1: 0.3000" in text
+    assert "fgsm (l_inf) at 0.1: accuracy 0.4300" in text
+    assert "CLAIMED certified on attacked inputs 0.1800" in text
+    assert "NOT sound" in text and "code_spectral" in text
     assert "claimed epsilon=2.0, sound epsilon=2.0" in text
 
 
@@ -50,5 +61,6 @@ def test_smoke_flagfile_trains_and_certifies_on_real_mnist(tmp_path, real_data_d
                    cwd=REPO, env=env, check=True)
     summary = json.load(open(os.path.join(run, "evaluation.json")))
     for res in summary["attacks"].values():
-        assert 0.0 < res["0.1"]["certified_accuracy"] <= res["0.1"]["accuracy"]
+        claimed = res["0.1"]["claimed_certified_accuracy_on_attacked_inputs"]
+        assert 0.0 < claimed <= res["0.1"]["accuracy"]
     assert os.path.exists(os.path.join(run, "certificates.tsv"))

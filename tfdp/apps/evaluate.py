@@ -44,6 +44,14 @@ flags.DEFINE_enum("noise_kernel", "portable", ["portable", "fused"],
                   "How the noise layers draw fresh noise (Monte-Carlo prediction, EOT "
                   "attacks): 'portable' TensorFlow ops or the 'fused' compiled CPU op (built "
                   "with g++ on first use). Run directories only.")
+flags.DEFINE_enum("attack_norm", "inf", ["inf", "2"],
+                  "Norm of the attacks and attack sizes: inf (l_inf) or 2 (l2). With --certify "
+                  "it must be the certificate's norm (gaussian_smoothing: 2).")
+flags.DEFINE_bool("soundness_check", False,
+                  "With --certify: attack every clean-certified example at its certified "
+                  "radius (PGD with EOT gradients, the certificate's norm), certify the "
+                  "adversarial input again and report how many flipped, with a binomial "
+                  "p-value against alpha.")
 flags.DEFINE_enum("attack_preset", None, ["paper", "strong"],
                   "paper: step mu/T_a as the authors' code; strong: PGD step 2.5 mu/T_a, "
                   "5x --nb_iter, 5 random restarts (unset: as the other flags say).")
@@ -70,7 +78,8 @@ def _options():
         num_draws=FLAGS.num_draws, alpha=FLAGS.alpha, bound=FLAGS.bound,
         num_examples=FLAGS.num_examples, batch_size=FLAGS.batch_size,
         draws_per_step=FLAGS.draws_per_step, seed=FLAGS.seed, data_dir=FLAGS.data_dir,
-        noise_kernel=FLAGS.noise_kernel)
+        noise_kernel=FLAGS.noise_kernel, attack_norm=FLAGS.attack_norm,
+        soundness_check=FLAGS.soundness_check)
 
 
 def check_model_dir(model_dir: str) -> str | None:
@@ -112,12 +121,8 @@ def main(argv: list[str]) -> None:
             summary = evaluate_lib.evaluate_run(FLAGS.model_dir, options)
     except ValueError as e:
         sys.exit(f"tfdp-evaluate: error: {e}")
-    logging.info("clean accuracy %.4f", summary["clean_accuracy"])
-    for name, entry in summary["attacks"].items():
-        for size, res in entry.items():
-            cert = res["certified_accuracy"]
-            logging.info("%s @ %s: accuracy %.4f, certified %s", name, size, res["accuracy"],
-                         "n/a" if cert is None else f"{cert:.4f}")
+    for line in evaluate_lib.summary_lines(summary):
+        logging.info("%s", line)
     write_tensorboard(FLAGS.model_dir, summary)
     print(f"wrote {summary['model_dir']}/evaluation.json")
 
@@ -135,11 +140,16 @@ def write_tensorboard(model_dir: str, summary: dict) -> None:
     if metrics.exists(rundir.METRICS_FILE):
         step = int(metrics.read_json(rundir.METRICS_FILE).get("epochs_completed") or 0)
     writer = tf.summary.create_file_writer(os.path.join(model_dir, rundir.TENSORBOARD_DIR))
+    from tfdp import evaluate as evaluate_lib  # pylint: disable=import-outside-toplevel
+    key = evaluate_lib.certified_key(summary)  # claimed_certified_accuracy if unsound
     values = {"eval/clean_accuracy": summary.get("clean_accuracy")}
+    for size, res in (summary.get("clean_" + key) or {}).items():
+        values[f"eval/clean_{key}@{size}"] = (res or {}).get("value")
     for name, entry in (summary.get("attacks") or {}).items():
         for size, res in entry.items():
             values[f"eval/{name}@{size}/accuracy"] = res.get("accuracy")
-            values[f"eval/{name}@{size}/certified_accuracy"] = res.get("certified_accuracy")
+            values[f"eval/{name}@{size}/{key}_on_attacked_inputs"] = res.get(
+                key + "_on_attacked_inputs")
     for tag, value in values.items():
         if isinstance(value, (int, float)):
             report.summary_scalar(writer, tag, value, step)
@@ -157,7 +167,8 @@ def _evaluate_saved_model() -> None:
             FLAGS.saved_model, evaluate_lib.validate_options(options), FLAGS.model_dir)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
-    logging.info("clean accuracy %.4f", summary["clean_accuracy"])
+    for line in evaluate_lib.summary_lines(summary):
+        logging.info("%s", line)
     print(f"wrote {summary['output_dir']}/evaluation.json")
 
 

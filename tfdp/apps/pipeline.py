@@ -1,14 +1,15 @@
 """Train, then evaluate under attack with certification, then print a short summary.
 
-    python -m tfdp.apps.pipeline [--train_flagfile=flags/hgm/sample.flags]
-        [--eval_flagfile=flags/hgm/sample_eval.flags] [--model_dir=DIR] [--no-export]
+    python -m tfdp.apps.pipeline [--train_flagfile=flags/smoothing/sample_20k.flags]
+        [--eval_flagfile=flags/smoothing/sample_20k_eval.flags] [--model_dir=DIR] [--no-export]
         [extra tfdp-train flags]
 
 Runs `tfdp.apps.train`, `tfdp.apps.evaluate` and (unless --no-export) `tfdp.apps.export` as
 child processes of the same Python
 (each app keeps its own flags), then reads the run directory (config.json, ledger.json,
-metrics.json, evaluation.json) and prints: accuracy clean and under each attack, certified
-accuracy, the claimed and the sound epsilon, and the run directory.
+metrics.json, evaluation.json) and prints: accuracy clean and under each attack, the clean
+certified (or, for an unsound certificate, claimed) accuracy per radius with 95% CIs, the
+soundness check, the claimed and the sound epsilon, and the run directory.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 import time
 from typing import Optional, Sequence
 
+from tfdp import evaluate as evaluate_lib
 from tfdp.train import report
 
 
@@ -40,24 +42,10 @@ def summary_lines(model_dir: str) -> list[str]:
     config = _read(model_dir, "config.json")
     ledger = _read(model_dir, "ledger.json")
     evaluation = _read(model_dir, "evaluation.json")
-    cert = config.get("certification") or {}
     lo, hi = evaluation.get("size_range", [0, 1])
     lines = [f"method {config.get('method')} on {config.get('dataset')} "
-             f"({evaluation.get('num_examples')} test examples, pixels on [{lo:g}, {hi:g}])",
-             f"  clean accuracy: {evaluation['clean_accuracy']:.4f} "
-             f"({evaluation.get('prediction')})"]
-    for name, entry in sorted(evaluation.get("attacks", {}).items()):
-        for size, res in sorted(entry.items(), key=lambda kv: float(kv[0])):
-            c = res.get("certified_accuracy")
-            lines.append(f"  {name:6s} mu_a={size}: accuracy {res['accuracy']:.4f}, certified "
-                         f"{'n/a' if c is None else f'{c:.4f}'}")
-    if cert:
-        sound = cert.get("sensitivity_sound")
-        lines.append(f"  certificate: {cert.get('mechanism')} eps_r={cert.get('epsilon')} "
-                     f"delta_r={cert.get('delta')} L={cert.get('construction_bound')} "
-                     f"sensitivity mode {cert.get('sensitivity_mode')} "
-                     f"({'sound' if sound else 'as published, NOT formally certified'}), "
-                     f"{evaluation.get('num_draws')} draws, {evaluation.get('bound')}")
+             f"({evaluation.get('num_examples')} test examples, pixels on [{lo:g}, {hi:g}])"]
+    lines += ["  " + line for line in evaluate_lib.summary_lines(evaluation)]
     lines.append("  " + report.privacy_summary(ledger))
     lines.append(f"  run directory: {os.path.abspath(model_dir)}")
     return lines
@@ -67,9 +55,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command-line entry point; returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--train_flagfile", default=os.path.join("flags", "hgm", "sample.flags"))
+    parser.add_argument("--train_flagfile",
+                        default=os.path.join("flags", "smoothing", "sample_20k.flags"))
     parser.add_argument("--eval_flagfile",
-                        default=os.path.join("flags", "hgm", "sample_eval.flags"))
+                        default=os.path.join("flags", "smoothing", "sample_20k_eval.flags"))
     parser.add_argument("--model_dir", default=None)
     parser.add_argument("--export", default=True, action=argparse.BooleanOptionalAction,
                         help="end by exporting the model to MODEL_DIR/saved_model (tfdp-export)")

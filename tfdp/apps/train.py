@@ -91,6 +91,16 @@ flags.DEFINE_enum("noise_kernel", "auto", ["auto", "portable", "fused"],
                   "kernel used is recorded in config.json (flags.noise_kernel, and "
                   "noise_kernel_fallback when auto fell back) and flags.txt; a resume may "
                   "change it.")
+flags.DEFINE_float("smoothing_sigma", None,
+                   "Randomized smoothing (Cohen et al. 2019), --method=dpsgd or nonprivate: "
+                   "add N(0, sigma^2 I) to each example's input in training (before per-example "
+                   "clipping; the privacy analysis is unchanged) and certify l2 robustness with "
+                   "the gaussian_smoothing certificate. Unset: no input noise.")
+flags.DEFINE_bool("allow_unsound_certificates", False,
+                  "Allow certification settings whose sensitivity is not a proven bound "
+                  "(--hgm_sensitivity_mode=per_map or code_spectral, StoBatch's code-release "
+                  "radius scaling), to reproduce the papers; their certificates are reported "
+                  "as 'claimed' everywhere.")
 flags.DEFINE_integer("cpu_replicas", None,
                      "Split the CPU into N logical devices before any strategy is built, so "
                      "--strategy=mirrored runs N replicas on a CPU-only machine.")
@@ -298,6 +308,10 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
         raise ValueError(f"--dataset: unknown data set {dataset!r}; choose one of "
                          f"{list(data.DATASETS)}")
     method_cls = registry.get_method_class(method)
+    from tfdp.certify import smoothing  # pylint: disable=import-outside-toplevel
+    smoothing.check_smoothing_sigma(method, options.get("smoothing_sigma"))
+    from tfdp.certify import registry as cert_registry  # pylint: disable=import-outside-toplevel
+    cert_registry.check_unsound_allowed(options)
     defaults = dict(DEFAULTS)
     defaults.update(getattr(method_cls, "default_flags", {}) or {})
 
@@ -525,6 +539,11 @@ def values_from_flags(flag_values) -> tuple[dict, dict, set]:
         if importlib.util.find_spec(module) is not None:
             options = option_flags.option_values(
                 option_flags.define_module_flags(module, flag_values), flag_values)
+    if flag_values["allow_unsound_certificates"].present:
+        options["allow_unsound_certificates"] = flag_values["allow_unsound_certificates"].value
+    if flag_values["smoothing_sigma"].present:
+        # Stored with the method's options (config.json "options"); a resume reads it there.
+        options["smoothing_sigma"] = flag_values["smoothing_sigma"].value
     present = {name for name in list(values) + list(options) if flag_values[name].present}
     return values, options, present
 

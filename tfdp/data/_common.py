@@ -11,7 +11,8 @@ import numpy as np
 
 from tfdp import checks
 
-DATASETS = ("mnist", "fashion_mnist", "cifar10", "tiny_imagenet", "synthetic", "sample")
+DATASETS = ("mnist", "fashion_mnist", "cifar10", "tiny_imagenet", "synthetic", "sample",
+            "sample_20k")
 SPLITS = ("train", "test")
 
 MNIST_CLASSES = tuple(str(i) for i in range(10))

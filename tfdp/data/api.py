@@ -25,6 +25,7 @@ _DATASET_OPTIONS = {
     "tiny_imagenet": _COMMON_OPTIONS + ("num_classes",),
     "synthetic": ("num_examples", "shuffle_seed", "shape", "num_classes", "seed"),
     "sample": ("num_examples", "shuffle_seed"),
+    "sample_20k": ("num_examples", "shuffle_seed"),
 }
 
 
@@ -100,10 +101,12 @@ def info(name: str, data_dir: str | None = None, **options) -> DatasetInfo:
     """
     _common.check_name(name)
     opts = _check_options(name, options)
-    if name in ("mnist", "sample"):
+    if name in ("mnist", "sample", "sample_20k"):
         sizes = {"train": 60000, "test": 10000}
         if name == "sample":
             sizes = {"train": 5000, "test": 1000}
+        if name == "sample_20k":
+            sizes = {"train": 20000, "test": 1000}
         return DatasetInfo(name, (28, 28, 1), 10, _common.MNIST_CLASSES, sizes)
     if name == "fashion_mnist":
         return DatasetInfo(name, (28, 28, 1), 10, _common.FASHION_MNIST_CLASSES,
@@ -204,6 +207,8 @@ def _load_uint8(name: str, split: str, data_dir: str | None,
         return _common.select_arrays(x, y, None, opts["shuffle_seed"])
     if name == "sample":
         x, y = mnist.load_sample(split)
+    elif name == "sample_20k":
+        x, y = mnist.load_sample(split, mnist.SAMPLE_20K_PATH)
     elif name in ("mnist", "fashion_mnist"):
         npz_files = ([os.path.join(r, "mnist.npz") for r in sources.roots(data_dir)]
                      if name == "mnist" else [])

@@ -16,6 +16,9 @@ from tfdp.data import sources
 # tfdp/data_files/mnist_sample.npz, shipped as package data.
 SAMPLE_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "data_files", "mnist_sample.npz")
+# tfdp/data_files/mnist_sample_20k.npz: the first 2,000 training images of each digit and
+# the sample's test images (the main job's data; `make_sample.py --train_per_class=2000`).
+SAMPLE_20K_PATH = os.path.join(os.path.dirname(SAMPLE_PATH), "mnist_sample_20k.npz")
 
 
 def _idx_names(stem: str) -> list[str]:
@@ -116,18 +119,18 @@ def read_mnist_npz(path: str, split: str) -> tuple[np.ndarray, np.ndarray]:
     return _common.check_labels(x[..., None], y, 10, path)
 
 
-def load_sample(split: str) -> tuple[np.ndarray, np.ndarray]:
-    """Reads one split of the embedded MNIST sample."""
-    if not os.path.isfile(SAMPLE_PATH):
-        raise _common.DataNotFoundError(f"the embedded MNIST sample {SAMPLE_PATH} is missing "
+def load_sample(split: str, path: str = SAMPLE_PATH) -> tuple[np.ndarray, np.ndarray]:
+    """Reads one split of an embedded MNIST sample (default: the 5,000-image sample)."""
+    if not os.path.isfile(path):
+        raise _common.DataNotFoundError(f"the embedded MNIST sample {path} is missing "
                                         f"from the installed package; rebuild it with "
                                         f"`python tfdp/data_files/make_sample.py --mnist_dir=DIR`")
     try:
-        with np.load(SAMPLE_PATH, allow_pickle=False) as f:
+        with np.load(path, allow_pickle=False) as f:
             x, y = f[f"x_{split}"], f[f"y_{split}"]
     except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError, zlib.error) as e:
-        raise _common.DataCorruptError(f"{SAMPLE_PATH} is corrupt: {type(e).__name__}: {e}") from e
-    return _common.check_labels(x[..., None], y, 10, SAMPLE_PATH)
+        raise _common.DataCorruptError(f"{path} is corrupt: {type(e).__name__}: {e}") from e
+    return _common.check_labels(x[..., None], y, 10, path)
 
 
 def build_mnist_sample(mnist_dir: str, out_path: str = SAMPLE_PATH, train_per_class: int = 500,

@@ -61,7 +61,7 @@ DIR_NAMES = {
 
 def candidate_dirs(name: str, data_dir: str | None) -> list[str]:
     """The directories searched for a data set, in order (see `search_dirs`)."""
-    if name in ("synthetic", "sample"):
+    if name in ("synthetic", "sample", "sample_20k"):
         return []
     dirs = [os.path.join(root, sub) for root in roots(data_dir) for sub in DIR_NAMES[name]]
     if name == "fashion_mnist":

@@ -1,6 +1,8 @@
 """Rebuilds tfdp/data_files/mnist_sample.npz from the real MNIST files.
 
 Usage: python tfdp/data_files/make_sample.py --mnist_dir=/path/to/mnist
+  The main job's 20,000-image sample: add --train_per_class=2000
+  --out=tfdp/data_files/mnist_sample_20k.npz
 """
 
 from absl import app, flags

@@ -68,7 +68,8 @@ class SensitivityBoundedConv2D(keras.layers.Conv2D):
     def sensitivity(self, kernel: Optional[tf.Tensor] = None) -> tf.Tensor:
         """Delta_f of `kernel` (default: the raw kernel) under the layer's r and mode."""
         kernel = self.kernel if kernel is None else kernel
-        return redistribution.layer_sensitivity(kernel, self._r_shaped, self.sensitivity_mode)
+        return redistribution.layer_sensitivity(kernel, self._r_shaped, self.sensitivity_mode,
+                                                strides=int(self.strides[0]))
 
     def effective_kernel(self) -> tf.Tensor:
         """W * target / Delta_f(W); its Delta_f is the target (every mode is 1-homogeneous)."""

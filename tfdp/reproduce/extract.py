@@ -275,17 +275,36 @@ def _size_key(size: str) -> str:
     return evaluate.size_key(float(size))
 
 
+# Names of the certified accuracy on attacked inputs: sound, claimed (unsound certificate,
+# tfdp.evaluate), and the name evaluation.json files written before the distinction used.
+_CERTIFIED_FIELDS = ("certified_accuracy_on_attacked_inputs",
+                     "claimed_certified_accuracy_on_attacked_inputs", "certified_accuracy")
+
+
 def _field(cell: dict, field: str):
     """cell[field]; a certified field falls back to the claimed (unsound) name.
 
     Evaluations run with --allow_unsound_certificates store the paper's unsound certificates
-    as `claimed_certified_accuracy` (and `clean_claimed_certified_accuracy`).
+    as `claimed_certified_accuracy_on_attacked_inputs` (and
+    `clean_claimed_certified_accuracy`).
     """
+    if field == "certified_accuracy":
+        for name in _CERTIFIED_FIELDS:
+            if name in cell:
+                return cell[name]
+        return None
     if field in cell:
         return cell[field]
     if "certified_accuracy" in field:
         return cell.get(field.replace("certified_accuracy", "claimed_certified_accuracy"))
     return None
+
+
+def _clean_certified(summary: dict) -> dict:
+    """Clean (claimed) certified accuracy per size, as plain numbers."""
+    raw = (summary.get("clean_certified_accuracy")
+           or summary.get("clean_claimed_certified_accuracy") or {})
+    return {k: (v.get("value") if isinstance(v, dict) else v) for k, v in raw.items()}
 
 
 def _attack_mean(summary: dict, size: str, field: str) -> float:
@@ -357,7 +376,7 @@ def eot_soundness(outs, row: Row) -> Value:
         summary = o["evaluation"]
         n = int(summary["num_examples"])
         alpha = float(summary.get("alpha") or 0.05)
-        certified = _field(summary, "clean_certified_accuracy") or {}
+        certified = _clean_certified(summary)
         for name, entry in summary["attacks"].items():
             for key, cell in entry.items():
                 if key not in certified or certified[key] is None:

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp import accounting, options
+from tfdp.certify import smoothing
 from tfdp.train import privatize
 from tfdp.train.base import Method
 from tfdp.train.nonprivate import build_baseline_model, per_example_cross_entropy
@@ -167,12 +168,19 @@ class DPSGD(Method):
     def max_steps(self) -> int | None:
         return self._steps
 
+    def certification_config(self) -> dict | None:
+        sigma = self.config.options.get("smoothing_sigma")
+        return smoothing.certification(sigma) if sigma else None
+
     def build_model(self, input_shape, num_classes):
         return build_baseline_model(self.model_kind, input_shape, num_classes)
 
     def train_step(self, ctx, x, y):
         model = self.model
         variables = model.trainable_variables
+        # --smoothing_sigma: per-example input noise before the per-example gradients and
+        # their clipping (data processing; the privacy analysis is unchanged).
+        x = smoothing.training_noise(ctx, x, self.config.options.get("smoothing_sigma"))
 
         def example_loss(xi, yi):
             logits = model(xi, training=True)

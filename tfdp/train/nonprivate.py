@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from tfdp import options
+from tfdp.certify import smoothing
 from tfdp.models import common
 from tfdp.train.base import Method
 
@@ -72,8 +73,14 @@ class NonPrivate(Method):
         return build_baseline_model(OPTIONS.get(self.config.options, "nonprivate_model"),
                                     input_shape, num_classes)
 
+    def certification_config(self):
+        sigma = self.config.options.get("smoothing_sigma")
+        return smoothing.certification(sigma) if sigma else None
+
     def train_step(self, ctx, x, y):
         model, global_batch_size = self.model, ctx.global_batch_size
+        # --smoothing_sigma: Gaussian noise on each example's input (Cohen et al. 2019).
+        x = smoothing.training_noise(ctx, x, self.config.options.get("smoothing_sigma"))
         with tf.GradientTape() as tape:
             logits = model(x, training=True)
             # The replica's share of the global mean loss (notes-deps §3(b)).

@@ -68,8 +68,11 @@ OPTIONS.integer("hgm_pretrain_examples", 5000, "Examples whose gradients give r.
 OPTIONS.enum("hgm_sensitivity_mode", "layer_max", list(redistribution.SENSITIVITY_MODES),
              "Delta_f bound conv1 is kept within: layer_max (sound, paper form with the "
              "square root restored), layer_sum (sound, tighter), per_map (the paper's "
-             "per-feature-map bound; not sound) or code_spectral (the code release; not "
-             "sound).")
+             "per-feature-map bound; not sound), code_spectral (the code release; not "
+             "sound; both need --allow_unsound_certificates), or the l2 modes l2_fourier "
+             "(conv1's l2 operator norm bounded from its FFT, Sedghi et al. 2019) and "
+             "l2_patch (ceil(k/s) times the reshaped kernel's largest singular value), "
+             "sound for l2 attacks (certify with tfdp-evaluate --attack_norm=2).")
 OPTIONS.float("hgm_sensitivity_target", 1.0, "Delta_target: conv1 is reparametrised so "
               "that Delta_f <= this value.")
 OPTIONS.enum("hgm_train_noise", "fresh", list(TRAIN_NOISE),
@@ -389,7 +392,8 @@ class _RobustnessNoise:
             "redistribution": self.r_source, "r_stats": dict(self.r_stats),
             "r_file": "checkpoints/setup_state.npz (key r)",
             "train_noise": self.train_noise, "test_noise": "fresh per Monte-Carlo draw",
-            "norm": "linf", "num_draws": self.num_draws, "alpha": self.cert_alpha,
+            "norm": redistribution.sensitivity_norm(self.sensitivity_mode),
+            "num_draws": self.num_draws, "alpha": self.cert_alpha,
             "bound": self.cert_bound,
             "note": ("sigma_r = multiplier * sensitivity * construction_bound; conv1 is "
                      "normalised to Delta_f = sensitivity (HGM spec §3.2 (i)). " + (

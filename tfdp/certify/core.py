@@ -1,4 +1,6 @@
-"""Certified robustness: Monte-Carlo prediction, confidence bounds and robustness radii.
+"""Monte-Carlo prediction, confidence bounds and the PixelDP / StoBatch radius formulas.
+
+The certificates that use these formulas are the classes of `tfdp.certify.registry`.
 
 The certificate follows PixelDP (Lecuyer et al. 2019): a scorer whose noise makes it
 (eps', delta')-DP for perturbations in a norm ball satisfies Eq. 4,
@@ -48,7 +50,6 @@ import tensorflow as tf
 from tfdp import checks, mechanisms
 
 BOUNDS = ("clopper_pearson", "hoeffding", "bernstein")
-MECHANISMS = ("pixeldp_laplace", "pixeldp_gaussian", "hgm", "agm", "stobatch")
 DELTA_RX_MODES = ("unit", "mu_a", "mu_train")
 
 # PixelDP code release: delta' grid {0.001, ..., 0.299} for the Gaussian certificate search
@@ -531,143 +532,6 @@ def stobatch_radius(lower: Any, upper: Any, *, sensitivity: float, batch_size: f
     if radius_psi_correction:
         radius = radius / psi
     return radius / divisor
-
-
-def certified_radius(lower: Any, upper: Any, certification: Mapping[str, Any],
-                     attack_size: Optional[float] = None) -> np.ndarray:
-    """Robustness radius for the mechanism described by a run's `certification` dict.
-
-    Args:
-        lower: lower bound(s) of the predicted class's expected score.
-        upper: upper bound(s) of the runner-up.
-        certification: the dict documented in this module's docstring.
-        attack_size: the attack size being certified (only StoBatch's "mu_a" mode uses it).
-
-    Returns:
-        radii in the data's input units (0 = abstain).
-
-    Raises:
-        ValueError: on an invalid certification dict.
-    """
-    cert = validate_certification(certification)
-    mech = cert["mechanism"]
-    cap = cert.get("eps_cap")
-    if mech == "stobatch":
-        keys = ("sensitivity", "batch_size", "epsilon1", "d_cert", "delta_rh",
-                "delta_rx_mode", "mu_train", "psi", "radius_psi_correction",
-                "radius_divisor")
-        kwargs = {k: cert[k] for k in keys if k in cert}
-        radius = stobatch_radius(lower, upper, attack_size=attack_size, **kwargs)
-        if cap is not None:  # cap eps_r* through the radius's linear dependence
-            capped = stobatch_radius(np.exp(2.0 * cap), 1.0, attack_size=attack_size,
-                                     **kwargs)
-            radius = np.minimum(radius, capped)
-        return radius
-    bound_l = float(cert["construction_bound"])
-    eps_r = float(cert["epsilon"])
-    if mech == "pixeldp_laplace":
-        # PixelDP: b = Delta L / eps_r
-        ratio = bound_l / eps_r
-        if cap is not None:
-            return ratio * np.minimum(max_epsilon(lower, upper, 0.0), float(cap))
-        return laplace_radius(lower, upper, ratio)
-    delta_r = float(cert["delta"])
-    if mech == "pixeldp_gaussian":
-        # PixelDP: sigma = Delta L m_GM(delta_r) / eps_r, eps' <= 1
-        ratio = bound_l * float(_gm_multiplier(np.float64(delta_r))) / eps_r
-        cap = 1.0 if cap is None else min(float(cap), 1.0)
-        return gaussian_radius(lower, upper, ratio, "gm", eps_cap=cap)
-    if mech == "hgm":
-        # HGM Eq. 10 (corrected): sigma_r = Delta_f L mult_HGM(eps_r, delta_r)
-        ratio = bound_l * float(_hgm_multiplier(eps_r, delta_r))
-        return gaussian_radius(lower, upper, ratio, "hgm", eps_cap=cap)
-    # agm: sigma = Delta_f L sigma_AGM(eps_r, delta_r, 1) (HGM spec §4.2, AGM counterpart)
-    ratio = bound_l * float(_agm_multiplier(eps_r, delta_r))
-    return gaussian_radius(lower, upper, ratio, "agm", eps_cap=cap)
-
-
-def validate_certification(certification: Any) -> dict:
-    """Checks a `certification` dict and returns a copy with defaults filled in.
-
-    Args:
-        certification: the dict documented in this module's docstring.
-
-    Returns:
-        the checked dict.
-
-    Raises:
-        ValueError: naming the offending key.
-    """
-    if not isinstance(certification, Mapping):
-        raise ValueError("certification must be a dict with a 'mechanism' key")
-    cert = dict(certification)
-    mech = cert.get("mechanism")
-    if mech not in MECHANISMS:
-        raise ValueError(f"certification['mechanism'] must be one of {MECHANISMS}, got "
-                         f"{mech!r}")
-    if mech == "stobatch":
-        for key in ("sensitivity", "batch_size", "epsilon1", "d_cert", "delta_rh"):
-            if key not in cert:
-                raise ValueError(f"certification['{key}'] is required for stobatch")
-            checks.check_positive(cert[key], f"certification['{key}']")
-        cert.setdefault("delta_rx_mode", "unit")
-        cert.setdefault("mu_train", 0.05)
-        cert.setdefault("psi", 1.0)
-        cert.setdefault("radius_psi_correction", True)
-        cert.setdefault("radius_divisor", 1.0)
-        if cert["delta_rx_mode"] not in DELTA_RX_MODES:
-            raise ValueError(f"certification['delta_rx_mode'] must be one of "
-                             f"{DELTA_RX_MODES}, got {cert['delta_rx_mode']!r}")
-        passes = cert.get("passes")
-        if passes is not None and (not isinstance(passes, (list, tuple)) or not all(
-                isinstance(p, (list, tuple)) for p in passes)):
-            raise ValueError("certification['passes'] must be a list of lists of layer "
-                             "names")
-    else:
-        for key in ("construction_bound", "epsilon"):
-            if key not in cert:
-                raise ValueError(f"certification['{key}'] is required for {mech}")
-            checks.check_positive(cert[key], f"certification['{key}']")
-        if mech != "pixeldp_laplace":
-            if "delta" not in cert:
-                raise ValueError(f"certification['delta'] is required for {mech}")
-            delta = float(cert["delta"])
-            if not 0.0 < delta < 1.0:
-                raise ValueError(f"certification['delta'] must lie in (0, 1), got {delta!r}")
-        if mech == "pixeldp_gaussian" and float(cert["epsilon"]) > 1.0:
-            raise ValueError("certification['epsilon'] must be <= 1 for the classical "
-                             "Gaussian mechanism (HGM Theorem 1)")
-    if cert.get("eps_cap") is not None:
-        checks.check_positive(cert["eps_cap"], "certification['eps_cap']")
-    if "bound" in cert:
-        checks.check_choice(cert["bound"], "bound", BOUNDS)
-    if "alpha" in cert:
-        checks.check_unit_interval(cert["alpha"], "alpha")
-    if "num_draws" in cert:
-        checks.check_positive_int(cert["num_draws"], "num_draws", allow_integral_float=True)
-    return cert
-
-
-def certify(result: MonteCarloResult, certification: Mapping[str, Any], *,
-            bound: str = "clopper_pearson", alpha: float = 0.05,
-            attack_size: Optional[float] = None) -> tuple[np.ndarray, np.ndarray]:
-    """Predictions and certified radii from Monte-Carlo statistics.
-
-    Args:
-        result: Monte-Carlo statistics of the noisy model.
-        certification: the run's certification dict.
-        bound: one of BOUNDS.
-        alpha: failure probability in (0, 1) (confidence 1 - alpha).
-        attack_size: the attack size being certified (StoBatch "mu_a" mode).
-
-    Returns:
-        (prediction (b,), radius (b,)); radius 0 means the model abstains from certifying.
-
-    Raises:
-        ValueError: on bad arguments.
-    """
-    pred, lower, upper = top_two_bounds(result, bound, alpha)
-    return pred, certified_radius(lower, upper, certification, attack_size=attack_size)
 
 
 def is_robust(radius: Any, attack_size: float) -> np.ndarray:
