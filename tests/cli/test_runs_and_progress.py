@@ -90,9 +90,9 @@ def test_runs_table_three_runs(trained, tmp_path):
     (stopped / "checkpoints" / "checkpoint").write_text("")
     _write(base / "dpsgd", "evaluation.json", {
         "num_examples": 100, "clean_accuracy": 0.5,
-        "attacks": {"fgsm": {"0.1": {"accuracy": 0.4, "certified_accuracy": None},
-                             "0.2": {"accuracy": 0.3, "certified_accuracy": 0.1}},
-                    "madry": {"0.2": {"accuracy": 0.2, "certified_accuracy": 0.1}}}})
+        "attacks": {"fgsm": {"0.1": {"accuracy": 0.4, "certified_accuracy_on_attacked_inputs": None},
+                             "0.2": {"accuracy": 0.3, "certified_accuracy_on_attacked_inputs": 0.1}},
+                    "madry": {"0.2": {"accuracy": 0.2, "certified_accuracy_on_attacked_inputs": 0.1}}}})
 
     out = _py("-m", "tfdp.apps.runs", str(base), "--format=csv")
     assert out.returncode == 0, out.stderr

@@ -97,10 +97,10 @@ flags.DEFINE_float("smoothing_sigma", None,
                    "clipping; the privacy analysis is unchanged) and certify l2 robustness with "
                    "the gaussian_smoothing certificate. Unset: no input noise.")
 flags.DEFINE_bool("allow_unsound_certificates", False,
-                  "Allow certification settings whose sensitivity is not a proven bound "
-                  "(--hgm_sensitivity_mode=per_map or code_spectral, StoBatch's code-release "
-                  "radius scaling), to reproduce the papers; their certificates are reported "
-                  "as 'claimed' everywhere.")
+                  "Allow certification settings whose sensitivity is not a proven bound (HGM's "
+                  "per_map and code_spectral sensitivity modes, StoBatch's code-release radius "
+                  "scaling), to reproduce the papers; their certificates are reported as "
+                  "'claimed' everywhere.")
 flags.DEFINE_integer("cpu_replicas", None,
                      "Split the CPU into N logical devices before any strategy is built, so "
                      "--strategy=mirrored runs N replicas on a CPU-only machine.")
