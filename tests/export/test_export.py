@@ -15,7 +15,8 @@ from tfdp import certify, export, rundir
 SHAPE, CLASSES, VALUE_RANGE = (28, 28, 1), 10, (-1.0, 1.0)  # as in conftest.py
 
 # As in conftest.py (the run fixtures).
-HGM_CERT = {"mechanism": "hgm", "construction_bound": 0.1, "epsilon": 1.0, "delta": 1e-5}
+HGM_CERT = {"mechanism": "hgm", "construction_bound": 0.1, "epsilon": 1.0, "delta": 1e-5,
+            "sensitivity_sound": True}  # as in conftest.py
 VALUE_RANGE = (-1.0, 1.0)
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
