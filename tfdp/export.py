@@ -88,7 +88,8 @@ _CONFIG_KEYS = ("method", "dataset", "value_range", "input_shape", "num_classes"
 # Generic flags of flags.txt that are public hyper-parameters (no seed, path or run control).
 _CARD_FLAGS = ("method", "dataset", "epochs", "batch_size", "learning_rate", "optimizer",
                "epsilon", "delta", "value_range", "strategy", "num_train", "num_test",
-               "num_classes", "noise_kernel")
+               "num_classes", "noise_kernel", "smoothing_sigma",
+               "allow_unsound_certificates")
 # Names never copied to the model card, even when declared as a method option: the seed
 # regenerates the run's privacy noise; the others are local paths or run-control switches.
 _PRIVATE_FLAGS = ("seed", "model_dir", "data_dir", "resume", "stop_after_epochs", "verbose",
@@ -96,7 +97,9 @@ _PRIVATE_FLAGS = ("seed", "model_dir", "data_dir", "resume", "stop_after_epochs"
 # metrics.json: only these test-set fields (no training statistics of any kind).
 _METRICS_KEYS = ("test_accuracy",)
 # evaluation.json: the test-set summary fields (computed on the test split only).
-_EVALUATION_KEYS = ("clean_accuracy", "clean_certified_accuracy", "attacks", "num_examples",
+_EVALUATION_KEYS = ("clean_accuracy", "clean_accuracy_ci95", "clean_certified_accuracy",
+                    "clean_claimed_certified_accuracy", "claimed_note", "certified_label",
+                    "attack_norm", "soundness_check", "attacks", "num_examples",
                     "value_range", "size_range", "prediction", "attack_target",
                     "attack_labels", "nb_iter", "eot_draws", "certification",
                     "certified_accuracy_note", "num_draws", "alpha", "bound", "robust_rule")
@@ -121,7 +124,9 @@ _CERTIFICATION_SPEC = {
         "num_draws", "alpha", "bound", "note", "eps_cap",
         # StoBatch (StoBatch §2.9, Theorem 5)
         "batch_size", "epsilon1", "d_cert", "delta_rh", "psi", "delta_rx_mode", "mu_train",
-        "radius_psi_correction", "radius_divisor", "passes")},
+        "radius_psi_correction", "radius_divisor", "passes",
+        # the certificate registry (tfdp.certify): name, derived soundness, smoothing
+        "name", "sound", "lipschitz", "selection_draws", "noise", "input_dim")},
     "r_stats": {k: ANY for k in ("pretrain_epochs", "score_examples", "beta", "mix", "floor",
                                  "public_records")},
     "budget": {k: ANY for k in (
