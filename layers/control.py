@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Optional, Sequence
 
 import keras
@@ -79,6 +80,46 @@ def set_inference_noise(model_or_layer: Any, enabled: bool, *,
                 layer.inference_fresh_scale = fresh_scale
             if include_fixed is not None:
                 layer.inference_fixed_noise = include_fixed
+            count += 1
+    for layer in _walk(model_or_layer, set()):
+        if isinstance(layer, keras.Model):
+            for attr in ("predict_function", "test_function", "train_function"):
+                if getattr(layer, attr, None) is not None:
+                    setattr(layer, attr, None)
+    return count
+
+
+def set_noise_seeds(model_or_layer: Any, seed: int) -> int:
+    """Keys every tfdp noise layer's inference stream to an evaluation seed.
+
+    A model loaded from `model.keras` carries no layer seed (the training run's streams stay
+    secret, in its checkpoint), so each load draws fresh OS entropy and two evaluations of the
+    same model see different Monte-Carlo noise. An evaluation run with `--seed` calls this
+    after loading: each layer's stream becomes a hash of the evaluation seed and the layer's
+    position in the model (its path), never of any training seed or data. Call it before any
+    function that calls the model is traced (the seed is read at trace time).
+
+    Args:
+        model_or_layer: a Keras model or layer; nested models and sub-layers are searched.
+        seed: the evaluation seed (a non-negative int).
+
+    Returns:
+        The number of noise layers keyed.
+
+    Raises:
+        ValueError: if model_or_layer is not a Keras layer or seed is not a non-negative int.
+    """
+    if not isinstance(model_or_layer, keras.layers.Layer):
+        raise ValueError(f"model_or_layer must be a Keras layer or model, got "
+                         f"{type(model_or_layer).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, (int,)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    count = 0
+    for layer in _walk(model_or_layer, set()):
+        if isinstance(layer, _NoiseLayer):
+            where = getattr(layer, "path", None) or layer.name
+            digest = hashlib.sha256(f"tfdp-evaluation-noise:{int(seed)}:{where}".encode())
+            layer._base_seed = int.from_bytes(digest.digest()[:8], "big") % (2**63 - 1)
             count += 1
     for layer in _walk(model_or_layer, set()):
         if isinstance(layer, keras.Model):

@@ -428,6 +428,11 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
                       for s in opts.attack_sizes]
 
     exported = _is_exported(model)
+    if not exported and opts.seed is not None and hasattr(model, "_flatten_layers"):
+        # model.keras carries no layer seed (the training streams stay secret): key the
+        # Monte-Carlo noise to the evaluation seed so that --seed reruns are identical.
+        import layers as layers_lib  # pylint: disable=import-outside-toplevel
+        layers_lib.set_noise_seeds(model, int(opts.seed))
     if exported:
         # An exported SavedModel (tfdp.export.ExportedModel): attacks use the gradients of its
         # `serve` / `noisy_predict` endpoints, certificates come from its `certify` signature.
