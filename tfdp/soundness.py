@@ -23,6 +23,10 @@ import numpy as np
 import scipy.stats
 import tensorflow as tf
 
+from tfdp import tf_options
+
+tf_options.configure_tensorflow()  # bit-reproducible tf.function graphs (tfdp/tf_options.py)
+
 MIN_CERTIFIED = 20
 CHANCE_MARGIN = 0.05
 # The check fails when the flips are this unlikely under soundness.

@@ -5,11 +5,10 @@ of the row is deleted from a copy of the committed results and rerun through
 `tfdp-reproduce --scale=smoke`, on real MNIST, and the regenerated REPRODUCTION.md must equal
 the committed one apart from timings and those rows.
 
-AdLM and Secure-SGD training is seeded and deterministic on one kind of machine: their rows
-must give the committed verdict and value (a small tolerance covers float rounding on another
-CPU). StoBatch training is not bit-reproducible across processes (docs/stobatch.md,
-"Reproducibility across processes"): its ledger must be identical, its value is
-only checked to be a result with a verdict.
+All three rows are seeded and deterministic on one kind of machine (training: grappler's
+memory-optimizer scheduling pass is off, tfdp/tf_options.py; evaluation: --seed keys the loaded
+model's noise layers, layers.set_noise_seeds): each must give the committed verdict and value (a
+small tolerance covers float rounding on another CPU) and an identical ledger.
 """
 
 import json
@@ -30,7 +29,7 @@ _REPORT = os.path.join(runner.REPO_ROOT, "REPRODUCTION.md")
 # their evaluations), StoBatch (one run of the smoke flagfile, 40 steps, and its Monte-Carlo
 # evaluation).
 ROWS = ("adlm.mnist.adlm.eps0.25", "hgm.mnist.secure_sgd_rise", "stobatch.mnist.stobatch.eps2")
-_EXACT = ("adlm.mnist.adlm.eps0.25", "hgm.mnist.secure_sgd_rise")
+_EXACT = ROWS
 # Values are accuracies in % or differences in points, measured on 100-200 test images: two
 # points is one or two images, the most float rounding on another CPU could move.
 _TOLERANCE = 2.0
