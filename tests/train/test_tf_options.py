@@ -112,7 +112,7 @@ def test_stobatch_step_has_no_unordered_accumulation_even_with_no_free_memory(
 
 
 # Modules that call tf_options.configure_tensorflow() when imported.
-_CONFIGURING = {"tfdp.mechanisms", "tfdp.train.loop", "attacks.core", "attacks.graph"}
+_CONFIGURING = {"tfdp.mechanisms", "tfdp.train.loop", "attacks.core", "attacks.graph", "tfdp.soundness"}
 _PACKAGES = ("tfdp", "attacks", "layers")
 
 
