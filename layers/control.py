@@ -26,6 +26,16 @@ def _walk(layer: Any, seen: set) -> list:
     return out
 
 
+def _reset_cached_functions(model_or_layer: Any) -> None:
+    """Drops Keras' cached predict/test/train functions of every model found, so they retrace
+    (noise settings and seeds are read when a graph is traced)."""
+    for layer in _walk(model_or_layer, set()):
+        if isinstance(layer, keras.Model):
+            for attr in ("predict_function", "test_function", "train_function"):
+                if getattr(layer, attr, None) is not None:
+                    setattr(layer, attr, None)
+
+
 def set_inference_noise(model_or_layer: Any, enabled: bool, *,
                         fresh_scale: Optional[float] = None,
                         include_fixed: Optional[bool] = None,
@@ -81,11 +91,7 @@ def set_inference_noise(model_or_layer: Any, enabled: bool, *,
             if include_fixed is not None:
                 layer.inference_fixed_noise = include_fixed
             count += 1
-    for layer in _walk(model_or_layer, set()):
-        if isinstance(layer, keras.Model):
-            for attr in ("predict_function", "test_function", "train_function"):
-                if getattr(layer, attr, None) is not None:
-                    setattr(layer, attr, None)
+    _reset_cached_functions(model_or_layer)
     return count
 
 
@@ -121,9 +127,5 @@ def set_noise_seeds(model_or_layer: Any, seed: int) -> int:
             digest = hashlib.sha256(f"tfdp-evaluation-noise:{int(seed)}:{where}".encode())
             layer._base_seed = int.from_bytes(digest.digest()[:8], "big") % (2**63 - 1)
             count += 1
-    for layer in _walk(model_or_layer, set()):
-        if isinstance(layer, keras.Model):
-            for attr in ("predict_function", "test_function", "train_function"):
-                if getattr(layer, attr, None) is not None:
-                    setattr(layer, attr, None)
+    _reset_cached_functions(model_or_layer)
     return count
