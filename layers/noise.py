@@ -176,9 +176,34 @@ def _check_mode(noise_mode: Any) -> str:
     return noise_mode
 
 
+# Layer seeds are keys of up to 128 bits: the two int64 words of a stateless seed.
+SEED_BITS = 128
+
+
 def _check_seed(seed: Any) -> Optional[int]:
-    # Stateless TF seeds are int64, hence the upper bound.
-    return checks.check_seed(seed, "seed", maximum=2**63 - 1)
+    return checks.check_seed(seed, "seed", maximum=2**SEED_BITS - 1)
+
+
+def _signed64(word: int) -> int:
+    """A 64-bit word as the int64 TensorFlow's stateless seeds hold."""
+    return word - 2**64 if word >= 2**63 else word
+
+
+def root_seed(key: int, tag: int) -> tf.Tensor:
+    """The stateless seed [2] (int64) of use `tag` of a layer keyed by `key` (< 2^128).
+
+    A key below 2^63 gives [key, tag], the stream layers have always drawn for such seeds;
+    a larger key uses all its bits: its two 64-bit words with `tag` folded in. So the
+    128-bit keys drawn from OS entropy cannot be searched in less than 2^128 tries (no
+    63-bit truncation), while small user seeds keep their streams.
+    """
+    key = int(key)
+    if not 0 <= key < 2**SEED_BITS:
+        raise ValueError(f"seed must lie in [0, 2^{SEED_BITS}), got {key!r}")
+    if key < 2**63:
+        return tf.constant([key, int(tag)], dtype=tf.int64)
+    words = tf.constant([_signed64(key & (2**64 - 1)), _signed64(key >> 64)], dtype=tf.int64)
+    return tf.random.experimental.stateless_fold_in(words, tf.constant(int(tag), tf.int64))
 
 
 def _check_nonneg_float(value: Any, name: str, *, positive: bool = False) -> float:
@@ -282,8 +307,8 @@ class _NoiseLayer(keras.layers.Layer):
         self.inference_fixed_noise = bool(inference_fixed_noise)
         super().__init__(**kwargs)
         self.inference_noise = bool(inference_noise)
-        # Without a seed the stream comes from OS entropy; that seed is never saved.
-        self._base_seed = self.seed if self.seed is not None else secrets.randbits(63)
+        # Without a seed the stream comes from 128 bits of OS entropy; that key is never saved.
+        self._base_seed = self.seed if self.seed is not None else secrets.randbits(SEED_BITS)
         self._feature_shape: Optional[tuple[int, ...]] = None
         self.supports_masking = True
 
@@ -332,7 +357,7 @@ class _NoiseLayer(keras.layers.Layer):
             shape=(), initializer="zeros", dtype="int64", trainable=False,
             aggregation="only_first_replica", name="draw_counter")
         if self.noise_mode == "once":
-            once_seed = tf.constant([self._base_seed, _TAG_ONCE], dtype=tf.int64)
+            once_seed = root_seed(self._base_seed, _TAG_ONCE)
 
             def _init(shape: Any, dtype: Any = None) -> tf.Tensor:
                 return self._sample(shape, once_seed, dtype=tf.float32)
@@ -367,8 +392,7 @@ class _NoiseLayer(keras.layers.Layer):
     def _next_seed(self, tag: int, per_replica: bool) -> tf.Tensor:
         """A fresh stateless seed [2]; distinct per call, and per replica if asked."""
         counter = self.draw_counter.value
-        seed = tf.random.experimental.stateless_fold_in(
-            tf.constant([self._base_seed, tag], dtype=tf.int64), counter)
+        seed = tf.random.experimental.stateless_fold_in(root_seed(self._base_seed, tag), counter)
         if per_replica:
             ctx = tf.distribute.get_replica_context()
             if ctx is not None and ctx.num_replicas_in_sync > 1:
@@ -527,7 +551,8 @@ class LaplaceNoise(_NoiseLayer):
             array broadcasting to the input's feature shape (with `shared_axes` set to 1),
             e.g. AdLM's Delta_h0 / (beta_j eps2).
         noise_mode: "per_example", "per_batch" or "once".
-        seed: int for reproducible noise, None for OS entropy. Give every layer its own seed.
+        seed: int in [0, 2^128) for reproducible noise, None for a 128-bit key from OS entropy.
+            Give every layer its own seed.
         inference_noise: whether noise is also applied when not training.
         batch_divisor: the noise is divided by this factor (AdLM |L|, StoBatch m).
         shared_axes: feature axes (1-based, axis 0 is the batch) along which one draw is

@@ -39,8 +39,14 @@ def derived_values(key: int, epochs: int = 4, steps: int = 8) -> list[int]:
             values.append(derive_seed(key, stream, index))
             values.append(derive_seed(key, stream, index, bits=63))
             values.append(derive_seed(key, stream, index, bits=31))
-    layer = derive_seed(key, 7, bits=63)
-    values.append(int(np.random.SeedSequence([layer, 11]).generate_state(1, np.uint64)[0] >> 1))
+    for bits in (63, 128):  # the noise layers' key (128 bits; 63 before issue 22's last item)
+        layer = derive_seed(key, 7, bits=bits)
+        values.append(layer)
+        hgm_words = np.random.SeedSequence([layer, 11]).generate_state(2, np.uint64)
+        values.append(int(hgm_words[0] >> 1))
+        values.append((int(hgm_words[0]) << 64) | int(hgm_words[1]))  # Secure-SGD's layer key
+        values.extend(int(w) for w in hgm_words)
+        values.append(int(np.random.SeedSequence([layer, 7]).generate_state(1, np.uint32)[0] >> 1))
     gen = tf.random.Generator.from_seed(derive_seed(key, 5))
     for s in gen.make_seeds(steps).numpy().T:
         values.extend(int(v) for v in s)

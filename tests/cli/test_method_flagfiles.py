@@ -45,3 +45,38 @@ def test_flagfile_trains_at_tiny_size(method, tmp_path):
     assert result.epochs_completed == 1
     assert 0.0 <= result.metrics["test_accuracy"] <= 1.0
     assert os.path.exists(tmp_path / method / "model.keras")
+
+
+def _training_flagfiles():
+    out = []
+    for root, _, files in os.walk(os.path.join(_ROOT, "flags")):
+        out += [os.path.join(root, f) for f in files
+                if f.endswith(".flags") and not f.endswith("_eval.flags")]
+    return sorted(out)
+
+
+def test_user_flagfiles_leave_the_seed_secret_and_seeded_ones_say_why():
+    """Issue 22: the flagfiles users start from (flags/methods/, the sample and main-job
+    flagfiles) draw their noise from a secret key; every training flagfile that fixes a seed
+    says, right above it, that the seed is public and what that does to its epsilon."""
+    templates = [os.path.join(_DIR, f) for f in os.listdir(_DIR)] + [
+        os.path.join(_ROOT, "flags", p) for p in
+        ("adlm/sample.flags", "hgm/sample.flags", "smoothing/sample_20k.flags")]
+    for path in templates:
+        with open(path, encoding="utf-8") as f:
+            assert not any(ln.startswith("--seed") for ln in f.read().splitlines()), path
+    seeded = 0
+    for path in _training_flagfiles():
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        for i, ln in enumerate(lines):
+            if ln.startswith("--seed"):
+                seeded += 1
+                above = " ".join(lines[max(0, i - 4):i])
+                assert "public" in above and "user_supplied" in above, path
+    assert seeded >= 10  # the reproduction flagfiles keep their seeds (and say why)
+
+
+def test_a_template_run_records_no_seed(tmp_path):
+    spec = _spec("dpsgd", tmp_path)
+    assert spec.config.seed is None

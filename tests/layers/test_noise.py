@@ -116,6 +116,30 @@ def test_same_seed_same_stream_other_seed_differs():
     assert not np.any(n1(x, training=True).numpy() == n2(x, training=True).numpy())
 
 
+def test_unseeded_layers_hold_128_bit_keys_and_use_every_bit():
+    from layers import noise as noise_module  # pylint: disable=import-outside-toplevel
+    keys = [layers.LaplaceNoise(1.0)._base_seed for _ in range(8)]
+    # 128-bit keys from OS entropy: all of them below 2^64 has probability 2^-512.
+    assert all(0 <= k < 2**128 for k in keys) and any(k >= 2**64 for k in keys)
+    assert len(set(keys)) == 8
+    x = tf.zeros((3, 40))
+    low = 2**100 + 12345
+    # Keys that differ only in their high 64-bit word, or only in the low one, draw apart.
+    for other in (low + 2**64, low + 1):
+        va = layers.LaplaceNoise(1.0, seed=low)(x, training=True).numpy()
+        vb = layers.LaplaceNoise(1.0, seed=other)(x, training=True).numpy()
+        assert not np.any(va == vb)
+    again = layers.LaplaceNoise(1.0, seed=low)(x, training=True).numpy()
+    np.testing.assert_array_equal(va, again)  # a 128-bit seed still reproduces
+    # Seeds below 2^63 keep the streams they always had: [seed, tag].
+    np.testing.assert_array_equal(noise_module.root_seed(5, 3).numpy(), [5, 3])
+    big = noise_module.root_seed(2**127 + 9, 3).numpy()
+    assert big.dtype == np.int64 and not np.array_equal(big, noise_module.root_seed(
+        2**127 + 9, 1).numpy())
+    with pytest.raises(ValueError, match="seed"):
+        layers.LaplaceNoise(1.0, seed=2**128)
+
+
 def test_fresh_noise_inside_tf_function():
     layer = layers.LaplaceNoise(1.0, seed=8)
     x = tf.zeros((2, 16))

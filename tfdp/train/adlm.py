@@ -494,7 +494,11 @@ class AdLM(Method):
                       bn_momentum=float(self._o("adlm_bn_momentum")),
                       bn_eval=self._o("adlm_bn_eval"))
         if arch == "cifar10":
-            kwargs.update(crop=int(self._o("adlm_crop")), seed=self.layer_seed)
+            # The crops are augmentation, not privacy noise: a 31-bit seed (Keras'
+            # SeedGenerator takes no more) derived from the run's 128-bit layer key.
+            crop_seed = None if self.layer_seed is None else int(np.random.SeedSequence(
+                [int(self.layer_seed), 7]).generate_state(1, np.uint32)[0] >> 1)
+            kwargs.update(crop=int(self._o("adlm_crop")), seed=crop_seed)
         model = adlm_models.build(arch, input_shape, num_classes, **kwargs)
         if kwargs["bias_noise"]:
             model.get_layer(adlm_models.BIAS_NOISE_LAYER).offset.assign(

@@ -299,8 +299,8 @@ class Method(abc.ABC):
           data_spec: the private training data's spec.
           strategy: the tf.distribute strategy (None: the default strategy).
           layout_seed: the run's seed for batch layouts drawn once per run (`fixed_batches`).
-          layer_seed: a 63-bit seed derived from the run's secret key for the noise layers
-            `build` creates (their stateless streams are keyed by an int64); None: the
+          layer_seed: a 128-bit seed derived from the run's secret key for the noise layers
+            `build` creates (their stateless streams are keyed by both int64 words); None: the
             layers draw OS entropy. It must never be derived from `config.seed` directly,
             and `tfdp.rundir.save_model` leaves it out of saved models.
         """

@@ -493,7 +493,7 @@ class Run:
                         tuple(float(v) for v in self.cfg.value_range), num_train,
                         self.cfg.dataset, data.x_train, data.y_train)
         method.attach(spec, self.strategy, derive_seed(self.run_key, _STREAM_FIXED),
-                      layer_seed=derive_seed(self.run_key, _STREAM_LAYERS, bits=63))
+                      layer_seed=derive_seed(self.run_key, _STREAM_LAYERS, bits=128))
         return spec
 
     def _check_resume(self, config: Mapping[str, Any]) -> None:

@@ -345,8 +345,10 @@ class _RobustnessNoise:
     def _noise_seed(self) -> Optional[int]:
         # From the run's secret key (never from --seed directly); saved models leave it out.
         seed = self.layer_seed
-        return None if seed is None else int(np.random.SeedSequence(
-            [int(seed), 11]).generate_state(1, np.uint64)[0] >> 1)
+        if seed is None:
+            return None
+        words = np.random.SeedSequence([int(seed), 11]).generate_state(2, np.uint64)
+        return (int(words[0]) << 64) | int(words[1])  # a 128-bit layer key
 
     def _build_robust(self, input_shape, num_classes):
         r = None if self.r_source == "uniform" else self.r
