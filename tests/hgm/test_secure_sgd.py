@@ -168,7 +168,8 @@ def test_fixed_once_is_identical_across_steps_and_survives_resume(tmp_path, tiny
 
 
 def test_ledger_is_the_dpsgd_entry_for_the_executed_steps(tmp_path, tiny_data):
-    cfg = _config(tmp_path, "secure_sgd", hgm_noise_multiplier=2.0)
+    cfg = _config(tmp_path, "secure_sgd", hgm_noise_multiplier=2.0,
+                  hgm_r_source="nonprivate_pretrain")
     cfg.epsilon = None  # fixed sigma, every planned step runs
     result = loop.train(SecureSGD(cfg), tiny_data, verbose=0)
     ledger = result.ledger
@@ -283,3 +284,10 @@ def test_public_split_r_is_sound_and_trains_on_held_out_records(tmp_path, tiny_d
     with pytest.raises(ValueError, match="--hgm_r_public_size"):
         SecureSGD(_config(tmp_path, "secure_sgd", "bad", hgm_r_source="public_split",
                           hgm_r_public_size=0, hgm_noise_multiplier=2.0)).validate()
+
+
+def test_secure_sgd_defaults_to_the_sound_r_source(tmp_path):
+    """Issue 22: the library default never makes Secure-SGD's epsilon infinite."""
+    assert SecureSGD(_config(tmp_path, "secure_sgd")).r_source == "public_split"
+    assert secure_sgd.HGMPixelDP(_config(tmp_path, "hgm_pixeldp")).r_source == \
+        "nonprivate_pretrain"

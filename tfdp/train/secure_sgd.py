@@ -53,8 +53,8 @@ OPTIONS.enum("hgm_r_source", None, list(R_SOURCES),
              "released model's noise, so the sound epsilon is infinite), public_split (the "
              "same pre-training on --hgm_r_public_size training records held out as public "
              "data, never trained on privately; sound), uniform, or file (--hgm_r_file). "
-             "Default: nonprivate_pretrain for secure_sgd and hgm_pixeldp; secure_sgd_agm "
-             "and pixeldp always use uniform r.")
+             "Default: public_split for secure_sgd (sound), nonprivate_pretrain for the "
+             "non-private hgm_pixeldp; secure_sgd_agm and pixeldp always use uniform r.")
 OPTIONS.integer("hgm_r_public_size", 1000,
                 "Training records held out (a seeded random choice) as public data for "
                 "--hgm_r_source=public_split; the private set and its accounting exclude them.")
@@ -143,7 +143,10 @@ class _RobustnessNoise:
         self.eps_r = float(_opt(opts, "hgm_eps_r", self.default_eps_r))
         self.delta_r = float(_opt(opts, "hgm_delta_r"))
         self.bound_l = float(_opt(opts, "hgm_construction_bound"))
-        default_source = "nonprivate_pretrain" if self.allow_r else "uniform"
+        # Secure-SGD claims a finite epsilon, so its default r source is the sound one; the
+        # non-private HGM_PixelDP has no privacy to lose and pre-trains on its training data.
+        default_source = ("uniform" if not self.allow_r else
+                          "nonprivate_pretrain" if self.nonprivate else "public_split")
         self.r_source = _opt(opts, "hgm_r_source", default_source)
         self.r_file = opts.get("hgm_r_file")
         self.r_public_size = int(_opt(opts, "hgm_r_public_size"))
