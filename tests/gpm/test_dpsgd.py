@@ -48,3 +48,29 @@ def test_chunked_queries_match_one_pass(real_data_dir):
         # is bounded relative to the size of the summed terms (~33 * 6e-8 of the largest
         # entry), not relative to an entry that cancels to near zero.
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(np.max(np.abs(a))))
+
+
+def test_batch_norm_gradients_are_per_example_and_rows_say_what_eps_covers():
+    """Issue 22: with batch norm in training mode each clipped gradient must depend on its own
+    record only (else the sensitivity 2C/n fails); the rows name what their epsilon covers."""
+    import keras  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    inp = keras.Input((6, 6, 1))
+    h = keras.layers.Conv2D(3, 3)(inp)
+    h = keras.layers.BatchNormalization()(h)
+    out = keras.layers.Dense(4)(keras.layers.Flatten()(keras.layers.ReLU()(h)))
+    model = keras.Model(inp, out, name="bn_tiny")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(5, 6, 6, 1)).astype(np.float32)
+    y = np.array([0, 1, 2, 3, 0], np.int64)
+    other = x.copy()
+    other[1:] = rng.normal(size=(4, 6, 6, 1)).astype(np.float32) * 3.0  # change the others
+    g_a = gpm_dpsgd._per_example_grads(model, tf.constant(x), tf.constant(y), True)
+    g_b = gpm_dpsgd._per_example_grads(model, tf.constant(other), tf.constant(y), True)
+    for a, b in zip(g_a, g_b):
+        np.testing.assert_allclose(a[0].numpy(), b[0].numpy(), rtol=1e-5, atol=1e-6)
+    rows = gpm_dpsgd.dpsgd_experiment(model, x, y, phase="not_converged", epsilons=[1.0],
+                                      betas=[1e-3], clips=[1.0], trials=1, seed=0,
+                                      batch_size=4)
+    assert rows[0]["epsilon_covers"] == gpm_dpsgd.EPSILON_COVERS
+    assert "non-private pre-training" in rows[0]["epsilon_covers"]
