@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 
 from absl import app, flags
@@ -69,7 +70,10 @@ def main(argv: list[str]) -> None:
             report.write_report(_RESULTS_DIR.value, _REPORT_FILE.value)
             print(f"wrote {_REPORT_FILE.value}")
         return
+    before = list(os.getloadavg())
     result = importlib.import_module(BENCHMARKS[argv[1]]).run(**flag_overrides(argv[1]))
+    from tfdp.bench import report  # pylint: disable=import-outside-toplevel
+    report.add_context(result, " ".join(["tfdp-bench"] + sys.argv[1:]), before)
     text = json.dumps(result, indent=2, sort_keys=True, default=float)
     print(text)
     if _OUTPUT.value:

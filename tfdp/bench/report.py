@@ -29,6 +29,9 @@ RUNS = (
      "--output=results/bench/layers_mnist_fused.json"),
     ("certify", "certify", {},
      "tfdp-bench certify --output=results/bench/certify.json"),
+    ("certify_smoothing", "certify", {"certificate": "gaussian_smoothing"},
+     "tfdp-bench certify --certify_certificate=gaussian_smoothing "
+     "--output=results/bench/certify_smoothing.json"),
     ("gpm", "gpm", {},
      "tfdp-bench gpm --output=results/bench/gpm.json"),
     ("dpsgd", "dpsgd", {},
@@ -44,7 +47,7 @@ PLOT = "dpsgd.png"
 # Whether a benchmark's ratio must stay below (time ratios) or above (throughput) its target.
 DIRECTION = {"layers": "<=", "layers_mnist": "<=", "layers_fused": "<=",
              "layers_mnist_fused": "<=", "gpm": "<=", "dpsgd": "<=",
-             "certify": ">=", "export": ">=", "stobatch": "<=", "evaluate": ">="}
+             "certify": ">=", "certify_smoothing": ">=", "export": ">=", "stobatch": "<=", "evaluate": ">="}
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -216,6 +219,18 @@ def plot_dpsgd(result: dict, path: str) -> None:
     plt.close(fig)
 
 
+def add_context(result: dict, command: str, loadavg_before: list) -> dict:
+    """Adds what a result file records besides the numbers: the command, the UTC date, the
+    load average before and after, and the machine (kept where the benchmark set them)."""
+    result["command"] = command
+    result.setdefault("date", datetime.datetime.now(datetime.timezone.utc)
+                      .strftime("%Y-%m-%d %H:%M UTC"))
+    result.setdefault("loadavg_before", list(loadavg_before))
+    result.setdefault("loadavg_after", list(os.getloadavg()))
+    result.setdefault("host", machine())
+    return result
+
+
 def run_all(results_dir: str, only: Optional[list] = None,
             base_overrides: Optional[dict] = None) -> list[str]:
     """Runs every benchmark of RUNS (or `only` stems), writing results_dir/<stem>.json.
@@ -240,12 +255,7 @@ def run_all(results_dir: str, only: Optional[list] = None,
         before = list(os.getloadavg())
         kwargs = {**(base_overrides or {}).get(name, {}), **overrides}
         result = importlib.import_module(BENCHMARKS[name]).run(**kwargs)
-        result["command"] = command
-        result.setdefault("date", datetime.datetime.now(datetime.timezone.utc)
-                          .strftime("%Y-%m-%d %H:%M UTC"))
-        result.setdefault("loadavg_before", before)
-        result.setdefault("loadavg_after", list(os.getloadavg()))
-        result.setdefault("host", machine())
+        add_context(result, command, before)
         path = os.path.join(results_dir, f"{stem}.json")
         with open(path, "w", encoding="utf-8") as f:
             f.write(json.dumps(result, indent=2, sort_keys=True, default=float) + "\n")
