@@ -371,7 +371,7 @@ def eot_soundness(outs, row: Row) -> Value:
     (the confidence bound), and the n evaluated examples add binomial sampling error
     (3 standard errors of the certified fraction p).
     """
-    failures, worst = [], math.inf
+    failures, worst, soundness_notes = [], math.inf, []
     for o in outs["run"]:
         summary = o["evaluation"]
         n = int(summary["num_examples"])
@@ -388,10 +388,20 @@ def eot_soundness(outs, row: Row) -> Value:
                 if margin < 0:
                     failures.append(f"{name} at {key}: accuracy {float(cell['accuracy']):.3f} < "
                                     f"certified {p:.3f} - slack {slack:.3f}")
+        check = summary.get("soundness_check")
+        if check:  # tfdp-evaluate --soundness_check: attacks at each certified radius
+            text = (f"soundness check: {check['flipped']} of {check['certified']} certified "
+                    f"examples flipped, p = {float(check['p_value']):.3g}")
+            if check.get("conclusive") and not check.get("passed"):
+                failures.append(text + " (fails)")
+            elif not check.get("conclusive"):
+                soundness_notes.append(text + " (inconclusive)")
+            else:
+                soundness_notes.append(text + " (passes)")
     if worst == math.inf:
         raise ValueError("evaluation has no certified accuracy (run with --certify)")
     return Value(worst, f"smallest margin {worst:+.3f}", [worst], ok=not failures,
-                 detail="; ".join(failures))
+                 detail="; ".join(failures + soundness_notes))
 
 
 EXTRACTORS: dict[str, Callable[[dict, Row], Value | None]] = {
