@@ -85,11 +85,34 @@ def test_unsound_certificate_is_named_claimed(mnist_mlp, tmp_path):
     assert "CLAIMED certified" in text
 
 
+def test_l2_certificate_gives_linf_radii_only_through_sqrt_d(mnist_mlp):
+    """Issue 23 item 4: l_inf attacks on an l2 certificate use l2 radius / sqrt(d)."""
+    model, x, y = mnist_mlp
+    opts = evaluate.EvalOptions(attacks=("fgsm",), attack_sizes=(0.002, 0.01), certify=True,
+                                num_draws=200, alpha=0.01, batch_size=40, seed=0)
+    summary, records = evaluate.evaluate_arrays(model, x, y, value_range=(0.0, 1.0),
+                                                certification=SMOOTH, options=opts)
+    assert summary["attack_norm"] == "linf" and "sqrt(d), d = 784" in summary[
+        "radius_conversion"]
+    clean = [r for r in records if r[0] == "clean"]
+    radii = np.array([r[5] for r in clean])
+    # The largest l2 radius 200 draws can give, over sqrt(784) = 28.
+    r_max = 0.25 * scipy.stats.norm.ppf(0.01 ** (1 / 200)) / 28.0
+    assert np.any(radii > 0) and radii.max() <= r_max + 1e-12
+    correct = np.array([r[6] for r in clean])
+    for size in (0.002, 0.01):
+        want = np.mean(correct & (radii >= size) & (radii > 0))
+        assert summary["clean_certified_accuracy"][str(size)]["value"] == pytest.approx(want)
+    text = "\n".join(evaluate.summary_lines(summary))
+    assert "l_inf radius 0.002" in text and "sqrt(d)" in text
+
+
 def test_attack_norm_must_match_the_certificate(mnist_mlp):
     model, x, y = mnist_mlp
+    linf = dict(CLAIMED, sensitivity_mode="layer_max", sensitivity_sound=True)
     with pytest.raises(ValueError, match="attack_norm"):
-        evaluate.evaluate_arrays(model, x, y, value_range=(0.0, 1.0), certification=SMOOTH,
-                                 options=evaluate.EvalOptions(certify=True))
+        evaluate.evaluate_arrays(model, x, y, value_range=(0.0, 1.0), certification=linf,
+                                 options=evaluate.EvalOptions(certify=True, attack_norm="2"))
     with pytest.raises(ValueError, match="attack_norm"):
         evaluate.validate_options(evaluate.EvalOptions(attack_norm="1"))
     with pytest.raises(ValueError, match="soundness_check"):

@@ -46,7 +46,8 @@ flags.DEFINE_enum("noise_kernel", "portable", ["portable", "fused"],
                   "with g++ on first use). Run directories only.")
 flags.DEFINE_enum("attack_norm", "inf", ["inf", "2"],
                   "Norm of the attacks and attack sizes: inf (l_inf) or 2 (l2). With --certify "
-                  "it must be the certificate's norm (gaussian_smoothing: 2).")
+                  "it must be the certificate's norm (gaussian_smoothing: 2), except that an "
+                  "l2 certificate with inf reports l_inf radii = l2 radius / sqrt(d).")
 flags.DEFINE_bool("soundness_check", False,
                   "With --certify: attack every clean-certified example at its certified "
                   "radius (PGD with EOT gradients, the certificate's norm), certify the "
