@@ -151,3 +151,34 @@ def test_dry_run_marks_finished_jobs_and_estimates_what_is_left(tmp_path):
     lines = []
     runner.dry_run(rows, "smoke", 1, log=lines.append)  # without results_dir: nothing marked
     assert "finished (results_dir)" not in "\n".join(lines)
+
+
+def test_a_missing_training_directory_is_rerun_before_its_evaluation(tmp_path, monkeypatch):
+    """A complete training job whose run directory is gone runs again before the evaluation
+    that needs it (seeded, so the same run), instead of the evaluation failing."""
+    row = registry.ROWS_BY_ID["stobatch.mnist.eot_soundness"]
+    tasks = runner.tasks_for([row], "smoke", 1)
+    train = next(t for t in tasks if t.job.kind == "train")
+    ev = next(t for t in tasks if t.job.kind == "evaluate")
+    res, work = str(tmp_path / "res"), str(tmp_path / "work")
+    os.makedirs(os.path.join(res, "smoke", "jobs"))
+    with open(os.path.join(res, "smoke", "jobs", f"{train.key}.json"), "w") as f:
+        json.dump({"status": "ok"}, f)
+    ran = []
+
+    def fake_run_task(task, scale, results_dir, work_dir, data_dir, log):
+        ran.append(task.key)
+        return {"status": "ok"}
+
+    monkeypatch.setattr(runner, "run_task", fake_run_task)
+    messages = []
+    status = runner.run_tasks([train, ev], "smoke", res, work, None, log=messages.append)
+    assert ran == [train.key, ev.key]
+    assert status[train.key] == "done" and status[ev.key] == "done"
+    assert any("run directory" in m and "missing" in m for m in messages)
+    # With the directory present, only the evaluation runs.
+    os.makedirs(os.path.join(work, "smoke", train.key))
+    open(os.path.join(work, "smoke", train.key, "model.keras"), "w").close()
+    ran.clear()
+    runner.run_tasks([train, ev], "smoke", res, work, None, log=lambda m: None)
+    assert ran == [ev.key]

@@ -321,6 +321,25 @@ def run_tasks(tasks: list[Task], scale: str, results_dir: str, work_dir: str,
             status[t.key] = "skipped (already complete)"
         else:
             todo.append(t)
+    # An evaluation needs its training run's directory; when the training's job file is
+    # complete but the directory is gone (another machine, a cleaned work dir), the training
+    # runs again first (seeded: the same run) instead of the evaluation failing.
+    by_key = {t.key: t for t in tasks}
+    queued = {t.key for t in todo}
+    rerun = []
+    for t in todo:
+        if not t.job.depends:
+            continue
+        dep = Task(registry.train_job(scale, t.job.depends), t.seed)
+        run_dir = os.path.join(work_dir, scale, dep.key)
+        if (dep.key not in queued and status.get(dep.key, "").startswith("skipped")
+                and not os.path.exists(os.path.join(run_dir, "model.keras"))):
+            rerun.append(by_key.get(dep.key, dep))
+            queued.add(dep.key)
+            status.pop(dep.key, None)
+            log(f"tfdp-reproduce: {dep.key} is complete but its run directory {run_dir} is "
+                "missing; it runs again for the evaluations that need it")
+    todo = rerun + todo
     skipped = sum(1 for v in status.values() if v.startswith("skipped"))
     log(f"tfdp-reproduce: scale {scale}: {len(tasks)} jobs, {skipped} already complete, "
         f"{len(todo)} to run, {len(tasks) - skipped - len(todo)} not available in this build")
