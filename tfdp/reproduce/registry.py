@@ -229,7 +229,7 @@ _DPSGD_SHORT = ("--num_train=30000", "--epochs=2")
 
 
 def _adlm_mnist(method: str, eps: float, scale: str) -> Job | None:
-    """An AdLM / ILM / DP-SGD (pSGD) MNIST training job at a scale (AdLM spec §6)."""
+    """An AdLM / ILM / DP-SGD (pSGD) MNIST training job at a scale (docs/adlm.md)."""
     e = f"--epsilon={eps:g}"
     tag = f"train.{method}.mnist.eps{eps:g}"
     if scale in ("smoke", "short") and eps != 0.25:
@@ -250,7 +250,7 @@ def _adlm_mnist(method: str, eps: float, scale: str) -> Job | None:
         return Job(tag, "train", (e,), "flags/baselines/dpsgd_mnist_abadi.flags", "dpsgd",
                    needs_data=True, seeded=True, est_seconds=3 * 3600,
                    compute="DP-SGD until the budget is spent: minutes on a GPU, 1-3 CPU hours "
-                           "(HGM spec §5.6)")
+                           "(docs/hgm.md)")
     base = ("--dataset=mnist", e)
     if scale == "smoke":
         return Job(tag, "train", (f"--method={method}", "--dataset=sample", e, "--epochs=2"),
@@ -267,11 +267,11 @@ def _adlm_mnist(method: str, eps: float, scale: str) -> Job | None:
                    est_seconds=900, adopt=adopt)
     return Job(tag, "train", (f"--method={method}",) + base, "flags/adlm/mnist_full.flags",
                method, needs_data=True, seeded=True, est_seconds=40 * 3600,
-               compute="0.1-1 GPU-hour (500-2,400 epochs at 0.5-3 s each; AdLM spec §4.4)")
+               compute="0.1-1 GPU-hour (500-2,400 epochs at 0.5-3 s each; docs/adlm.md)")
 
 
 def _adlm_cifar(method: str, eps: float, scale: str) -> Job | None:
-    """AdLM / ILM / pSGD on CIFAR-10 (AdLM spec §6, Fig. 5a); reduced and full only."""
+    """AdLM / ILM / pSGD on CIFAR-10 (docs/adlm.md, Fig. 5a); reduced and full only."""
     e = f"--epsilon={eps:g}"
     tag = f"train.{method}.cifar10.eps{eps:g}"
     if scale in ("smoke", "short"):
@@ -281,7 +281,7 @@ def _adlm_cifar(method: str, eps: float, scale: str) -> Job | None:
         # measured at reduced scale: 150 s on 2 shared CPU cores
         return Job(tag, "train", (e,), flagfile, "dpsgd", needs_data=True, seeded=True,
                    est_seconds=180 if scale == "reduced" else 4 * 3600,
-                   compute="DP-SGD on CIFAR-10: 15-40 GPU-minutes (HGM spec §5.6)")
+                   compute="DP-SGD on CIFAR-10: 15-40 GPU-minutes (docs/hgm.md)")
     flagfile = f"flags/adlm/cifar10_{scale}.flags"
     if scale == "reduced":
         # measured: 465-542 s on 2 shared CPU cores
@@ -289,7 +289,7 @@ def _adlm_cifar(method: str, eps: float, scale: str) -> Job | None:
                    method, needs_data=True, seeded=True, est_seconds=540)
     return Job(tag, "train", (f"--method={method}", "--dataset=cifar10", e), flagfile, method,
                needs_data=True, seeded=True, est_seconds=100 * 3600,
-               compute="0.3-3 GPU-hours on an H100-class GPU (AdLM spec §4.4)")
+               compute="0.3-3 GPU-hours on an H100-class GPU (docs/adlm.md)")
 
 
 def _per_scale(builder, *args) -> dict[str, dict[str, Job]]:
@@ -328,7 +328,7 @@ def _gpm_hist(scale: str) -> Job:
                                                "--audit_trials=1000", "--audit_seed=0"),
                    est_seconds=40)
     return Job("audit.gpm.hist", "audit", ("gpm-hist",), "flags/gpm/hist_full.flags",
-               est_seconds=900, compute="CPU, about 5-15 minutes (GPM spec §8.2 R1)")
+               est_seconds=900, compute="CPU, about 5-15 minutes (docs/gpm.md)")
 
 
 def _gpm_lenet(scale: str) -> Job | None:
@@ -343,7 +343,7 @@ def _gpm_lenet(scale: str) -> Job | None:
                    "flags/gpm/mnist_lenet5.flags", needs_data=True, est_seconds=300)
     return Job("audit.gpm.lenet5", "audit", ("gpm-dpsgd",), "flags/gpm/mnist_lenet5.flags",
                needs_data=True, est_seconds=1800,
-               compute="tens of CPU minutes or minutes on a GPU (GPM spec §8.2 R4)")
+               compute="tens of CPU minutes or minutes on a GPU (docs/gpm.md)")
 
 
 def _gpm_cifar(model: str, scale: str) -> Job | None:
@@ -353,27 +353,27 @@ def _gpm_cifar(model: str, scale: str) -> Job | None:
     return Job(f"audit.gpm.cifar10.{model}", "audit", ("gpm-dpsgd",),
                f"flags/gpm/cifar10_{model}.flags", needs_data=True, est_seconds=6 * 3600,
                compute="GPU: about 1-2 h training for all three models, 10-30 min of "
-                       "attack trials (GPM spec §8.2 R5)")
+                       "attack trials (docs/gpm.md)")
 
 
 def _gpm_bench(scale: str) -> Job | None:
     if scale == "smoke":
         return None
     return Job("bench.gpm", "bench", ("gpm",), est_seconds=30,
-               compute="CPU or GPU, minutes (GPM spec §8.2 R7)")
+               compute="CPU or GPU, minutes (docs/gpm.md)")
 
 
 # HGM / Secure-SGD and StoBatch: trainer + evaluation jobs. The flagfiles are named here;
 # until they (and the trainer) exist the rows report "not available in this build".
 _HGM_COMPUTE = {"mnist": "MNIST: 5-15 GPU-minutes per 30-epoch run + about 10 GPU-minutes "
-                         "of certification (HGM spec §5.6)",
+                         "of certification (docs/hgm.md)",
                 "cifar10": "CIFAR-10: 15-40 GPU-minutes per 60-epoch run + 10-20 GPU-minutes "
-                           "of certification per attack size (HGM spec §5.6)"}
-_STOBATCH_COMPUTE = {"mnist": "MNIST: minutes on a GPU (StoBatch spec §8.2)",
+                           "of certification per attack size (docs/hgm.md)"}
+_STOBATCH_COMPUTE = {"mnist": "MNIST: minutes on a GPU (docs/stobatch.md)",
                      "cifar10": "CIFAR-10 at T_mu = 3: 1-3 GPU-hours (H100); T_mu = 200: "
-                                "40-80 GPU-hours (StoBatch spec §8.2)",
+                                "40-80 GPU-hours (docs/stobatch.md)",
                      "tiny_imagenet": "Tiny ImageNet ResNet-18: 5-10 GPU-hours plus several "
-                                      "hours of T_a <= 2000 attacks (StoBatch spec §8.2)"}
+                                      "hours of T_a <= 2000 attacks (docs/stobatch.md)"}
 
 
 # Scales at which the HGM / StoBatch trainers have flagfiles. There is no `short` flagfile:
@@ -608,7 +608,7 @@ def _stobatch(method: str, dataset: str, eps: float, sizes: str, certify: bool,
               nb_iter: int = 10, preset: str | None = None,
               eval_args: tuple[str, ...] | None = None, variant: str = "",
               num_examples: dict[str, int] | None = None) -> dict[str, Job]:
-    # StoBatch spec §6.1: "conventional accuracy" is the accuracy of the noise-smoothed
+    # docs/stobatch.md: "conventional accuracy" is the accuracy of the noise-smoothed
     # classifier (argmax of the Monte-Carlo counts) for every method with noise layers
     # (StoBatch's verified inference, Secure-SGD's robustness noise): --certify. Never the
     # noise-free network, which was never trained without its noise.
@@ -680,13 +680,13 @@ def _adlm_rows() -> list[Row]:
     for (method, eps), value in published.items():
         tol = 4.0 if method == "dpsgd" else (2.5 if eps == 0.25 else 2.0)
         note = ("a correct DP-SGD (per-example clipping, once-per-lot noise, RDP accountant) "
-                "may beat the published pSGD (AdLM spec §5)" if method == "dpsgd" else
+                "may beat the published pSGD (docs/adlm.md)" if method == "dpsgd" else
                 "fewer epochs than the paper's 500-2,400: accuracy still rises with epochs "
                 "(Fig. 4b)")
         fig = "Fig. 4a" if eps == 0.25 else "Fig. 4b (500 epochs)"
         rows.append(Row(
             id=f"adlm.mnist.{method}.eps{eps:g}", paper="adlm",
-            source=f"{fig}; text (adlm.md §6, §8.2)",
+            source=f"{fig}; text",
             setting=f"MNIST, {names[method]}, eps = {eps:g}", metric=acc, published=value,
             published_text=f"{value:g}%", criterion=Criterion("band", tol=tol),
             extractor="accuracy", jobs={s: {"run": j} for s, j in
@@ -699,17 +699,17 @@ def _adlm_rows() -> list[Row]:
         jobs = {s: j for s, j in jobs.items() if s in ("reduced", "full")}
         rows.append(Row(
             id=f"adlm.mnist.{method}.mean_eps", paper="adlm",
-            source="Fig. 4a; text (adlm.md §6, §8.2)",
+            source="Fig. 4a; text",
             setting=f"MNIST, {names[method]}, mean over eps in {{0.2, 0.25, 0.3, 0.4, 0.5}}",
             metric="mean final test accuracy (%)", published=value,
             published_text=f"{value:g}%", criterion=Criterion("band", tol=tol),
             extractor="accuracy_mean", jobs=jobs, figure="adlm_acc_vs_eps", unit="%",
-            note="grid inferred from the text (adlm.md §4.3)"))
+            note="grid inferred from the text"))
     for eps in (0.25, 0.5):
         jobs = _roles(a=(_adlm_mnist, "adlm", eps), b=(_adlm_mnist, "ilm", eps))
         rows.append(Row(
             id=f"adlm.mnist.adlm_minus_ilm.eps{eps:g}", paper="adlm",
-            source="text: AdLM beats ILM at every eps, +2 points on MNIST (adlm.md §6, §8.2)",
+            source="text: AdLM beats ILM at every eps, +2 points on MNIST",
             setting=f"MNIST, eps = {eps:g}", metric="AdLM - ILM accuracy (points)",
             published=2.0, published_text="about +2 points",
             criterion=Criterion("positive", low=0.0, high=4.0,
@@ -718,13 +718,13 @@ def _adlm_rows() -> list[Row]:
         jobs = _roles(a=(_adlm_mnist, "adlm", eps), b=(_adlm_mnist, "dpsgd", eps))
         rows.append(Row(
             id=f"adlm.mnist.adlm_minus_psgd.eps{eps:g}", paper="adlm",
-            source="text: at small eps AdLM and ILM beat pSGD (adlm.md §6, §8.2)",
+            source="text: at small eps AdLM and ILM beat pSGD",
             setting=f"MNIST, eps = {eps:g}", metric="AdLM - pSGD accuracy (points)",
             published=published[("adlm", eps)] - published[("dpsgd", eps)],
             published_text=f"{published[('adlm', eps)] - published[('dpsgd', eps)]:+.2f} points",
             criterion=Criterion("positive", text="AdLM - pSGD > 0"),
             extractor="accuracy_diff", jobs=jobs, headline=True, unit=" pts",
-            note="the paper's pSGD baseline was weaker than a correct DP-SGD (adlm.md §5); "
+            note="the paper's pSGD baseline was weaker than a correct DP-SGD; "
                  "and AdLM's claimed eps has no finite sound per-record bound in the "
                  "code-release modes, DP-SGD's does (see each run's ledger)"))
     for method, value, tol in (("adlm", 77.0, 4.0), ("dpsgd", 71.1, 5.0)):
@@ -736,9 +736,9 @@ def _adlm_rows() -> list[Row]:
                            if r in ("eps2.5", "eps5", "eps8")}
         rows.append(Row(
             id=f"adlm.cifar10.{method}.mean_eps", paper="adlm",
-            source="Fig. 5a; text (adlm.md §6, §8.2)",
+            source="Fig. 5a; text",
             setting=f"CIFAR-10, {names[method]}, mean over eps in {{2.5, ..., 8}} (grid "
-                    "inferred, adlm.md §4.3)",
+                    "inferred from the paper's text)",
             metric="mean final test accuracy (%)", published=value,
             published_text=f"{value:g}%", criterion=Criterion("band", tol=tol),
             extractor="accuracy_mean", jobs=jobs, unit="%",
@@ -752,7 +752,7 @@ def _hgm_rows() -> list[Row]:
     rows = []
     cf = _python("python.hgm.figure1", "tfdp.reproduce.closed_forms:hgm_figure1")
     rows.append(Row(
-        id="hgm.fig1.hgm_le_gm", paper="hgm", source="Fig. 1 (hgm.md §7)",
+        id="hgm.fig1.hgm_le_gm", paper="hgm", source="Fig. 1",
         setting="sigma vs eps, Delta = 1, delta = 1e-5, uniform r, eps in (0, 1]",
         metric="max over eps of sigma_HGM / sigma_GM", published=None,
         published_text="HGM slightly below GM for eps <= 1",
@@ -762,7 +762,7 @@ def _hgm_rows() -> list[Row]:
         note="HGM's sigma is below GM's up to eps of about 0.9 and above it by at most 0.2% "
              "between 0.9 and 1 (delta = 1e-5): the paper's claim holds to within 0.2%"))
     rows.append(Row(
-        id="hgm.fig1.agm_lt_hgm", paper="hgm", source="Fig. 1 (hgm.md §7)",
+        id="hgm.fig1.agm_lt_hgm", paper="hgm", source="Fig. 1",
         setting="sigma vs eps, Delta = 1, delta = 1e-5, eps in (0, 1]",
         metric="max over eps of sigma_AGM / sigma_HGM", published=None,
         published_text="AGM below HGM",
@@ -770,7 +770,7 @@ def _hgm_rows() -> list[Row]:
                             smoke_meaningful=True),
         extractor="closed", params=(("key", "max_agm_over_hgm"),), jobs=cf))
     rows.append(Row(
-        id="hgm.fig1.hgm_defined_eps_gt1", paper="hgm", source="Fig. 1 (hgm.md §7)",
+        id="hgm.fig1.hgm_defined_eps_gt1", paper="hgm", source="Fig. 1",
         setting="eps in (1, 10], delta = 1e-5", metric="HGM finite, classical GM rejects",
         published=None, published_text="HGM is defined for eps > 1 (GM is not)",
         criterion=Criterion("check", text="HGM sigma finite and GM raises at every eps > 1",
@@ -778,17 +778,17 @@ def _hgm_rows() -> list[Row]:
         extractor="closed_all", params=(("keys", ("hgm_finite_eps_gt1", "gm_rejects_eps_gt1")),),
         jobs=cf))
     rows.append(Row(
-        id="hgm.delta_threshold", paper="hgm", source="theory constant (hgm.md §7)",
+        id="hgm.delta_threshold", paper="hgm", source="theory constant",
         setting="delta where s(delta) = ln(sqrt(2/pi)/delta) = 1/2",
         metric="delta threshold", published=0.4839414490382867,
         published_text="sqrt(2/pi) e^(-1/2) ~ 0.48",
         criterion=Criterion("relerr", tol=1e-9, smoke_meaningful=True),
         extractor="closed", params=(("key", "delta_threshold"),), jobs=cf))
-    # Certified accuracy, HGM_PixelDP vs PixelDP (Figures 2, 3; hgm.md §9.2 R1-R3).
+    # Certified accuracy, HGM_PixelDP vs PixelDP (Figures 2, 3 R1-R3).
     mnist_sizes = "0.05,0.1,0.2,0.3"
     rows.append(Row(
         id="hgm.fig3.mnist_hgm_pixeldp_minus_pixeldp", paper="hgm",
-        source="Fig. 3 (hgm.md §7, §9.2 R1)",
+        source="Fig. 3",
         setting="MNIST, HGM_PixelDP (eps_r = 4) vs PixelDP (eps_r = 1), 4 attacks, "
                 "mu_a in {0.05, 0.1, 0.2, 0.3}",
         metric="mean certified-accuracy gap (points)", published=4.17,
@@ -799,11 +799,11 @@ def _hgm_rows() -> list[Row]:
                              eps_r=4),
                       b=_hgm("pixeldp", "mnist", None, mnist_sizes, True)),
         headline=True, figure="certified_vs_mu", unit=" pts",
-        note="sensitive to the Delta_f mode (hgm.md §9.2 notes)"))
+        note="sensitive to the Delta_f mode"))
     cifar_sizes = "0.05,0.1,0.2,0.3,0.4,0.5"
     rows.append(Row(
         id="hgm.fig2.cifar10_hgm_pixeldp_minus_pixeldp", paper="hgm",
-        source="Fig. 2 (hgm.md §7, §9.2 R3)",
+        source="Fig. 2",
         setting="CIFAR-10, HGM_PixelDP (eps_r = 8) vs PixelDP, 4 attacks x mu_a grid",
         metric="mean certified-accuracy gap (points)", published=8.63,
         published_text="+8.63 (p < 8.14e-7)",
@@ -815,7 +815,7 @@ def _hgm_rows() -> list[Row]:
         headline=True, figure="certified_vs_mu", unit=" pts"))
     rows.append(Row(
         id="hgm.mnist.hgm_pixeldp.eot_soundness", paper="hgm",
-        source="certificate soundness check (issue 13 item 5; hgm.md §4)",
+        source="certificate soundness check (issue 13 item 5)",
         setting="MNIST, HGM_PixelDP (eps_r = 4): EOT PGD (strong) on the Monte-Carlo "
                 "classifier at mu_a in {0.05, 0.1}",
         metric="accuracy under attack minus (certified accuracy - slack)", published=None,
@@ -849,7 +849,7 @@ def _hgm_rows() -> list[Row]:
                 jobs.update(_combine(**roles))
             rows.append(Row(
                 id=f"hgm.{dataset}.secure_sgd_minus_{other}", paper="hgm",
-                source=f"{fig} (hgm.md §7, §9.2 R4/R5)",
+                source=f"{fig}",
                 setting=f"{dataset.upper() if dataset == 'mnist' else 'CIFAR-10'}, "
                         f"Secure-SGD vs {other}, mu_a = {mu}, eps in "
                         f"{{{', '.join(f'{e:g}' for e in eps_grid)}}}",
@@ -868,7 +868,7 @@ def _hgm_rows() -> list[Row]:
         mu = "0.1" if dataset == "mnist" else "0.2"
         rows.append(Row(
             id=f"hgm.{dataset}.secure_sgd_rise", paper="hgm",
-            source="text: privacy-robustness trade-off (hgm.md §7, §9.2 R6)",
+            source="text: privacy-robustness trade-off",
             setting=f"{dataset}, Secure-SGD, eps {lo:g} -> {hi:g}, averaged over attacks",
             metric="accuracy rise (points)", published=value, published_text=f"{value:g}",
             criterion=Criterion("band", tol=10.0),
@@ -894,7 +894,7 @@ def _stobatch_rows() -> list[Row]:
                                     ("secure_sgd_agm", 2.0, 44.1, 6.0)):
         rows.append(Row(
             id=f"stobatch.mnist.{method}.eps{eps:g}", paper="stobatch",
-            source="Fig. 2 (stobatch.md §6.4, §8.2 R1/R2)",
+            source="Fig. 2",
             setting=f"MNIST, {method}, eps = {eps:g}, mu_a = 0.2, T_a = 10", metric=conv,
             published=value, published_text=f"{value:g}%",
             criterion=Criterion("band", tol=tol), extractor="attack_accuracy",
@@ -907,7 +907,7 @@ def _stobatch_rows() -> list[Row]:
     for eps, value in ((0.2, 82.7), (2.0, 89.59)):
         rows.append(Row(
             id=f"stobatch.mnist.stobatch.eps{eps:g}.authors_path", paper="stobatch",
-            source="Fig. 2 (stobatch.md §6.4, §8.2 R1/R2), trained with the authors' code "
+            source="Fig. 2, trained with the authors' code "
                    "release's data path",
             setting=f"MNIST, stobatch, eps = {eps:g}, mu_a = 0.2, T_a = 10; adversarial "
                     "examples from raw inputs, zero noise on the adversarial half, inputs "
@@ -939,7 +939,7 @@ def _stobatch_rows() -> list[Row]:
             unit="%"))
     rows.append(Row(
         id="stobatch.mnist.stobatch_eps_rise.authors_path", paper="stobatch",
-        source="Fig. 2 (stobatch.md §8.2 R2), the authors' code release's data path",
+        source="Fig. 2, the authors' code release's data path",
         setting="MNIST, StoBatch, eps 0.2 -> 2.0, authors' data path",
         metric="accuracy rise (points)", published=6.89, published_text="6.89",
         criterion=Criterion("band", tol=4.0), extractor="attack_gap",
@@ -965,7 +965,7 @@ def _stobatch_rows() -> list[Row]:
             unit="%"))
     rows.append(Row(
         id="stobatch.mnist.eot_soundness", paper="stobatch",
-        source="certificate soundness check (issue 13 item 5; stobatch.md §2.10-2.11)",
+        source="certificate soundness check (issue 13 item 5)",
         setting="MNIST, StoBatch, eps = 1.0: EOT PGD (strong) on the Monte-Carlo classifier "
                 "at mu_a in {0.05, 0.1}",
         metric="accuracy under attack minus (certified accuracy - slack)", published=None,
@@ -980,7 +980,7 @@ def _stobatch_rows() -> list[Row]:
             eval_args=_EOT_ARGS + ("--attack_sizes=0.05,0.1",)).items()}))
     rows.append(Row(
         id="stobatch.mnist.stobatch_minus_secure_sgd.eps0.2", paper="stobatch",
-        source="Fig. 2 (stobatch.md §8.2 R1)", setting="MNIST, eps = 0.2, mu_a = 0.2",
+        source="Fig. 2", setting="MNIST, eps = 0.2, mu_a = 0.2",
         metric="StoBatch - SecureSGD (points)", published=82.7 - 41.64,
         published_text="+41.06 (> 20 required)", criterion=Criterion("range", low=20.0),
         extractor="attack_gap", params=(("size", "0.2"),),
@@ -989,7 +989,7 @@ def _stobatch_rows() -> list[Row]:
         headline=True, unit=" pts"))
     rows.append(Row(
         id="stobatch.mnist.stobatch_eps_rise", paper="stobatch",
-        source="Fig. 2 (stobatch.md §8.2 R2)", setting="MNIST, StoBatch, eps 0.2 -> 2.0",
+        source="Fig. 2", setting="MNIST, StoBatch, eps 0.2 -> 2.0",
         metric="accuracy rise (points)", published=6.89, published_text="6.89",
         criterion=Criterion("band", tol=4.0), extractor="attack_gap",
         params=(("size", "0.2"),),
@@ -997,7 +997,7 @@ def _stobatch_rows() -> list[Row]:
                       b=_stobatch("stobatch", "mnist", 0.2, "0.2", False)), unit=" pts"))
     sweep = "0.05,0.6"
     rows.append(Row(
-        id="stobatch.mnist.mu_drop", paper="stobatch", source="Fig. 4 (stobatch.md §8.2 R3)",
+        id="stobatch.mnist.mu_drop", paper="stobatch", source="Fig. 4",
         setting="MNIST, StoBatch, eps = 0.2, mu_a 0.05 -> 0.6", metric="accuracy drop (points)",
         published=19.87, published_text="19.87", criterion=Criterion("band", tol=8.0),
         extractor="attack_drop", params=(("sizes", sweep),),
@@ -1006,7 +1006,7 @@ def _stobatch_rows() -> list[Row]:
     for mu, value in (("0.05", 84.29), ("0.6", 72.41)):
         rows.append(Row(
             id=f"stobatch.mnist.certified.mu{mu}", paper="stobatch",
-            source="Fig. 6 (stobatch.md §6.4, §8.2 R4)",
+            source="Fig. 6",
             setting=f"MNIST, StoBatch, eps = 1.0, mu_a = {mu}",
             metric="certified accuracy (%), attacks averaged", published=value,
             published_text=f"{value:g}%", criterion=Criterion("band", tol=5.0),
@@ -1019,7 +1019,7 @@ def _stobatch_rows() -> list[Row]:
     for eps, value in ((2.0, 42.02), (10.0, 46.76)):
         rows.append(Row(
             id=f"stobatch.cifar10.eps{eps:g}", paper="stobatch",
-            source="Fig. 3 (stobatch.md §6.4, §8.2 R5/R6)",
+            source="Fig. 3",
             setting=f"CIFAR-10, StoBatch, eps = {eps:g}, mu_a = 0.2, T_a = 3", metric=conv,
             published=value, published_text=f"{value:g}%", criterion=Criterion("band", tol=5.0),
             extractor="attack_accuracy", params=(("size", "0.2"),),
@@ -1027,7 +1027,7 @@ def _stobatch_rows() -> list[Row]:
                   _stobatch("stobatch", "cifar10", eps, "0.2", False, nb_iter=3).items()},
             figure="acc_vs_eps_attack", unit="%"))
     rows.append(Row(
-        id="stobatch.cifar10.mu_drop", paper="stobatch", source="Fig. 5 (stobatch.md §8.2 R7)",
+        id="stobatch.cifar10.mu_drop", paper="stobatch", source="Fig. 5",
         setting="CIFAR-10, StoBatch, eps = 2, mu_a 0.05 -> 0.5", metric="accuracy drop (points)",
         published=4.79, published_text="4.79", criterion=Criterion("range", high=10.0),
         extractor="attack_drop", params=(("sizes", "0.05,0.5"),),
@@ -1036,7 +1036,7 @@ def _stobatch_rows() -> list[Row]:
         figure="acc_vs_mu", unit=" pts"))
     rows.append(Row(
         id="stobatch.tiny_imagenet.eps5", paper="stobatch",
-        source="Fig. 9 (stobatch.md §6.4, §8.2 R9)",
+        source="Fig. 9",
         setting="Tiny ImageNet (30 classes), eps = 5, ResNet-18", metric=conv, published=29.78,
         published_text="29.78 ± 4.8%", criterion=Criterion("band", tol=6.0),
         extractor="attack_accuracy", params=(("size", "0.2"),),
@@ -1057,7 +1057,7 @@ def _gpm_rows() -> list[Row]:
             digits = len(f"{value}".split(".")[1])
             rows.append(Row(
                 id=f"gpm.fig4.gm_eps.s{sigma:g}.d{delta:g}", paper="gpm",
-                source="Fig. 4 (gpm.md §5.2, §8.2 R3)",
+                source="Fig. 4",
                 setting=f"GM eps (Thm 2.3), sigma = {sigma:g}, delta = {delta:g}",
                 metric="eps", published=value, published_text=f"{value}",
                 criterion=Criterion("band", tol=0.5 * 10 ** -digits + 1e-12,
@@ -1067,7 +1067,7 @@ def _gpm_rows() -> list[Row]:
                 jobs=cf4, figure="gpm_bounds"))
     for beta, value in ((1e-3, 4.909e4), (1e-5, 4.909e8)):
         rows.append(Row(
-            id=f"gpm.fig4.lower.b{beta:g}", paper="gpm", source="Fig. 4 (gpm.md §5.2)",
+            id=f"gpm.fig4.lower.b{beta:g}", paper="gpm", source="Fig. 4",
             setting=f"GPM lower bound (Thm 4.2), t = 0.25, beta = {beta:g}, delta = 1e-10",
             metric="eps lower bound", published=value, published_text=f"about {value:.4g}",
             criterion=Criterion("relerr", tol=1e-3, smoke_meaningful=True),
@@ -1075,7 +1075,7 @@ def _gpm_rows() -> list[Row]:
     for sigma, value in ((0.25, 8e10), (1, 5.0e9), (4, 3.13e8), (16, 1.96e7), (64, 1.23e6)):
         rows.append(Row(
             id=f"gpm.fig4.upper.b1e-3.g1e2.s{sigma:g}", paper="gpm",
-            source="Fig. 4 (gpm.md §5.2)",
+            source="Fig. 4",
             setting=f"GPM upper bound (Thm 4.4), beta = 1e-3, gamma = 1e2, sigma = {sigma:g}, "
                     "delta = 1e-10",
             metric="eps upper bound", published=value, published_text=f"{value:.3g}",
@@ -1085,7 +1085,7 @@ def _gpm_rows() -> list[Row]:
     for sigma, value in ((0.25, 8e18), (64, 1.22e14)):
         rows.append(Row(
             id=f"gpm.fig4.upper.b1e-5.g1e4.s{sigma:g}", paper="gpm",
-            source="Fig. 4 (gpm.md §5.2)",
+            source="Fig. 4",
             setting=f"GPM upper bound, beta = 1e-5, gamma = 1e4, sigma = {sigma:g}, "
                     "delta = 1e-10",
             metric="eps upper bound", published=value, published_text=f"{value:.3g}",
@@ -1093,13 +1093,13 @@ def _gpm_rows() -> list[Row]:
                                 smoke_meaningful=True),
             extractor="closed", params=(("key", f"upper_b1e-5_g1e4_s{sigma:g}"),), jobs=cf4))
     rows.append(Row(
-        id="gpm.fig4.lower_at_delta_0.1", paper="gpm", source="Fig. 4 (gpm.md §5.2)",
+        id="gpm.fig4.lower_at_delta_0.1", paper="gpm", source="Fig. 4",
         setting="GPM lower bound at delta = 0.1, every (beta, gamma) of the figure",
         metric="smallest eps lower bound", published=1e4, published_text="exceeds 1e4",
         criterion=Criterion("range", low=1e4, smoke_meaningful=True),
         extractor="closed", params=(("key", "min_lower_at_delta_0.1"),), jobs=cf4,
         headline=True))
-    # Figure 5: DP-hist success; published = the authors' 1000-trial log ranges (gpm.md §5.3).
+    # Figure 5: DP-hist success; published = the authors' 1000-trial log ranges.
     logs = {
         0.125: ("1.000", "0.998-0.999", "0.979-0.981", "0.839-0.867", "0.536-0.566"),
         0.25: ("1.000", "1.000", "0.987-0.992", "0.899-0.933", "0.615-0.623"),
@@ -1113,7 +1113,7 @@ def _gpm_rows() -> list[Row]:
             hi = float(text.split("-")[-1])
             rows.append(Row(
                 id=f"gpm.fig5.e{eps:g}.b{beta:g}", paper="gpm",
-                source="Fig. 5 (gpm.md §5.3, §8.2 R1)",
+                source="Fig. 5",
                 setting=f"DP-hist, eps* = {eps:g}, beta = {beta:g}, every d of the scale",
                 metric="key holder's success rate (range over d)", published=(lo + hi) / 2,
                 published_text=f"{text} (authors' logs)",
@@ -1135,18 +1135,18 @@ def _gpm_rows() -> list[Row]:
     for d, per_eps in table4.items():
         for eps, (expect, gm, gpm) in zip((0.125, 0.25, 0.5, 1.0), per_eps):
             rows.append(Row(
-                id=f"gpm.table4.expect.d{d}.e{eps:g}", paper="gpm", source="Table 4 (gpm.md §5.7)",
+                id=f"gpm.table4.expect.d{d}.e{eps:g}", paper="gpm", source="Table 4",
                 setting=f"d = {d}, eps* = {eps:g}: Expect = sigma sqrt(d)", metric="sigma sqrt(d)",
                 published=expect, published_text=f"{expect}",
                 criterion=Criterion("band", tol=0.05 + 1e-9, text="equal to the printed decimal",
                                     smoke_meaningful=True),
                 extractor="closed", params=(("key", f"expect_d{d}_e{eps:g}"),), jobs=cf_t4,
-                note="the paper prints 103.2 where sigma sqrt(d) = 103.02 (gpm.md §5.7: a typo)"
+                note="the paper prints 103.2 where sigma sqrt(d) = 103.02 (a typo in the paper)"
                 if expect == 103.2 else ""))
             for which, value in (("gm", gm), ("gpm", gpm)):
                 rows.append(Row(
                     id=f"gpm.table4.{which}.d{d}.e{eps:g}", paper="gpm",
-                    source="Table 4 (gpm.md §5.7, §8.2 R2)",
+                    source="Table 4",
                     setting=f"d = {d}, eps* = {eps:g}, beta = 1e-4, {which.upper()} release",
                     metric="RMS L2 error", published=value, published_text=f"{value}",
                     criterion=Criterion("check", text="within 1.5% of sigma sqrt(d)",
@@ -1164,7 +1164,7 @@ def _gpm_rows() -> list[Row]:
             ("converged", 1e-3, "0.49-0.63", 0.39, 0.73)):
         lo, hi = float(text.split("-")[0]), float(text.split("-")[-1])
         rows.append(Row(
-            id=f"gpm.fig6.{phase}.b{beta:g}", paper="gpm", source="Fig. 6 (gpm.md §5.4, §8.2 R4)",
+            id=f"gpm.fig6.{phase}.b{beta:g}", paper="gpm", source="Fig. 6",
             setting=f"MNIST LeNet-5 DP-SGD, {phase.replace('_', ' ')}, beta = {beta:g}, "
                     "C in {4, 8}, eps* in {0.125, ..., 1}",
             metric="key holder's success rate (range over C, eps*)", published=(lo + hi) / 2,
@@ -1180,13 +1180,13 @@ def _gpm_rows() -> list[Row]:
             if phase == "converged" else ""))
     rows.append(Row(
         id="gpm.fig6.converged_below_not_converged", paper="gpm",
-        source="Fig. 6 (gpm.md §5.4, §8.2 R4)", setting="MNIST LeNet-5, every (C, eps*, beta)",
+        source="Fig. 6", setting="MNIST LeNet-5, every (C, eps*, beta)",
         metric="mean success: not converged - converged", published=None,
         published_text="converged < not converged",
         criterion=Criterion("positive", text="not converged - converged > 0"),
         extractor="gpm_dpsgd_gap", jobs=lenet, headline=True))
     rows.append(Row(
-        id="gpm.table3.mnist_converged_dq", paper="gpm", source="Table 3 (gpm.md §5.6, §8.2 R6)",
+        id="gpm.table3.mnist_converged_dq", paper="gpm", source="Table 3",
         setting="MNIST LeNet-5, converged, median ||q(D) - q(D')||",
         metric="median ||dq|| (C = 8, clipped)", published=3.3e-6, published_text="3.3e-6",
         criterion=Criterion("range", low=1.1e-6, high=9.9e-6, text="within a factor 3"),
@@ -1196,7 +1196,7 @@ def _gpm_rows() -> list[Row]:
         for beta, low in ((1e-5, 0.99), (1e-4, 0.97), (1e-3, 0.90)):
             rows.append(Row(
                 id=f"gpm.table2.{model}.b{beta:g}", paper="gpm",
-                source="Table 2 (gpm.md §5.5, §8.2 R5)",
+                source="Table 2",
                 setting=f"CIFAR-10 {model}, both phases, beta = {beta:g}",
                 metric="lowest success over (phase, C, eps*)", published=None,
                 published_text={1e-5: "100% everywhere", 1e-4: "mostly 100%",
@@ -1207,10 +1207,10 @@ def _gpm_rows() -> list[Row]:
                 jobs={s: {"dpsgd": j} for s in SCALES
                       if (j := _gpm_cifar(model, s)) is not None}))
     rows.append(Row(
-        id="gpm.fig7.sampling_time", paper="gpm", source="Fig. 7 (gpm.md §5.8, §8.2 R7)",
+        id="gpm.fig7.sampling_time", paper="gpm", source="Fig. 7",
         setting="GPM vs GM noise sampling, d = 65536", metric="time ratio GPM / GM",
         published=None, published_text="3-5x (unoptimised)",
-        criterion=Criterion("range", high=5.0, text="<= 5x (spec R7: report the ratio)"),
+        criterion=Criterion("range", high=5.0, text="<= 5x (the ratio is reported)"),
         extractor="bench_ratio", jobs={s: {"bench": j} for s in SCALES
                                        if (j := _gpm_bench(s)) is not None}))
     return rows
