@@ -182,3 +182,20 @@ def test_a_missing_training_directory_is_rerun_before_its_evaluation(tmp_path, m
     ran.clear()
     runner.run_tasks([train, ev], "smoke", res, work, None, log=lambda m: None)
     assert ran == [ev.key]
+
+
+def test_outputs_go_under_runs_unless_the_repository_is_named(tmp_path):
+    """Issue 26 item 6: nothing is written into results/ unless --repository names it."""
+    res, rep = runner.output_paths(False, None, None)
+    assert res == os.path.join("runs", "reproduce", "results")
+    assert rep == os.path.join(res, "REPRODUCTION.md")
+    res, rep = runner.output_paths(True, None, None)
+    assert res == runner.DEFAULT_RESULTS
+    assert rep == os.path.join(runner.REPO_ROOT, "REPRODUCTION.md")
+    assert runner.output_paths(False, "x", "y.md") == ("x", "y.md")
+    # --report from another directory writes only under its runs/.
+    proc = _app("--report", cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "runs" / "reproduce" / "results"
+    assert (out / "REPRODUCTION.md").exists() and (out / "preamble.md").exists()
+    assert sorted(os.listdir(tmp_path)) == ["runs"]

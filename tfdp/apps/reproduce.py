@@ -4,16 +4,19 @@
   tfdp-reproduce --scale=short --papers=adlm,gpm    # about 20 CPU minutes
   tfdp-reproduce --scale=reduced --papers=adlm --seeds=3 --only=adlm.mnist.adlm.eps0.25
   tfdp-reproduce --dry_run --scale=full             # the GPU commands and their compute
-  tfdp-reproduce --report                           # regenerate the report only
+  tfdp-reproduce --report --repository              # regenerate the committed report only
 
-Finished jobs are skipped (their JSON is in results/reproduce/<scale>/jobs/), so a killed
-grid resumes where it stopped. Rows whose trainer or flagfile is not in this build are
+Results go to runs/reproduce/results/ (the report to runs/reproduce/results/REPRODUCTION.md);
+--repository reads and writes the committed record instead (results/reproduce/ and
+REPRODUCTION.md). Finished jobs are skipped (their JSON is in RESULTS_DIR/<scale>/jobs/), so a
+killed grid resumes where it stopped. Rows whose trainer or flagfile is not in this build are
 reported as "not available in this build".
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -35,10 +38,16 @@ flags.DEFINE_bool("dry_run", False, "Print the commands and compute estimates; r
 flags.DEFINE_bool("report", False, "Only recompute the row JSONs from the finished jobs and "
                   "regenerate REPRODUCTION.md and its figures (runs nothing).")
 flags.DEFINE_bool("write_report", True, "After running, regenerate the report.")
-flags.DEFINE_string("results_dir", runner.DEFAULT_RESULTS, "Result JSONs (results/reproduce).")
+flags.DEFINE_bool("repository", False,
+                  "Read and write this repository's committed record: results/reproduce/ and "
+                  "REPRODUCTION.md at the repository root (how the committed report is made). "
+                  "Without it nothing is written into the repository's results/: the JSONs go "
+                  "to runs/reproduce/results/ and the report to RESULTS_DIR/REPRODUCTION.md.")
+flags.DEFINE_string("results_dir", None, "Result JSONs (default: runs/reproduce/results, or "
+                    "results/reproduce with --repository).")
 flags.DEFINE_string("work_dir", runner.DEFAULT_WORK, "Run directories (not committed).")
-flags.DEFINE_string("report_path", None, "Report file (default: REPRODUCTION.md at the repo "
-                    "root).")
+flags.DEFINE_string("report_path", None, "Report file (default: RESULTS_DIR/REPRODUCTION.md, or "
+                    "REPRODUCTION.md at the repository root with --repository).")
 flags.DEFINE_string("data_dir", None, "Real data root (default: TFDP_DATA_DIR).")
 cli.define_verbose()
 OWN_FLAGS = cli.new_flags(_BEFORE)
@@ -66,10 +75,19 @@ def main(argv) -> None:
         rows = validate(FLAGS.papers, FLAGS.scale, FLAGS.seeds, FLAGS.only)
     except ValueError as e:
         sys.exit(f"tfdp-reproduce: error: {e}")
+    FLAGS.results_dir, FLAGS.report_path = runner.output_paths(
+        FLAGS.repository, FLAGS.results_dir, FLAGS.report_path)
+    if not FLAGS.repository:
+        os.makedirs(FLAGS.results_dir, exist_ok=True)
+        for name in ("preamble.md", "earlier_runs.md"):  # the report's hand-written parts
+            src = os.path.join(runner.DEFAULT_RESULTS, name)
+            dst = os.path.join(FLAGS.results_dir, name)
+            if os.path.exists(src) and not os.path.exists(dst):
+                shutil.copyfile(src, dst)
     if FLAGS.report:
         runner.recompute_rows(FLAGS.results_dir)
         report.generate(FLAGS.results_dir, FLAGS.report_path)
-        print(f"tfdp-reproduce: report written from {FLAGS.results_dir}")
+        print(f"tfdp-reproduce: {FLAGS.report_path} written from {FLAGS.results_dir}")
         return
     if FLAGS.dry_run:
         runner.dry_run(rows, FLAGS.scale, FLAGS.seeds, results_dir=FLAGS.results_dir)
@@ -92,6 +110,7 @@ def main(argv) -> None:
     print("tfdp-reproduce: " + ", ".join(f"{v}: {n}" for v, n in sorted(counts.items())))
     if FLAGS.write_report:
         report.generate(FLAGS.results_dir, FLAGS.report_path)
+        print(f"tfdp-reproduce: report {FLAGS.report_path}")
 
 
 def run() -> None:

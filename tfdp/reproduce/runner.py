@@ -32,6 +32,8 @@ from tfdp.reproduce.registry import Job, Row
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_RESULTS = os.path.join(REPO_ROOT, "results", "reproduce")
 DEFAULT_WORK = os.path.join(REPO_ROOT, "runs", "reproduce")
+# Where tfdp-reproduce writes without --repository (relative to the working directory).
+DEFAULT_USER_RESULTS = os.path.join("runs", "reproduce", "results")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,7 +424,7 @@ def _certified_counts(row: Row, evaluation: dict) -> tuple[list[int], bool]:
                   for cell in entry.values())
     counts = []
     if row.extractor == "eot_soundness" or sizes is None:
-        cert = extract._field(evaluation, "clean_certified_accuracy") or {}  # pylint: disable=protected-access
+        cert = extract._clean_certified(evaluation)  # pylint: disable=protected-access
         counts = [int(round(float(v) * n)) for v in cert.values() if v is not None]
         return counts, claimed
     for size in sizes:
@@ -648,3 +650,15 @@ def mark_stale(row: Row, scale: str, seeds: int, old: dict, results_dir: str) ->
         criterion=row.criterion.describe(row.unit), setting=row.setting, source=row.source)
     _write_json(_row_file(results_dir, scale, row.id), rec)
     return True
+
+
+def output_paths(repository: bool, results_dir: str | None, report_path: str | None
+                 ) -> tuple[str, str]:
+    """(results directory, report path): the repository's committed record only when asked
+    (`--repository`), else under runs/ (issue 26: no command writes into results/ unless its
+    output is named explicitly)."""
+    if repository:
+        return (results_dir or DEFAULT_RESULTS,
+                report_path or os.path.join(REPO_ROOT, "REPRODUCTION.md"))
+    results_dir = results_dir or DEFAULT_USER_RESULTS
+    return results_dir, report_path or os.path.join(results_dir, "REPRODUCTION.md")
