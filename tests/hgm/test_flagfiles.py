@@ -19,7 +19,11 @@ def test_flagfile_resolves(path, tmp_path):
     values(["tfdp-train", f"--flagfile={path}", f"--model_dir={tmp_path / 'run'}"])
     spec = train_app.resolve(*train_app.values_from_flags(values))
     assert spec.config.method == "secure_sgd"
-    assert spec.config.options["hgm_construction_bound"] == 0.2
+    if os.path.basename(path) == "mnist_smoke_l2.flags":  # the sound l2 certificate
+        assert spec.config.options["hgm_construction_bound"] == 0.1
+        assert spec.config.options["hgm_sensitivity_mode"] == "l2_fourier"
+    else:
+        assert spec.config.options["hgm_construction_bound"] == 0.2
 
 
 def test_all_flagfiles_present():

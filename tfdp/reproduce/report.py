@@ -138,9 +138,36 @@ def _fig_gpm(rows_by_key: dict, out_dir: str, rel: str, draw: bool) -> str | Non
     return f"{rel}/gpm_success_vs_beta.png"
 
 
+_X_OF_FIGURE = {"acc_vs_eps_attack": ("eps", "privacy budget eps (claimed)"),
+                "certified_vs_mu": ("mu", "attack size mu_a (fraction of the pixel range)"),
+                "acc_vs_mu": ("mu", "attack size mu_a (fraction of the pixel range)")}
+
+
+def _row_x(row: registry.Row, axis: str) -> float | None:
+    """The row's position on a real axis: its eps (from the setting) or its attack size."""
+    if axis == "eps":
+        m = re.search(r"\beps = ([0-9.]+)", row.setting)
+        return float(m.group(1)) if m else None
+    size = row.param.get("size")
+    return float(size) if size not in (None, "") else None
+
+
+def _series_name(row: registry.Row, scale: str) -> str:
+    """Method and data set of a row (its id without the eps / size part), and the scale."""
+    name = re.sub(r"\.(?:eps|mu)\d+(?:\.\d+)?(?=\.[a-z]|$)", "", row.id)
+    return f"{name.split('.', 1)[1]} ({scale})"
+
+
 def _fig_attack(rows_by_key: dict, out_dir: str, rel: str, draw: bool, figure: str,
                 title: str, xlabel: str) -> str | None:
-    """HGM / StoBatch figures (accuracy vs mu_a / eps, certified accuracy vs mu_a)."""
+    """HGM / StoBatch figures: one quantity per axis.
+
+    Left: accuracies (%) on a real x axis (eps, or the attack size mu_a as a fraction of the
+    pixel range), one line per method, data set and scale, the published values as stars.
+    Right (when the figure has them): differences between methods in points, which average
+    over a grid, as bars per row beside the published difference.
+    """
+    del xlabel
     pts = [(rid, scale, rec) for (scale, rid), rec in sorted(rows_by_key.items())
            if (registry.ROWS_BY_ID.get(rid) is not None
                and registry.ROWS_BY_ID[rid].figure == figure and rec.get("value") is not None)]
@@ -152,17 +179,53 @@ def _fig_attack(rows_by_key: dict, out_dir: str, rel: str, draw: bool, figure: s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for i, (rid, scale, rec) in enumerate(pts):
-        row = registry.ROWS_BY_ID[rid]
-        ax.plot([i], [rec["value"]], "o", color="C0")
-        if row.published is not None:
-            ax.plot([i], [row.published], "*", ms=10, color="C3")
-    ax.set_xticks(range(len(pts)))
-    ax.set_xticklabels([f"{rid.split('.', 1)[1]} ({scale})" for rid, scale, _ in pts],
-                       rotation=70, fontsize=6)
-    ax.set_ylabel(xlabel)
-    ax.set_title(f"{title}: ours (o) vs published (*)")
+    axis, x_label = _X_OF_FIGURE.get(figure, ("eps", "eps"))
+    level = [(registry.ROWS_BY_ID[rid], scale, rec) for rid, scale, rec in pts
+             if registry.ROWS_BY_ID[rid].unit == "%"
+             and _row_x(registry.ROWS_BY_ID[rid], axis) is not None]
+    gaps = [(registry.ROWS_BY_ID[rid], scale, rec) for rid, scale, rec in pts
+            if not (registry.ROWS_BY_ID[rid].unit == "%"
+                    and _row_x(registry.ROWS_BY_ID[rid], axis) is not None)]
+    panels = [p for p in (("level", level), ("gap", gaps)) if p[1]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False)
+    for ax, (kind, items) in zip(axes[0], panels):
+        if kind == "level":
+            series: dict[str, list] = {}
+            for row, scale, rec in items:
+                series.setdefault(_series_name(row, scale), []).append((row, rec))
+            for i, (name, members) in enumerate(sorted(series.items())):
+                members.sort(key=lambda m: _row_x(m[0], axis))
+                xs = [_row_x(r, axis) for r, _ in members]
+                ys = [rec["value"] for _, rec in members]
+                sd = [rec.get("value_sd") or 0.0 for _, rec in members]
+                color = f"C{i % 10}"
+                ax.errorbar(xs, ys, yerr=sd, marker="o", color=color, label=name, capsize=3)
+                pub = [(x, r.published) for x, (r, _) in zip(xs, members)
+                       if isinstance(r.published, (int, float))]
+                if pub:
+                    ax.plot(*zip(*pub), "*", ms=11, color=color, markeredgecolor="k")
+            if axis == "eps" and len({_row_x(r, axis) for r, _, _ in items}) > 1:
+                ax.set_xscale("log")
+            ax.set_xlabel(x_label)
+            ax.set_ylabel("accuracy (%)")
+            ax.set_ylim(0, 100)
+            ax.set_title(f"{title}: ours (o, bars = sd over seeds), published (*)", fontsize=9)
+            ax.legend(fontsize=6, loc="lower right")
+        else:
+            labels = [f"{r.id.split('.', 1)[1]} ({scale})" for r, scale, _ in items]
+            ys = [rec["value"] for _, _, rec in items]
+            ax.bar(range(len(items)), ys, color="C0", label="ours")
+            pub = [(i, r.published) for i, (r, _, _) in enumerate(items)
+                   if isinstance(r.published, (int, float))]
+            if pub:
+                ax.plot(*zip(*pub), "*", ms=11, color="C3", label="published")
+            ax.axhline(0.0, color="k", lw=0.5)
+            ax.set_xticks(range(len(items)))
+            ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=6)
+            ax.set_ylabel("difference (points)")
+            ax.set_title("differences between methods (averaged over the row's grid)",
+                         fontsize=9)
+            ax.legend(fontsize=7)
     fig.tight_layout()
     name = f"{figure}.png"
     fig.savefig(os.path.join(out_dir, name), dpi=100, metadata={"Software": None})
