@@ -65,8 +65,10 @@ class EvalOptions:
             authors' code, HGM spec §4.6; the "strong" preset uses 2.5).
         restarts: random restarts of the Madry (PGD) attack; an example counts as broken if
             any restart breaks the noise-free network.
-        noise_kernel: how the noise layers draw (layers.NOISE_KERNELS); run directories only
-            (an export's graph is fixed when it is written).
+        noise_kernel: how the noise layers draw: "auto" (fused wherever it builds, else
+            portable), "portable" or "fused"; run directories only (an export's graph is
+            fixed when it is written). validate_options resolves "auto".
+        noise_kernel_fallback: why "auto" fell back to portable (set by validate_options).
         attack_norm: "inf" (l_inf attacks and sizes) or "2" (l2); must match the norm of
             the certificate when certifying.
         soundness_check: attack every clean-certified example at its certified radius
@@ -92,7 +94,8 @@ class EvalOptions:
     data_dir: Optional[str] = None
     eps_iter_scale: float = 1.0
     restarts: int = 1
-    noise_kernel: str = "portable"
+    noise_kernel: str = "auto"
+    noise_kernel_fallback: Optional[str] = None
     attack_norm: str = "inf"
     soundness_check: bool = False
     soundness_nb_iter: int = 50
@@ -213,8 +216,11 @@ def validate_options(options: EvalOptions) -> EvalOptions:
                          f"{options.soundness_eot_draws!r}")
     from tfdp import kernels  # pylint: disable=import-outside-toplevel
 
-    kernels.check_noise_kernel(options.noise_kernel, "noise_kernel")  # builds "fused" now
+    kernel, fallback = kernels.resolve_noise_kernel(options.noise_kernel, "noise_kernel")
+    if fallback:
+        logging.info("%s", fallback)
     return dataclasses.replace(options, attacks=tuple(names), attack_sizes=tuple(sizes),
+                               noise_kernel=kernel, noise_kernel_fallback=fallback,
                                size_range=size_range, attack_norm=attack_norm)
 
 
@@ -820,6 +826,8 @@ def evaluate_run(model_dir: str, options: EvalOptions) -> dict:
                                            certification=config.get("certification"),
                                            options=opts, progress=progress)
     summary["noise_kernel"] = opts.noise_kernel
+    if opts.noise_kernel_fallback:
+        summary["noise_kernel_fallback"] = opts.noise_kernel_fallback
     summary["model_dir"] = rd.path
     summary["method"] = config.get("method")
     summary["dataset"] = config.get("dataset")

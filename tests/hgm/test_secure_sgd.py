@@ -283,11 +283,14 @@ def test_public_split_r_is_sound_and_trains_on_held_out_records(tmp_path, tiny_d
     assert abs(r.sum() - 1) < 1e-9 and r.max() > 1.5 * r.min()  # not the uniform vector
     with pytest.raises(ValueError, match="--hgm_r_public_size"):
         SecureSGD(_config(tmp_path, "secure_sgd", "bad", hgm_r_source="public_split",
-                          hgm_r_public_size=0, hgm_noise_multiplier=2.0)).validate()
+                          hgm_r_public_size=-1, hgm_noise_multiplier=2.0)).validate()
 
 
 def test_secure_sgd_defaults_to_the_sound_r_source(tmp_path):
     """Issue 22: the library default never makes Secure-SGD's epsilon infinite."""
-    assert SecureSGD(_config(tmp_path, "secure_sgd")).r_source == "public_split"
+    method = SecureSGD(_config(tmp_path, "secure_sgd"))
+    assert method.r_source == "public_split"
+    # Default public size: 10% of the training records, at most 1,000.
+    assert method.public_split_size(256) == 25 and method.public_split_size(60000) == 1000
     assert secure_sgd.HGMPixelDP(_config(tmp_path, "hgm_pixeldp")).r_source == \
         "nonprivate_pretrain"

@@ -278,3 +278,17 @@ def test_auto_kernel_is_fused_where_it_builds():
                               "model_dir": "/tmp/tfdp-unused-run-dir-25"})
     assert spec.noise_kernel == "fused" and spec.noise_kernel_fallback is None
     assert "--noise_kernel=fused" in train_app.flags_text(spec)  # the kernel used
+
+
+def test_evaluate_defaults_to_auto_and_records_a_fallback(monkeypatch):
+    """Issue 25 item 3: tfdp-evaluate's default kernel is auto (fused where it builds); a
+    fallback to portable is recorded with its reason."""
+    from tfdp import evaluate  # pylint: disable=import-outside-toplevel
+
+    assert evaluate.EvalOptions().noise_kernel == "auto"
+
+    def unavailable():
+        raise kernels.KernelUnavailable("the fused noise kernel needs a C++ compiler: 'x'")
+    monkeypatch.setattr(kernels, "load", unavailable)
+    opts = evaluate.validate_options(evaluate.EvalOptions())
+    assert opts.noise_kernel == "portable" and "C++ compiler" in opts.noise_kernel_fallback

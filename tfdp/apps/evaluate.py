@@ -40,10 +40,12 @@ flags.DEFINE_string("data_dir", None, "Data root (default: the run's data_dir)."
 flags.DEFINE_string("saved_model", None, "Evaluate this SavedModel written by tfdp-export "
                     "instead of a run directory; results go to --model_dir if given, else "
                     "to SAVED_MODEL-evaluation.")
-flags.DEFINE_enum("noise_kernel", "portable", ["portable", "fused"],
+flags.DEFINE_enum("noise_kernel", "auto", ["auto", "portable", "fused"],
                   "How the noise layers draw fresh noise (Monte-Carlo prediction, EOT "
-                  "attacks): 'portable' TensorFlow ops or the 'fused' compiled CPU op (built "
-                  "with g++ on first use). Run directories only.")
+                  "attacks): 'portable' TensorFlow ops, the 'fused' compiled CPU op (built "
+                  "with g++ on first use), or 'auto': fused wherever it builds, else portable "
+                  "(evaluation.json records the kernel used and any fallback). The two draw "
+                  "the same noise to a few float32 ulps. Run directories only.")
 flags.DEFINE_enum("attack_norm", "inf", ["inf", "2"],
                   "Norm of the attacks and attack sizes: inf (l_inf) or 2 (l2). With --certify "
                   "it must be the certificate's norm (gaussian_smoothing: 2), except that an "

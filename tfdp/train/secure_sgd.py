@@ -55,9 +55,10 @@ OPTIONS.enum("hgm_r_source", None, list(R_SOURCES),
              "data, never trained on privately; sound), uniform, or file (--hgm_r_file). "
              "Default: public_split for secure_sgd (sound), nonprivate_pretrain for the "
              "non-private hgm_pixeldp; secure_sgd_agm and pixeldp always use uniform r.")
-OPTIONS.integer("hgm_r_public_size", 1000,
+OPTIONS.integer("hgm_r_public_size", 0,
                 "Training records held out (a seeded random choice) as public data for "
-                "--hgm_r_source=public_split; the private set and its accounting exclude them.")
+                "--hgm_r_source=public_split; the private set and its accounting exclude them. "
+                "0 (default): 10% of the training records, at most 1,000.")
 OPTIONS.string("hgm_r_file", None, ".npy file with K*r (the code release's convention: "
                "entries > 0 summing to K = the number of conv1 units).")
 OPTIONS.float("hgm_beta", 1.0, "Inflation rate beta of HGM Eq. 7 (0 gives uniform r).")
@@ -192,9 +193,9 @@ class _RobustnessNoise:
         if not self.allow_r and self.r_source != "uniform":
             raise ValueError(f"--hgm_r_source: {self.name} uses uniform r (HGM spec §6), got "
                              f"{self.r_source!r}")
-        if self.r_source == "public_split" and self.r_public_size < 1:
-            raise ValueError(f"--hgm_r_public_size: expected an integer >= 1, got "
-                             f"{self.r_public_size!r}")
+        if self.r_source == "public_split" and self.r_public_size < 0:
+            raise ValueError(f"--hgm_r_public_size: expected an integer >= 0 (0: 10% of the "
+                             f"training records, at most 1,000), got {self.r_public_size!r}")
         if self.r_source == "file":
             if not self.r_file:
                 raise ValueError("--hgm_r_file: required with --hgm_r_source=file")
@@ -270,8 +271,11 @@ class _RobustnessNoise:
     # ------------------------------------------------------------------ setup
 
     def public_split_size(self, num_train: int) -> int:
-        del num_train
-        return self.r_public_size if self.r_source == "public_split" else 0
+        if self.r_source != "public_split":
+            return 0
+        if self.r_public_size:
+            return self.r_public_size
+        return max(1, min(1000, int(num_train) // 10))
 
     def set_public_data(self, x_public: np.ndarray, y_public: np.ndarray) -> None:
         self._public = (x_public, y_public)
