@@ -154,10 +154,16 @@ def _read_csvs(directory: str) -> dict[str, list[dict]]:
     return out
 
 
+# metrics.json keys a job file keeps: the public ones. The training loss and accuracy are
+# statistics of the private data computed without privacy (issue 22), never recorded.
+PUBLIC_METRICS = ("test_accuracy", "epochs_completed", "steps", "stopped_early", "seconds",
+                  "segments")
+
+
 def _read_run(run_dir: str) -> dict:
     with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as f:
         metrics = json.load(f)
-    out = {"metrics": metrics}
+    out = {"metrics": {k: metrics[k] for k in PUBLIC_METRICS if k in metrics}}
     ledger_path = os.path.join(run_dir, "ledger.json")
     if os.path.exists(ledger_path):
         with open(ledger_path, encoding="utf-8") as f:
