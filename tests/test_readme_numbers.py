@@ -75,12 +75,14 @@ ROWS = {
         {"90.2", "2", "400", "12"}),
     "DP-SGD, real MNIST, eps 0.5, delta 1e-5": (
         "results/adlm/mnist_reduced_dpsgd_eps0.5.json",
-        [("93.68", lambda: _train_accuracy("results/adlm/mnist_reduced_dpsgd_eps0.5.json"))],
+        [("93.79", lambda: _train_accuracy("results/adlm/mnist_reduced_dpsgd_eps0.5.json"))],
         {"88.59"}),
     "AdLM on the embedded sample (the AdLM job of `make run`)": (
         "results/reproduce/short/jobs/train.main_job.json",
-        [("MAIN", lambda: _train_accuracy("results/reproduce/short/jobs/train.main_job.json"))],
-        set()),
+        [("MAIN", lambda: _train_accuracy("results/reproduce/short/jobs/train.main_job.json")),
+         ("106", lambda: _json("results/reproduce/short/jobs/train.main_job.json")["output"][
+             "metrics"]["seconds"])],
+        {"2"}),
     "GPM DP-hist, d = 4096, eps* = 0.5": (
         "results/gpm/hist_d256_d4096/gpm_hist.csv",
         [("1.000", lambda: _hist(4096, 0.5, 1e-5, "success_rate")),
