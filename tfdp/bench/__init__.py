@@ -10,4 +10,5 @@ BENCHMARKS = {
     "export": "tfdp.bench.export",
     "stobatch": "tfdp.bench.stobatch",
     "evaluate": "tfdp.bench.evaluate",
+    "tf_options": "tfdp.bench.tf_options",
 }

@@ -42,12 +42,15 @@ RUNS = (
      "tfdp-bench stobatch --output=results/bench/stobatch.json"),
     ("evaluate", "evaluate", {},
      "tfdp-bench evaluate --output=results/bench/evaluate.json"),
+    ("tf_options", "tf_options", {},
+     "tfdp-bench tf_options --output=results/bench/tf_options.json"),
 )
 PLOT = "dpsgd.png"
 # Whether a benchmark's ratio must stay below (time ratios) or above (throughput) its target.
 DIRECTION = {"layers": "<=", "layers_mnist": "<=", "layers_fused": "<=",
              "layers_mnist_fused": "<=", "gpm": "<=", "dpsgd": "<=",
-             "certify": ">=", "certify_smoothing": ">=", "export": ">=", "stobatch": "<=", "evaluate": ">="}
+             "certify": ">=", "certify_smoothing": ">=", "export": ">=", "stobatch": "<=", "evaluate": ">=",
+             "tf_options": "<="}
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
