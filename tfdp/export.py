@@ -363,26 +363,34 @@ def _monte_carlo(score: Callable, from_logits: bool, x: tf.Tensor, num_draws: tf
     # 64-bit counting: num_draws near 2^31 must not wrap (tfdp.serving_inputs bounds it too).
     num_draws = tf.cast(num_draws, tf.int64)
     step = tf.constant(draws_per_step, tf.int64)
-    num_steps = (num_draws + step - 1) // step
+    full_steps = num_draws // step
+    remainder = num_draws - full_steps * step
     ones = tf.ones([tf.rank(x) - 1], tf.int32)
 
-    def body(i, counts, total, total_sq):
-        k = tf.cast(tf.minimum(step, num_draws - i * step), tf.int32)
-        tiled = tf.tile(x, tf.concat([[k], ones], 0))
-        out = score(tiled, _chunk_key(key, i))
+    def chunk(i, k, counts, total, total_sq):
+        # k is a Python int (the full passes: a static draw count, as MonteCarloPredictor)
+        # or a tensor (the last, shorter pass); chunk i's noise is fold_in(key, i) either way.
+        multiples = tf.concat([tf.reshape(tf.cast(k, tf.int32), [1]), ones], 0)
+        out = score(tf.tile(x, multiples), _chunk_key(key, i))
         if from_logits:
             out = tf.nn.softmax(out, axis=-1)
-        scores = tf.reshape(tf.cast(out, tf.float64), [k, batch, num_classes])
+        scores = tf.reshape(tf.cast(out, tf.float64), tf.stack([tf.cast(k, tf.int32), batch,
+                                                                num_classes]))
         winners = tf.one_hot(tf.argmax(scores, axis=-1), num_classes, dtype=tf.int64)
-        return (i + 1, counts + tf.reduce_sum(winners, axis=0),
+        return (counts + tf.reduce_sum(winners, axis=0),
                 total + tf.reduce_sum(scores, axis=0),
                 total_sq + tf.reduce_sum(tf.square(scores), axis=0))
 
+    def body(i, counts, total, total_sq):
+        return (i + 1,) + chunk(i, draws_per_step, counts, total, total_sq)
+
     zeros = tf.zeros([batch, num_classes], tf.float64)
     _, counts, total, total_sq = tf.while_loop(
-        lambda i, *_: i < num_steps, body,
+        lambda i, *_: i < full_steps, body,
         [tf.constant(0, tf.int64), tf.zeros([batch, num_classes], tf.int64), zeros, zeros])
-    return counts, total, total_sq
+    return tf.cond(remainder > 0,
+                   lambda: chunk(full_steps, remainder, counts, total, total_sq),
+                   lambda: (counts, total, total_sq))
 
 
 def _outputs(logits: tf.Tensor) -> dict:

@@ -338,12 +338,16 @@ def test_stobatch_style_passes_and_once_noise(tmp_path, bound):
         want = export.certify_in_process(model, cert, x, 150, 0.05, size, 4,
                                          bound=bound, draws_per_step=64)
         np.testing.assert_array_equal(got["counts"].numpy(), want["counts"])
-        # Means: the same draws summed per chunk here and per export step (float64).
-        np.testing.assert_allclose(got["mean_scores"].numpy(), want["mean_scores"], rtol=1e-9)
+        # Means: the same draws summed per chunk here and per export step (float64). The
+        # in-process passes have a static batch (tfdp.certify.MonteCarloPredictor), the
+        # signature's a dynamic one, so the float32 forward passes may use other kernels:
+        # agreement to float32 rounding (the counts above are equal).
+        np.testing.assert_allclose(got["mean_scores"].numpy(), want["mean_scores"], rtol=1e-6,
+                                   atol=1e-9)
         np.testing.assert_array_equal(got["prediction"].numpy(), want["prediction"])
         # delta_rx_mode="mu_a" is not a sound reading (StoBatch A1): the outputs are claims.
         np.testing.assert_allclose(got["claimed_radius"].numpy(), want["claimed_radius"],
-                                   rtol=1e-9, atol=1e-15)
+                                   rtol=1e-6, atol=1e-12)
         np.testing.assert_array_equal(got["claimed_certified"].numpy(),
                                       want["claimed_certified"])
         if bound == "clopper_pearson":
