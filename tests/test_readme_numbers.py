@@ -143,6 +143,13 @@ ROWS = {
          ("9.3", lambda: _peer("mnist", "tfprivacy-dpmodel")),
          ("12.8", lambda: _peer("cifar10", "tfprivacy-dpmodel"))],
         {"2.0", "2.5", "10"}),
+    "`tfdp-bench tf_options`": (
+        "results/bench/tf_options.json",
+        [("0.95", lambda: _json("results/bench/tf_options.json")["ratio_by_method"]["nonprivate"]),
+         ("0.96", lambda: _json("results/bench/tf_options.json")["ratio_by_method"]["dpsgd"]),
+         ("0.99", lambda: _json("results/bench/tf_options.json")["ratio_by_method"]["adlm"]),
+         ("0.99", lambda: _json("results/bench/tf_options.json")["ratio_by_method"]["stobatch"])],
+        {"1.10"}),
     "`tfdp-bench evaluate`": (
         "results/bench/evaluate.json",
         [("0.988", lambda: _json("results/bench/evaluate.json")["ratio"])], {"0.8"}),
