@@ -1,6 +1,6 @@
 """`tfdp-bench tf_options`: each trainer's step time with tfdp's TensorFlow settings vs without.
 
-tfdp runs every tf.function with grappler's memory optimizer at SWAPPING_HEURISTICS instead of
+tfdp runs every traced TensorFlow function with grappler's memory optimizer at SWAPPING_HEURISTICS instead of
 TensorFlow's default level (`tfdp.tf_options`: the default level's scheduling pass made float
 sums depend on the executor's order). This benchmark checks that the setting costs no speed:
 for each trainer it runs the same seeded tfdp-train command (the method's flagfile in
