@@ -47,7 +47,7 @@ if sys.argv[1] == "default":
     o.MEMORY_OPTIMIZATION = rewriter_config_pb2.RewriterConfig.DEFAULT_MEM_OPT
 import atexit
 from tfdp.apps import train
-# The level the run's tf.functions were optimised with (read after training, at exit).
+# The level the run's traced functions were optimised with (read after training, at exit).
 atexit.register(lambda: print("memory_optimization", o.memory_optimization_level(), flush=True))
 sys.argv = ["tfdp-train"] + sys.argv[2:]
 train.run()
