@@ -159,7 +159,7 @@ def _series_name(row: registry.Row, scale: str) -> str:
 
 
 def _fig_attack(rows_by_key: dict, out_dir: str, rel: str, draw: bool, figure: str,
-                title: str, xlabel: str) -> str | None:
+                title: str) -> str | None:
     """HGM / StoBatch figures: one quantity per axis.
 
     Left: accuracies (%) on a real x axis (eps, or the attack size mu_a as a fraction of the
@@ -167,7 +167,6 @@ def _fig_attack(rows_by_key: dict, out_dir: str, rel: str, draw: bool, figure: s
     Right (when the figure has them): differences between methods in points, which average
     over a grid, as bars per row beside the published difference.
     """
-    del xlabel
     pts = [(rid, scale, rec) for (scale, rid), rec in sorted(rows_by_key.items())
            if (registry.ROWS_BY_ID.get(rid) is not None
                and registry.ROWS_BY_ID[rid].figure == figure and rec.get("value") is not None)]
@@ -330,11 +329,9 @@ def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None 
         os.makedirs(out_dir, exist_ok=True)
     # The links depend on the data only, not on whether the PNGs are redrawn.
     for fn, args in ((_fig_adlm, ()), (_fig_gpm, ()),
-                     (_fig_attack, ("acc_vs_eps_attack", "Accuracy under attack vs eps",
-                                    "accuracy (%)")),
-                     (_fig_attack, ("acc_vs_mu", "Accuracy drop vs mu_a", "points")),
-                     (_fig_attack, ("certified_vs_mu", "Certified accuracy vs mu_a",
-                                    "certified accuracy (%) / gap"))):
+                     (_fig_attack, ("acc_vs_eps_attack", "Accuracy under attack vs eps")),
+                     (_fig_attack, ("acc_vs_mu", "Accuracy drop vs mu_a")),
+                     (_fig_attack, ("certified_vs_mu", "Certified accuracy vs mu_a"))):
         link = fn(rows_by_key, out_dir, rel_fig, figures, *args)
         if link:
             fig_links.append(link)
