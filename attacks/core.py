@@ -110,8 +110,8 @@ def ifgsm(model_fn: ModelFn, x: Any, eps: float, clip_min: float = -1.0,
         clip_max: upper end of the data's value range.
         y: labels to move away from; None uses the model's predictions.
         norm: np.inf or 2.
-        nb_iter: iterations T (HGM spec §4.6: 10 on MNIST, 3 on CIFAR-10).
-        eps_iter: step size; default eps / nb_iter (HGM spec §4.6).
+        nb_iter: iterations T (the HGM experiments: 10 on MNIST, 3 on CIFAR-10).
+        eps_iter: step size; default eps / nb_iter (the HGM authors' code release).
         eot_draws: noise draws averaged per gradient.
 
     Returns:
@@ -218,7 +218,7 @@ def run_attack(name: str, model_fn: ModelFn, x: Any, eps: float, clip_min: float
     if nb_iter < 1:
         raise ValueError(f"nb_iter must be >= 1, got {nb_iter}")
     if eps_iter is None:
-        eps_iter = eps / nb_iter  # HGM spec §4.6: steps of mu_a / T_mu
+        eps_iter = eps / nb_iter  # steps of mu_a / T_mu, as in the HGM code release
     eps_iter = float(eps_iter)
     if not math.isfinite(eps_iter) or eps_iter < 0 or (eps > 0 and eps_iter == 0):
         raise ValueError(f"eps_iter must be > 0, got {eps_iter!r}")
@@ -255,7 +255,7 @@ def ensemble(model_fn: ModelFn, x: Any, *, rng: Any, max_eps: float = 1.0,
              nb_iter: int = 10, eot_draws: int = 1) -> tuple[tf.Tensor, float]:
     """Splits a batch into equal contiguous parts, one per attack, at one random size.
 
-    StoBatch Alg. 1 lines 6-11 (spec §2.6): each step draws mu_t uniformly in (0, max_eps]
+    StoBatch Alg. 1 lines 6-11 (Eq. 7-8): each step draws mu_t uniformly in (0, max_eps]
     and crafts the adversarial batch with an ensemble of attacks, each on its share of the
     batch (m / |A| examples each; the first `b mod |A|` parts get one more example).
 
@@ -290,7 +290,7 @@ def ensemble(model_fn: ModelFn, x: Any, *, rng: Any, max_eps: float = 1.0,
     b = int(x.shape[0])
     if b < len(attacks):
         raise ValueError(f"x has {b} examples, fewer than the {len(attacks)} attacks")
-    # StoBatch spec §2.6: mu_t uniform in (0, max_eps]
+    # StoBatch Alg. 1 lines 6-11: mu_t uniform in (0, max_eps]
     eps = float(max_eps * (1.0 - rng.random()))
     sizes = [b // len(attacks) + (1 if i < b % len(attacks) else 0)
              for i in range(len(attacks))]

@@ -1,4 +1,4 @@
-"""Graph-safe l_inf attacks: one batched loop with per-example attack ids (StoBatch §2.6).
+"""Graph-safe l_inf attacks: one batched loop with per-example attack ids (StoBatch Alg. 1).
 
 Everything here runs inside `tf.function` and `strategy.run`: no Python-side checks on
 tensor values, no caches, no stateful random numbers. The caller passes
@@ -6,11 +6,11 @@ tensor values, no caches, no stateful random numbers. The caller passes
 - `attack_ids`, an int tensor [B] with one of IFGSM, MIM, MADRY per example (FGSM is
   I-FGSM with one iteration of the full size). Because the id is a property of the
   example, a batch gives the same adversarial examples however it is sharded across
-  replicas (StoBatch spec §3.5 items 6-7);
+  replicas (docs/stobatch.md, "What one run does");
 - `start_noise`, uniform values in [-1, 1] shaped like `x` for Madry's random start, drawn by
-  the caller from a stateless RNG keyed by the example's global position (spec §3.5 item 6);
+  the caller from a stateless RNG keyed by the example's global position (docs/stobatch.md);
 - the clip range, or None for no range clipping (StoBatch starts from x_bar = x + chi1/m,
-  which is not in [-1, 1]; spec §2.6 [rec]: project onto the mu-ball only).
+  which is not in [-1, 1]; the paper writes no clipping: project onto the mu-ball only).
 
 The update order is CleverHans 4.0.0's, operation by operation, so that with a clip range
 the result agrees bit for bit with `basic_iterative_method`, `momentum_iterative_method`
@@ -23,7 +23,7 @@ and `madry_et_al` (tests/attacks):
 - Madry start: adv_0 <- clip(x + eps * start_noise).
 
 The loss is the softmax cross-entropy against the label predicted at the starting point
-x (computed once; StoBatch Eq. 8 with the CleverHans convention of §7 A4), unless labels
+x (computed once; StoBatch Eq. 8 with the CleverHans convention of the authors' code), unless labels
 are given.
 """
 
@@ -137,9 +137,9 @@ def ensemble_ids(positions: tf.Tensor, batch_size: int, num_attacks: int = 3) ->
     """Attack id of each example from its position in a batch of `batch_size`.
 
     The batch is cut once into `num_attacks` contiguous parts of size m / |A| (StoBatch
-    §3.1: the fixed 3-way split; sizes differ by at most one when m is not divisible), in
+    Alg. 1: the fixed 3-way split; sizes differ by at most one when m is not divisible), in
     the order I-FGSM, MIM, Madry. The id depends only on the global position, never on the
-    replica that holds the example (spec §3.5 item 7).
+    replica that holds the example (docs/stobatch.md, "What one run does").
 
     Args:
         positions: int tensor of global positions in [0, batch_size).

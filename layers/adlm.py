@@ -26,7 +26,7 @@ class BiasNoise(keras.layers.Layer):
 
     AdLM Algorithm 1 line 14: bbar = b + Lap(Delta_h0/eps2)/|L|, drawn once. The offset
     lives in a non-trainable variable (so checkpoints carry it) and is not applied at
-    inference. It is data-independent and has no privacy role (AdLM spec E11).
+    inference. It is data-independent and has no privacy role (it does not depend on the data).
 
     Args:
         channels: number of channels (first-layer filters).

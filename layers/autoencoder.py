@@ -15,14 +15,15 @@ from tfdp import losses
 
 @keras.saving.register_keras_serializable(package="tfdp")
 class DPAutoEncoderConv(keras.layers.Layer):
-    """First affine layer theta1 of StoBatch, trained as an auto-encoder (StoBatch §2.4-2.5).
+    """First affine layer theta1 of StoBatch, trained as an auto-encoder (StoBatch Thm 1).
 
-    Encoder (reference-code recipe, StoBatch §2.5):
+    Encoder (the StoBatch authors' code release; the paper gives no decoder details):
         h = clip(BN(ReLU(conv_stride_s(x_bar; W1) + b1)), -1, 1),
         h_bar = h + 2 chi2 / m,
-    where chi2 ~ Lap(Delta_R / eps1) per neuron of every feature map (§7 A24). Pass
+    where chi2 ~ Lap(Delta_R / eps1) per neuron of every feature map (as the code release
+    draws it; the paper writes one feature map). Pass
     `noise_scale = 2 * Delta_R / eps1` and `batch_divisor = m`; the noise is a `LaplaceNoise`
-    sub-layer ("once" by default: drawn once and saved, StoBatch §2.2).
+    sub-layer ("once" by default: drawn once and saved, StoBatch Alg. 1 line 1).
 
     Decoder (`reconstruct`): nearest-neighbour upsampling of h_bar by the stride, cropped to
     the input size, then a stride-1 SAME convolution with the tied kernel (W1 with its
@@ -30,7 +31,7 @@ class DPAutoEncoderConv(keras.layers.Layer):
     reconstruction logits z. `reconstruction_loss` is StoBatch's R_bar
     (`tfdp.losses.stobatch_reconstruction_loss`). Only this objective should update the
     layer's variables; stop the classification gradient at h_bar in the training-loss
-    forward pass only (StoBatch §3.5 item 10).
+    forward pass only (the attacks need the input gradient through this layer).
 
     Args:
         filters: C_out of W1.
@@ -69,7 +70,7 @@ class DPAutoEncoderConv(keras.layers.Layer):
         self.conv = keras.layers.Conv2D(self.filters, self.kernel_size, strides=self.strides,
                                         padding="same", name="encoder_conv")
         self.bn = keras.layers.BatchNormalization(name="encoder_bn") if self.batch_norm else None
-        self.clip = Clip(-1.0, 1.0, name="encoder_clip")  # StoBatch §2.1: h1 in [-1, 1]
+        self.clip = Clip(-1.0, 1.0, name="encoder_clip")  # StoBatch: h1 in [-1, 1]
         self.noise = LaplaceNoise(self.noise_scale, noise_mode=noise_mode, seed=seed,
                                   batch_divisor=batch_divisor, inference_noise=inference_noise,
                                   inference_fresh_scale=inference_fresh_scale,
@@ -100,7 +101,7 @@ class DPAutoEncoderConv(keras.layers.Layer):
         return self.noise(self.encode(inputs, training=training), training=training)
 
     def reconstruct(self, h_bar: Any, output_shape: Any) -> tf.Tensor:
-        """Tied-weight decoder logits z, shaped like the encoder input (StoBatch §2.5).
+        """Tied-weight decoder logits z, shaped like the encoder input (StoBatch code release).
 
         Args:
             h_bar: encoder output [batch, H1, W1, filters].
@@ -123,7 +124,7 @@ class DPAutoEncoderConv(keras.layers.Layer):
 
     def reconstruction_loss(self, x_bar: Any, training: Optional[bool] = True,
                             reduction: str = "sum") -> tf.Tensor:
-        """StoBatch's R_bar on a perturbed batch: |log 2 + z (1/2 - x_bar)| summed (Eq. 6, §7 A3).
+        """StoBatch R_bar of a noisy batch: |log 2 + z (1/2 - x_bar)| summed (Eq. 6; code's |.|).
 
         Args:
             x_bar: perturbed inputs [batch, H, W, C].

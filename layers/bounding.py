@@ -24,7 +24,7 @@ class BoundedLRN(keras.layers.Layer):
     with the window clipped at the first and last channel. For the non-negative inputs the
     paper uses (after a ReLU) this is exactly Eq. 22, h / max(h, .), and the output lies in
     [0, 1]; taking |h| in the guard keeps signed inputs in [-1, 1]. The defaults are the
-    paper's q = 2, l = 5 (radius 2), alpha = 1e-4, beta = 0.75 (AdLM §3.5). Unlike
+    paper's q = 2, l = 5 (radius 2), alpha = 1e-4, beta = 0.75 (AdLM Eq. 22). Unlike
     `tf.nn.local_response_normalization` (same window, same unscaled alpha) the guard
     bounds the output. The window sums are one matmul of h^2 with a constant [C, C] band
     matrix; a NaN input therefore makes every channel at its position NaN.
@@ -104,11 +104,11 @@ class BoundedLRN(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="tfdp")
 class MinMaxBound(keras.layers.Layer):
-    """Per-batch min-max normalisation of every unit to [0, 1] (AdLM §3.5, fully connected).
+    """Per-batch min-max normalisation of every unit to [0, 1] (AdLM, fully connected layers).
 
     hn = (h - chi) / (phi - chi + epsilon), with chi and phi the unit's minimum and maximum
     over the current batch (axis 0). A constant unit maps to 0 (no NaN). The statistics come
-    from the batch at hand, also at inference (AdLM §3.8: use large fixed test batches), and
+    from the batch at hand, also at inference (not in the paper; use large fixed test batches), and
     under a tf.distribute strategy from each replica's shard.
 
     Args:
@@ -129,7 +129,7 @@ class MinMaxBound(keras.layers.Layer):
         h = tf.convert_to_tensor(inputs)
         chi = tf.reduce_min(h, axis=0, keepdims=True)
         phi = tf.reduce_max(h, axis=0, keepdims=True)
-        return (h - chi) / (phi - chi + self.epsilon)  # AdLM §3.5 per-batch min-max
+        return (h - chi) / (phi - chi + self.epsilon)  # AdLM per-batch min-max
 
     def compute_output_shape(self, input_shape: Any) -> Any:
         return input_shape

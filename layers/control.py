@@ -49,7 +49,7 @@ def set_inference_noise(model_or_layer: Any, enabled: bool, *,
     re-traced (e.g. re-created) after switching, because the switch is a Python attribute
     read at trace time.
 
-    StoBatch's two-pass Monte-Carlo score (StoBatch §2.11) is, for example:
+    StoBatch's two-pass Monte-Carlo score (StoBatch Alg. 3, Corollary 1) is, for example:
     `set_inference_noise(model, True, fresh_scale=0.0)` (stored draws only), then
     `set_inference_noise(model, True, fresh_scale=1 / psi, names=["input_noise"])` for the
     pass that randomises the input only. Pass the model (not a single layer) so that its

@@ -346,7 +346,7 @@ class _NoiseLayer(keras.layers.Layer):
 
     def build(self, input_shape: Sequence[Optional[int]]) -> None:
         self._feature_shape = self._noise_feature_shape(input_shape)
-        # AdLM Alg. 1 l.13 / StoBatch §2.3: the noise is divided by |L| (m).
+        # AdLM Alg. 1 l.13 / StoBatch Lemma 3: the noise is divided by |L| (m).
         scale = self._resolve_scale() / self.batch_divisor
         _check_float32_scale(np.asarray(scale, dtype=np.float64), self._scale_arg,
                              self.allow_zero)
@@ -472,7 +472,7 @@ class _NoiseLayer(keras.layers.Layer):
             if self.noise_mode == "once":
                 noise = tf.cast(self.fixed_noise.value, inputs.dtype)
             elif self.noise_mode == "per_batch":
-                # AdLM §3.4 batch_shared_per_step: one draw shared by the whole batch.
+                # AdLM code release's batch_shared_per_step: one draw shared by the whole batch.
                 shape = (1,) + self._feature_shape
                 noise = self._sample(shape, self._next_seed(_TAG_FRESH, per_replica=False),
                                      inputs.dtype)
@@ -482,8 +482,8 @@ class _NoiseLayer(keras.layers.Layer):
         if not self.inference_noise:
             return inputs
         # Inference noise: every row gets an independent fresh draw (one Monte-Carlo draw per
-        # row), scaled by inference_fresh_scale (StoBatch §2.11: 1/psi), plus the stored
-        # draw in "once" mode if inference_fixed_noise (StoBatch §2.11; HGM §8 A5 uses False).
+        # row), scaled by inference_fresh_scale (StoBatch Alg. 3: 1/psi), plus the stored
+        # draw in "once" mode if inference_fixed_noise (StoBatch Alg. 3; HGM uses False).
         out = inputs
         if self.noise_mode == "once" and self.inference_fixed_noise:
             out = out + tf.cast(self.fixed_noise.value, inputs.dtype)
@@ -529,9 +529,9 @@ class LaplaceNoise(_NoiseLayer):
     """Adds Laplace noise: AdLM's input / first-affine-layer perturbation and StoBatch's chi1, chi2.
 
     Perturbing the input of an affine layer perturbs its output, (x + n) W = x W + n W
-    (AdLM §3.4), so placing this layer before the first dense/conv layer realises the
+    (AdLM Lemma 4), so placing this layer before the first dense/conv layer realises the
     "noisy affine transformation"; placing it after the affine layer adds noise to the
-    pre-activation (StoBatch §2.4, h1_bar = h1 + 2 chi2 / m: pass scale = 2 Delta_R / eps1
+    pre-activation (StoBatch Lemma 3, h1_bar = h1 + 2 chi2 / m: pass scale = 2 Delta_R / eps1
     and batch_divisor = m).
 
     Noise is applied when the layer is called with `training=True` (a Python bool, as Keras
@@ -563,7 +563,7 @@ class LaplaceNoise(_NoiseLayer):
             inference.
         input_bounds: optional (low, high): whenever noise is applied, a run-time assertion
             checks that every input lies in [low, high], the range the sensitivity bound
-            assumes (AdLM Lemma 3, StoBatch §2.1); a violation raises
+            assumes (AdLM Lemma 3, StoBatch Lemma 2); a violation raises
             tf.errors.InvalidArgumentError instead of being clipped silently.
         allow_zero: accept a scale that is 0 (or underflows to 0 in float32 after
             `batch_divisor`) somewhere, i.e. no noise there; only for a non-private ablation.
@@ -629,14 +629,14 @@ class GaussianNoise(_NoiseLayer):
 class HeterogeneousGaussianNoise(_NoiseLayer):
     """Adds heterogeneous Gaussian noise: unit k gets std sigma * sqrt(K r_k) (HGM Theorem 3).
 
-    Secure-SGD puts this noise on the pre-activation of the first hidden layer (HGM §3.1):
+    Secure-SGD puts this noise on the pre-activation of the first hidden layer (HGM Eq. 8):
     place the layer right after the first convolution (bias included), before the ReLU.
     K is the number of noised units, i.e. the size of `r` (all positions x channels).
     `sigma` is the calibrated noise multiplier, e.g. sigma_r = mult_HGM(eps_r, delta_r) *
-    Delta_f * L from `tfdp.mechanisms.hgm_sigma` (HGM §3.4). HGM's recommended training
-    noise is fresh per example ("per_example"); the paper/code's single draw is "once"
-    (HGM §8 A5). For certification, turn inference noise on with
-    `inference_fixed_noise=False` (test-time noise is always fresh, HGM §4.4).
+    Delta_f * L from `tfdp.mechanisms.hgm_sigma` (HGM Alg. 1 line 3, Eq. 10). tfdp's default
+    training noise is fresh per example ("per_example"); the paper/code's single draw is
+    "once" (docs/hgm.md, "Design decisions"). For certification, turn inference noise on with
+    `inference_fixed_noise=False` (test-time noise is always fresh, per Monte-Carlo draw).
 
     Args:
         sigma: noise multiplier sigma >= 0.
@@ -656,12 +656,12 @@ class HeterogeneousGaussianNoise(_NoiseLayer):
         if r is None:
             self.r = None
         else:
-            self.r = mechanisms.check_redistribution(r, "r")  # entries > 0, sum 1 (HGM §2.4)
+            self.r = mechanisms.check_redistribution(r, "r")  # sum 1 (HGM Thm 3), entries > 0
         super().__init__(**kwargs)
 
     def _resolve_scale(self) -> np.ndarray:
         if self.r is None:
-            return np.full(self._feature_shape, self.sigma)  # uniform r: HGM reduces to EGM (§2.4)
+            return np.full(self._feature_shape, self.sigma)  # uniform r: HGM reduces to EGM (Thm 3)
         size = int(np.prod(self._feature_shape))
         if self.r.size != size:
             raise ValueError(f"r has {self.r.size} entries, but the layer noises {size} units "

@@ -72,7 +72,7 @@ class PrivacyLedger:
     - "separate": recorded but not composed into the totals, because it protects a
       different neighbouring relation (e.g. PixelDP-style robustness noise, which is DP
       with respect to input pixels and does not compose with the training-data budget;
-      HGM spec §3.6).
+      docs/hgm.md, "Methods").
 
     Entries may have epsilon = 0 (no privacy cost) and epsilon = inf (no finite bound).
     """
@@ -701,7 +701,7 @@ def _compose(entries: Iterable[dict], claimed: bool) -> tuple[float, float]:
 def dpsgd_epsilon(*, num_examples: int, batch_size: int, noise_multiplier: float,
                   epochs: Optional[float] = None, steps: Optional[int] = None, delta: float,
                   accountant: str = "rdp", sampling: str = "poisson") -> float:
-    """epsilon of DP-SGD at `delta` through dp_accounting (Abadi et al. 2016; HGM spec §3.6).
+    """epsilon of DP-SGD at `delta` through dp_accounting (Abadi et al. 2016).
 
     Sampling assumptions (say which one a reported number rests on):
 

@@ -1,13 +1,13 @@
 """Evaluation of a trained run: accuracy clean and under attack, certified accuracy, records.
 
-Definitions (HGM spec §4.5, StoBatch spec §6.1):
+Definitions (the HGM and StoBatch papers' metrics):
 
     conventional accuracy = (1/|test|) sum_i isCorrect(x_i)
     certified accuracy    = (1/|test|) sum_i [isCorrect(x_i) and isRobust(x_i)],
     isRobust(x_i)         = radius(x_i) >= mu_a,
 
 with x_i the adversarial version of test example i crafted at size mu_a. Adversarial
-examples are crafted against the noise-free network (HGM spec §4.6, StoBatch spec §6.2),
+examples are crafted against the noise-free network (as in both papers' code releases),
 or, with `eot_draws > 1`, against the noisy network with gradients averaged over noise
 draws. When certifying, the prediction is the Monte-Carlo prediction of the noisy network
 (argmax of the counts for Clopper-Pearson, of the mean softmax otherwise); otherwise it is
@@ -62,7 +62,7 @@ class EvalOptions:
         seed: seed of the random starts of the Madry attack; None = OS entropy.
         data_dir: where the data lives (None = the run's data_dir, then defaults).
         eps_iter_scale: step of the iterative attacks in units of mu_a / T_a (1 = the
-            authors' code, HGM spec §4.6; the "strong" preset uses 2.5).
+            authors' code; the "strong" preset uses 2.5).
         restarts: random restarts of the Madry (PGD) attack; an example counts as broken if
             any restart breaks the noise-free network.
         noise_kernel: how the noise layers draw: "auto" (fused wherever it builds, else
@@ -297,8 +297,8 @@ def _noise(model: Any, enabled: bool, fresh_layers: Optional[Sequence[str]] = No
 
     Noise layers read their switch when a graph is traced, so this wraps the model call
     inside the traced function. With `fresh_layers`, only the named layers draw fresh noise;
-    the others keep their stored noise ("once" mode) without a fresh draw (StoBatch spec
-    §2.11: each pass randomises one mechanism, the other keeps its fixed noise).
+    the others keep their stored noise ("once" mode) without a fresh draw (StoBatch
+    Corollary 1: each pass randomises one mechanism, the other keeps its fixed noise).
     """
     import layers as layers_lib  # pylint: disable=import-outside-toplevel
     noise_layers = _noise_layers(model)

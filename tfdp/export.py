@@ -122,7 +122,7 @@ _CERTIFICATION_SPEC = {
         "sensitivity", "sensitivity_mode", "sensitivity_sound", "noised_layer", "layer",
         "num_units", "h1_shape", "redistribution", "train_noise", "test_noise", "norm",
         "num_draws", "alpha", "bound", "note", "eps_cap",
-        # StoBatch (StoBatch §2.9, Theorem 5)
+        # StoBatch (StoBatch Eq. 13, Theorem 5)
         "batch_size", "epsilon1", "d_cert", "delta_rh", "psi", "delta_rx_mode", "mu_train",
         "radius_psi_correction", "radius_divisor", "passes",
         # the certificate registry (tfdp.certify): name, derived soundness, smoothing

@@ -17,7 +17,7 @@ from tfdp import mechanisms
 
 def figure1_table(epsilons: Optional[Sequence[float]] = None, delta: float = 1e-5,
                   sensitivity: float = 1.0) -> dict:
-    """sigma of the three mechanisms over an eps grid (HGM spec §2.7).
+    """sigma of the three mechanisms over an eps grid (HGM Figure 1).
 
     Args:
         epsilons: eps values > 0 (default: 200 points on (0, 10]).

@@ -12,9 +12,10 @@ from tfdp import checks, mechanisms
 
 LOG2 = math.log(2.0)
 
-# AdLM §3.6 functional-mechanism modes.
+# AdLM functional-mechanism modes (Alg. 1 l.16-19; docs/adlm.md, --adlm_fm_mode).
 FM_MODES = ("per_example_label_only", "per_example_all_orders", "ref_code")
-# StoBatch §7 A3 output-noise term forms; AdLM ref_code uses "linear" (MNIST) / "abs_mean" (CIFAR).
+# Output-noise term forms (StoBatch Thm 3: linear; its code: abs_mean); AdLM ref_code uses
+# "linear" (MNIST) / "abs_mean" (CIFAR).
 NOISE_TERM_MODES = ("linear", "abs_mean")
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -57,7 +58,7 @@ def adlm_delta_f(*, num_classes: int, hidden_units: int, output_bias: bool = Fal
     Args:
         num_classes: M >= 1.
         hidden_units: |h_(k)|, width of the last hidden layer (bounded to [0, 1] or [-1, 1]).
-        output_bias: if True the bias counts as one more hidden unit fixed at 1 (AdLM §3.6).
+        output_bias: if True the bias counts as one more hidden unit fixed at 1 (not in the paper).
 
     Returns:
         Delta_F as a float64 (1812.5 for M = 10, |h| = 25; 2550 for |h| = 30).
@@ -67,7 +68,7 @@ def adlm_delta_f(*, num_classes: int, hidden_units: int, output_bias: bool = Fal
     """
     m = checks.check_positive_int(num_classes, "num_classes")
     h = checks.check_positive_int(hidden_units, "hidden_units") + (1 if output_bias else 0)
-    return float(m) * (float(h) + float(h) ** 2 / 4.0)  # AdLM Lemma 5, float arithmetic (§3.10)
+    return float(m) * (float(h) + float(h) ** 2 / 4.0)  # AdLM Lemma 5, float arithmetic
 
 
 def adlm_taylor_error_bound(num_classes: int) -> float:
@@ -91,7 +92,7 @@ def stobatch_delta_r(*, fan_in: int, beta: int) -> float:
     """StoBatch auto-encoder sensitivity Delta_R = d (beta + 2) (Lemma 2, Eq. 18).
 
     Args:
-        fan_in: d, fan-in of one h1 neuron (k*k*C_in for a conv layer; §7 A23).
+        fan_in: d, fan-in of one h1 neuron (k*k*C_in for a conv layer; StoBatch Lemma 2).
         beta: number of h1 neurons (for a conv layer: neurons of ONE feature map, App. P).
 
     Returns:
@@ -110,7 +111,7 @@ def stobatch_delta_l2(*, hidden_units: int, output_bias: bool = False) -> float:
 
     Args:
         hidden_units: |h_pi| (h_pi bounded to [-1, 1]).
-        output_bias: if True the bias is a constant-1 unit: 2 (|h_pi| + 1) (§7 A17).
+        output_bias: if True the bias is a constant-1 unit: 2 (|h_pi| + 1) (not in the paper).
 
     Returns:
         Delta_L2 (512 for |h_pi| = 256).
@@ -152,7 +153,7 @@ def adlm_perturb_coefficients(
 
     The noise is drawn once, before training; reuse the returned arrays in every epoch.
 
-    phibar = phi + Lap(Delta_F / eps3) / |L| per (record, class) and order (AdLM §3.6).
+    phibar = phi + Lap(Delta_F / eps3) / |L| per (record, class) and order (AdLM Alg. 1 l.16-19).
 
     * "per_example_label_only": only phi1 (the label-dependent order) is perturbed.
     * "per_example_all_orders": all three orders, then phibar2 is clamped at >= 0
@@ -178,7 +179,7 @@ def adlm_perturb_coefficients(
     if mode not in FM_MODES[:2]:
         raise ValueError(f"mode must be one of {FM_MODES[:2]}, got {mode!r}")
     batch = checks.check_positive_int(batch_size, "batch_size")
-    scale = mechanisms.laplace_scale(epsilon=epsilon3, sensitivity=delta_f) / batch  # AdLM §3.6
+    scale = mechanisms.laplace_scale(epsilon=epsilon3, sensitivity=delta_f) / batch  # AdLM Alg. 1
     phi0, phi1, phi2 = adlm_taylor_coefficients(y)
     phi1 = phi1 + mechanisms.sample_laplace(scale, y.shape, rng=rng)
     if mode == "per_example_all_orders":
@@ -194,7 +195,7 @@ def adlm_taylor_loss(logits: Any, labels: Any = None, *, phi0: Any = None, phi1:
     Per example: sum_l phi0_l + phi1_l z_l + phi2_l z_l^2. Without coefficients the exact
     ones are used (log 2, 1/2 - y, 1/8); pass perturbed per-example coefficients (rows of
     `adlm_perturb_coefficients`) to get the functional-mechanism loss Fbar. The batch mean
-    is the default (AdLM Alg. 1 l.29; §7 E13).
+    is the default (AdLM Alg. 1 l.29).
 
     Args:
         logits: z, shape [batch, M] (output layer without softmax, AdLM Eq. 23).
@@ -233,7 +234,7 @@ def draw_fm_noise(shape: Any, *, sensitivity: float, epsilon: float,
                   rng: np.random.Generator) -> np.ndarray:
     """One functional-mechanism noise draw Lap(sensitivity / epsilon), e.g. StoBatch's chi3.
 
-    StoBatch §2.2: chi3 ~ Lap(Delta_L2 / eps2)^{|h_pi| x K}; AdLM ref_code: a [|h|, M]
+    StoBatch Alg. 1 line 1: chi3 ~ Lap(Delta_L2 / eps2)^{|h_pi| x K}; AdLM ref_code: a [|h|, M]
     matrix Lap(Delta_F / eps3). Store it (e.g. in a non-trainable variable) and reuse it
     for the whole run.
 
@@ -258,13 +259,13 @@ def functional_mechanism_term(noise: Any, kernel: Any, *, divisor: float,
     """Data-independent loss term that realises output-layer functional-mechanism noise.
 
     Perturbing the label coefficients h y_k by noise/m on each of m examples adds, to the
-    batch-MEAN loss, the linear term -(1/m) sum_k noise[:, k] . W[:, k] (StoBatch §2.7;
+    batch-MEAN loss, the linear term -(1/m) sum_k noise[:, k] . W[:, k] (StoBatch Thm 3;
     AdLM ref_code with m = |L|). "abs_mean" is the code's CIFAR form
-    mean(|noise/m * W|) (StoBatch §7 A3). Its gradient w.r.t. W in "linear" mode is exactly
+    mean(|noise/m * W|) (StoBatch code release). Its gradient w.r.t. W in "linear" mode is exactly
     -noise/m.
 
     Under a tf.distribute strategy with a SUM all-reduce of gradients the term must enter
-    the global objective once (StoBatch §3.5 item 5): pass per_replica=True in replica
+    the global objective once (docs/stobatch.md, "Distribution"): pass per_replica=True in replica
     context, which divides it by the number of replicas.
 
     Args:
@@ -287,9 +288,9 @@ def functional_mechanism_term(noise: Any, kernel: Any, *, divisor: float,
     n = tf.cast(tf.convert_to_tensor(noise), w.dtype)
     _check_same_shape(n, w, "noise", "kernel")
     if mode == "linear":
-        term = -tf.reduce_sum(n * w) / m  # StoBatch §2.7: -(1/m) sum_k chi3[:,k] . W[:,k]
+        term = -tf.reduce_sum(n * w) / m  # StoBatch Thm 3: -(1/m) sum_k chi3[:,k] . W[:,k]
     else:
-        term = tf.reduce_mean(tf.abs(n / m * w))  # StoBatch §2.7 ref-code (a): mean(|chi3/m o W|)
+        term = tf.reduce_mean(tf.abs(n / m * w))  # StoBatch CIFAR-10 code: mean(|chi3/m o W|)
     if per_replica:
         ctx = tf.distribute.get_replica_context()
         if ctx is not None and ctx.num_replicas_in_sync > 1:
@@ -302,11 +303,11 @@ def functional_mechanism_term(noise: Any, kernel: Any, *, divisor: float,
 
 def stobatch_reconstruction_loss(logits: Any, x_bar: Any, *, absolute: bool = True,
                                  reduction: str = "sum") -> tf.Tensor:
-    """StoBatch's first-order Taylor auto-encoder reconstruction loss (Eq. 6, §2.5).
+    """StoBatch's first-order Taylor auto-encoder reconstruction loss (Eq. 6).
 
     Per element log 2 + z (1/2 - x_bar), with z the decoder's reconstruction logits and
     x_bar the perturbed input. With `absolute` (default, the only version known to train;
-    StoBatch §7 A3) each element is |log 2 + z (1/2 - x_bar)|, the code's
+    StoBatch code release) each element is |log 2 + z (1/2 - x_bar)|, the code's
     |max(z,0) - z x_bar + log 2 - |z|/2|.
 
     Args:
@@ -326,7 +327,7 @@ def stobatch_reconstruction_loss(logits: Any, x_bar: Any, *, absolute: bool = Tr
     z = tf.convert_to_tensor(logits)
     x = tf.cast(tf.convert_to_tensor(x_bar), z.dtype)
     _check_same_shape(z, x, "logits", "x_bar")
-    elem = LOG2 + z * (0.5 - x)  # StoBatch §2.5 first-order expansion of F1 + F2
+    elem = LOG2 + z * (0.5 - x)  # StoBatch Thm 1: first-order expansion of F1 + F2
     if absolute:
         elem = tf.abs(elem)
     axes = list(range(1, z.shape.rank)) if z.shape.rank and z.shape.rank > 1 else None
@@ -335,7 +336,7 @@ def stobatch_reconstruction_loss(logits: Any, x_bar: Any, *, absolute: bool = Tr
 
 
 def stobatch_taylor_loss(logits: Any, labels: Any, *, reduction: str = "none") -> tf.Tensor:
-    """StoBatch's second-order Taylor classification loss L1 - L2 (§2.7, §7 A10).
+    """StoBatch's second-order Taylor classification loss L1 - L2 (Eq. 9; max(z, 0) as in the code).
 
     Per example: sum_k [max(z_k, 0) - |z_k|/2 + z_k^2/8 + log 2] - sum_k z_k y_k, the
     stable per-class logistic cross-entropy with log(1 + e^{-|z|}) expanded to second order.
@@ -356,18 +357,18 @@ def stobatch_taylor_loss(logits: Any, labels: Any, *, reduction: str = "none") -
     y = tf.cast(tf.convert_to_tensor(labels), z.dtype)
     _check_same_shape(z, y, "logits", "labels")
     l1 = tf.reduce_sum(tf.nn.relu(z) - tf.abs(z) / 2.0 + tf.square(z) / 8.0 + LOG2, axis=-1)
-    l2 = tf.reduce_sum(z * y, axis=-1)  # StoBatch §2.7: L2_i = sum_k (h_pi y_k) . W[:, k]
+    l2 = tf.reduce_sum(z * y, axis=-1)  # StoBatch Thm 3: L2_i = sum_k (h_pi y_k) . W[:, k]
     return _reduce(l1 - l2, reduction)
 
 
 def stobatch_adversarial_objective(benign_logits: Any, benign_labels: Any, adv_logits: Any,
                                    adv_labels: Any, *, xi: float, m: int,
                                    noise_term: Any = None) -> tf.Tensor:
-    """StoBatch's DP adversarial objective for theta2 (Eq. 9, §2.7).
+    """StoBatch's DP adversarial objective for theta2 (Eq. 9, Theorem 3).
 
     L_bar = 1/(m(1+xi)) [sum_benign (L1 - L2) + xi sum_adv (L1 - L2)] + noise_term.
     `m` is the global DP batch size; under a strategy each replica passes its shard and the
-    SUM all-reduce of gradients recovers the global objective (StoBatch §3.5 item 4).
+    SUM all-reduce of gradients recovers the global objective (docs/stobatch.md, "Distribution").
 
     Args:
         benign_logits, benign_labels: benign batch ([n, K]).

@@ -1,9 +1,9 @@
 """HGM noise redistribution r from a pre-trained model, and the noised layer's sensitivity.
 
-HGM spec §3.3 (Eq. 7): s_k = (1/n) sum_x |d loss(theta0; x, y) / d h1_k(x)|^beta and
+HGM Eq. 7: s_k = (1/n) sum_x |d loss(theta0; x, y) / d h1_k(x)|^beta and
 r = s / sum(s), computed once from a noise-free pre-trained model theta0 of the same
 architecture, then mixed with the uniform vector and floored (`tfdp.mechanisms.
-redistribution_from_scores`). HGM spec §3.2: the l_inf -> r-weighted l2 sensitivity
+redistribution_from_scores`). HGM Eq. 6: the l_inf -> r-weighted l2 sensitivity
 Delta_f of the first (noised) convolution, in TensorFlow so that the model can keep its
 effective kernel inside the bound at every step.
 """
@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from tfdp import mechanisms
 
-# Sensitivity modes (HGM spec §3.2 and §8 A3). layer_max and layer_sum are sound for l_inf
+# Sensitivity modes (HGM Eq. 6; docs/hgm.md). layer_max and layer_sum are sound for l_inf
 # attacks; l2_fourier and l2_patch are sound for l2 attacks (their certificates are l2).
 SENSITIVITY_MODES = ("layer_max", "layer_sum", "per_map", "code_spectral", "l2_fourier",
                      "l2_patch")
@@ -101,7 +101,7 @@ def kernel_unit_l1_norms(kernel: tf.Tensor) -> tf.Tensor:
     """||W_c||_1 of every output channel c of a conv (or dense) kernel.
 
     For a convolution every unit (position p, channel c) is fed by the whole kernel W_c, so
-    ||w_(p,c)||_1 = ||W_c||_1 (HGM spec §3.2); zero padding can only lower the change.
+    ||w_(p,c)||_1 = ||W_c||_1 (HGM Eq. 6); zero padding can only lower the change.
 
     Args:
         kernel: [k_h, k_w, C_in, C_out] (conv) or [d, units] (dense).
@@ -115,11 +115,11 @@ def kernel_unit_l1_norms(kernel: tf.Tensor) -> tf.Tensor:
 
 def layer_sensitivity(kernel: tf.Tensor, r: Any, mode: str = "layer_max",
                       strides: int = 1) -> tf.Tensor:
-    """Delta_f of the noised layer per unit of input change, r-weighted (HGM spec §3.2).
+    """Delta_f of the noised layer per unit of input change, r-weighted (HGM Eq. 6).
 
     r has the layer's output feature shape [..., C] (e.g. [H, W, C]); K = r.size.
 
-    - "layer_max" (a, paper form with erratum E2 corrected, sound):
+    - "layer_max" (a, paper form with the square root of K r restored, sound):
       max_(p,c) ||W_c||_1 / sqrt(r_(p,c)).
     - "layer_sum" (b, tighter, sound): sqrt(sum_(p,c) ||W_c||_1^2 / (K r_(p,c))).
     - "per_map" (c, as published for conv layers; NOT sound for l_inf attacks, since all
@@ -156,15 +156,15 @@ def layer_sensitivity(kernel: tf.Tensor, r: Any, mode: str = "layer_max",
     r2 = r_arr.reshape(-1, channels)  # [positions, C]
     l1 = kernel_unit_l1_norms(kernel)  # [C]
     if mode == "layer_max":
-        # max over positions of 1/sqrt(r) is 1/sqrt(min_p r_(p,c)).  HGM Eq. 6 (E2 corrected)
+        # max over positions of 1/sqrt(r) is 1/sqrt(min_p r_(p,c)).  HGM Eq. 6 (sqrt restored)
         inv = tf.constant(1.0 / np.sqrt(r2.min(axis=0)), dtype)
         return tf.reduce_max(l1 * inv)
     if mode == "layer_sum":
         w = tf.constant(np.sum(1.0 / (k * r2), axis=0), dtype)  # sum_p 1/(K r_(p,c))
-        return tf.sqrt(tf.reduce_sum(tf.square(l1) * w))  # HGM spec §3.2 (b)
+        return tf.sqrt(tf.reduce_sum(tf.square(l1) * w))  # tighter sound bound
     if mode == "per_map":
         w = tf.constant(np.sum(1.0 / (k * r2), axis=0), dtype)
-        return tf.reduce_max(tf.sqrt(tf.square(l1) * w))  # HGM spec §3.2 (c), as published
+        return tf.reduce_max(tf.sqrt(tf.square(l1) * w))  # per feature map, as published
     if mode in L2_SENSITIVITY_MODES:
         if len(kernel.shape) != 4 or r_arr.ndim != 3:
             raise ValueError("mode: the l2 modes need a conv kernel [k_h, k_w, C_in, C_out] and "
@@ -174,7 +174,7 @@ def layer_sensitivity(kernel: tf.Tensor, r: Any, mode: str = "layer_max",
         else:
             op = conv_operator_norm_patch(kernel, strides)
         return op / tf.constant(np.sqrt(k * r_arr.min()), dtype)
-    # code_spectral: HGM code release (spec §8.3), recorded as not sound.
+    # code_spectral: HGM code release (docs/hgm.md, "Findings"), recorded as not sound.
     mat = tf.reshape(kernel, [-1, tf.shape(kernel)[-1]])
     top = tf.linalg.svd(mat, compute_uv=False)[0]
     r_top = float(np.linalg.svd(k * r2, compute_uv=False)[0])
@@ -204,7 +204,7 @@ def gradient_scores(h1_fn: Callable[[tf.Tensor], tf.Tensor],
                     beta: float = 1.0, batch_size: int = 250) -> np.ndarray:
     """s_k = mean over examples of |d loss_i / d h1_k(x_i)|^beta (HGM Eq. 7).
 
-    Absolute value first, then the mean (HGM spec §3.3). The loss of example i depends on
+    Absolute value first, then the mean (HGM Eq. 7). The loss of example i depends on
     h1 of example i only, so the gradient of the summed loss with respect to the batch's h1
     holds every example's own gradient.
 
@@ -269,10 +269,10 @@ def pretrain_redistribution(build_fn: Callable[[], Any], h1_layer: str, noise_la
                             num_score_examples: int = 5000,
                             rng: Optional[np.random.Generator] = None
                             ) -> RedistributionResult:
-    """Pre-trains a noise-free model, then computes r from its loss gradients (HGM §3.3).
+    """Pre-trains a noise-free model, then computes r from its loss gradients (HGM Eq. 7).
 
     The pre-trained model is thrown away afterwards: Secure-SGD re-initialises and trains
-    from scratch ([code], HGM spec §3.3). r is NOT differentially private (spec §8 A6).
+    from scratch (the authors' code). r is NOT differentially private (docs/hgm.md, "Methods").
 
     Args:
         build_fn: builds a fresh Keras model (inputs -> logits) whose noise layer adds no
@@ -284,7 +284,7 @@ def pretrain_redistribution(build_fn: Callable[[], Any], h1_layer: str, noise_la
         batch_size: pre-training batch size.
         learning_rate: Adam learning rate.
         beta: inflation rate of Eq. 7.
-        mix: weight lam of the uniform vector (spec §3.3).
+        mix: weight lam of the uniform vector (tfdp's option; 0 = the paper).
         floor: relative floor (r_k >= floor / K before renormalisation).
         num_score_examples: random examples used for s (all if fewer).
         rng: numpy generator for shuffling and the score subset.
@@ -351,7 +351,7 @@ def pretrain_redistribution(build_fn: Callable[[], Any], h1_layer: str, noise_la
 
 
 def sensitivity_ratio_to_uniform(kernel: Any, r: Any, mode: str) -> float:
-    """Delta_f(W, r) / Delta_f(W, uniform) for a kernel (logged, HGM spec §3.3)."""
+    """Delta_f(W, r) / Delta_f(W, uniform) for a kernel (logged)."""
     r_arr = mechanisms.check_redistribution(r, "r")
     uniform = mechanisms.uniform_redistribution(r_arr.shape)
     num = float(layer_sensitivity(tf.constant(kernel, tf.float64), r_arr, mode))

@@ -67,7 +67,7 @@ def _lrp_linear(layer: keras.layers.Layer, a: tf.Tensor, r_out: tf.Tensor, mu: f
 
 
 def _lrp_max(layer: keras.layers.Layer, a: tf.Tensor, r_out: tf.Tensor) -> tf.Tensor:
-    """Winner-take-all through max pooling: relevance goes to the arg-max input (AdLM spec §3.1)."""
+    """Winner-take-all through max pooling: relevance goes to the arg-max input (not in AdLM)."""
     with tf.GradientTape() as tape:
         tape.watch(a)
         total = tf.reduce_sum(layer(a) * tf.stop_gradient(r_out))
@@ -92,14 +92,14 @@ def lrp(model: keras.Model, x: Any, y: Any = None, *, mu: float = 0.01,
     outputs set to 0) and runs the epsilon rule (AdLM Eq. 4-5) through Dense and Conv2D
     layers (including their biases) and average pooling. Max pooling sends relevance to the
     winning input; activations, normalisation, dropout, clipping and noise layers pass it
-    through unchanged; Flatten/Reshape reshape it (AdLM spec §3.1).
+    through unchanged; Flatten/Reshape reshape it (the paper covers neither; tfdp's choice).
 
     Args:
         model: a keras model whose layers form a chain (each layer feeds the next) and whose
             last layer outputs the class scores (logits).
         x: inputs, shape [n, ...].
         y: integer labels [n]; required for start="true_class".
-        mu: the epsilon-rule stabiliser, >= 0 (AdLM spec §3.1: recommended 0.01).
+        mu: the epsilon-rule stabiliser, >= 0 (not given in AdLM; tfdp uses 0.01).
         start: "true_class" (score of the label) or "predicted" (score of the arg-max class).
         batch_size: records per propagation batch.
 
@@ -157,7 +157,7 @@ def _propagate(layers: Sequence[keras.layers.Layer], x: tf.Tensor, y: tf.Tensor,
             r = tf.reshape(r, tf.shape(a_in))
         elif r.shape == a_in.shape:
             # Shape-preserving layers (activations, normalisation, dropout, clipping, noise):
-            # relevance passes through unchanged (AdLM spec §3.1).
+            # relevance passes through unchanged (tfdp's choice).
             pass
         else:
             raise ValueError(f"model: LRP has no rule for layer {layer.name} "
@@ -191,7 +191,7 @@ def to_granularity(relevance: Any, granularity: str = "feature") -> np.ndarray:
 
 
 def normalize_per_record(relevance: Any) -> np.ndarray:
-    """Per-record min-max normalisation into [0, 1] (AdLM spec §3.1 step 3, E7).
+    """Per-record min-max normalisation into [0, 1] (the AdLM paper's formula).
 
     R_ij <- (R_ij - chi_i) / (phi_i - chi_i) with chi_i, phi_i the min and max of record i's
     d relevances; a record whose relevances are all equal maps to 0.
@@ -296,7 +296,7 @@ def adaptive_budgets(rbar: Any, *, floor: float) -> np.ndarray:
     """Budget ratios beta_j = d * r_j / sum_k r_k with r_j = max(|Rbar_j|, floor) (AdLM Eq. 16).
 
     The floor is applied before normalising, so sum_j beta_j = d exactly and every
-    beta_j > 0 (AdLM spec §3.3; uses |Rbar_j|, not the non-private R_j, spec E5).
+    beta_j > 0 (uses |Rbar_j|, not the non-private R_j that Eq. 16 prints).
 
     Args:
         rbar: [d] private average relevance.
@@ -318,7 +318,7 @@ def adaptive_budgets(rbar: Any, *, floor: float) -> np.ndarray:
 
 
 def uniform_budgets(d: int) -> np.ndarray:
-    """ILM: beta_j = 1 for every feature (AdLM §5 baseline 2).
+    """ILM: beta_j = 1 for every feature (the AdLM paper's ablation).
 
     Raises:
         ValueError: if d is not an int >= 1.

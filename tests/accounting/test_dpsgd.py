@@ -1,4 +1,4 @@
-"""DP-SGD accounting through dp_accounting: fixtures from HGM spec §5.5/§9.1 and notes-deps."""
+"""DP-SGD accounting through dp_accounting: fixtures from the RDP accountant, TF-Privacy."""
 
 import pytest
 
@@ -8,10 +8,10 @@ MNIST = dict(num_examples=60000, batch_size=256, noise_multiplier=1.1, epochs=60
 
 
 def test_rdp_and_pld_reference_values():
-    # notes-deps §1: RdpAccountant 2.597 (= TF-Privacy's compute_dp_sgd_privacy), PLD 2.382.
+    # Measured: RdpAccountant 2.597 (= TF-Privacy's compute_dp_sgd_privacy), PLD 2.382.
     assert dpsgd_epsilon(**MNIST) == pytest.approx(2.597, abs=5e-4)
     assert dpsgd_epsilon(**MNIST, accountant="pld") == pytest.approx(2.382, abs=5e-4)
-    # HGM spec §9.1 item 15 / AdLM §8.1 item 17: q = 0.01, sigma = 4, T = 1e4 -> 1.035.
+    # RDP sanity point (Abadi et al. report about 1.26): q = 0.01, sigma = 4, T = 1e4 -> 1.035.
     eps = dpsgd_epsilon(num_examples=10000, batch_size=100, noise_multiplier=4.0, steps=10000,
                         delta=1e-5)
     assert eps == pytest.approx(1.035, abs=0.01)
@@ -49,7 +49,7 @@ def test_ledger_dpsgd_entries():
     assert p["claimed_epsilon"] is None and p["epsilon"] == pytest.approx(2.597, abs=5e-4)
 
 
-# HGM spec §5.5: fixed epochs, solve for sigma (RDP, Poisson, delta 1e-5); steps as printed.
+# The HGM experiments' fixed epochs, sigma solved (RDP, Poisson, delta 1e-5); tfdp's values.
 MNIST_SIGMA = [(0.2, 4.624), (1.0, 1.241), (2.0, 0.868)]
 CIFAR_SIGMA = [(2, 1.082), (10, 0.585)]
 MNIST_SIGMA_SLOW = [(0.4, 2.501), (0.6, 1.794), (0.8, 1.446), (1.2, 1.111), (1.4, 1.026),

@@ -9,7 +9,7 @@ from tfdp.accounting import PrivacyLedger
 
 
 def _adlm_ledger():
-    # AdLM spec §3.9 / §3.10, MNIST ref-code configuration: claimed eps1 + eps2 + eps3 = 0.3;
+    # AdLM, MNIST code-release configuration (docs/adlm.md): claimed eps1 + eps2 + eps3 = 0.3;
     # the per-record diagnostic is |L| d eps2 / Delta_h0 for the inputs, 2 |L| eps3 / Delta_F
     # for the labels.
     eps_rec_x = 1800 * 784 * 0.075 / 9800
@@ -46,7 +46,7 @@ def test_claimed_equals_sound_when_nothing_claimed():
 
 
 def test_parallel_groups_compose_by_max():
-    # StoBatch spec §2.9: disjoint batches compose in parallel; the groups then add.
+    # StoBatch Theorem 4 (App. J): disjoint batches compose in parallel; the groups then add.
     led = PrivacyLedger()
     for i, (e, d) in enumerate([(0.5, 1e-6), (0.7, 1e-7), (0.6, 2e-6)]):
         led.add(f"batch{i}", mechanism="laplace", epsilon=e, delta=d, composition="parallel",
@@ -60,7 +60,7 @@ def test_parallel_groups_compose_by_max():
 
 
 def test_stobatch_theorem4_total():
-    # StoBatch spec §2.9 with the MNIST gamma_x = 4950/2499 and an illustrative gamma = 2.
+    # StoBatch Theorem 4 with the MNIST gamma_x = 4950/2499 and an illustrative gamma = 2.
     eps1, eps2, gamma_x, gamma = 0.5, 0.1, 4950 / 2499, 2.0
     led = PrivacyLedger()
     led.add("autoencoder", mechanism="functional", epsilon=eps1)

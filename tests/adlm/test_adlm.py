@@ -1,4 +1,4 @@
-"""Tests of the AdLM / ILM trainer and models: fixtures, budgets, noise modes, accounting (§8.1)."""
+"""Tests of the AdLM / ILM trainer and models: fixtures, budgets, noise modes, accounting."""
 
 import math
 
@@ -42,7 +42,7 @@ def _ready(method, x, y, seed=0):
 
 
 def test_delta_h0_presets():
-    # §3.4 / §3.10 fixtures: 9800, 5400, 39,337,984 and 1,254,400.
+    # Delta_h0 presets (docs/adlm.md): 9800, 5400, 39,337,984 and 1,254,400.
     mnist = dict(architecture="mnist", input_shape=(28, 28, 1))
     assert adlm.delta_h0("ref_code", **mnist) == 9800
     assert adlm.delta_h0("paper_fc", **mnist) == 39_337_984
@@ -56,8 +56,9 @@ def test_delta_h0_presets():
 
 
 def test_noise_scale_table():
-    # §3.10: per-example input scale Delta_h0/(beta_j eps2 |L|) = 72.5926/beta_j (MNIST) and
-    # 0.5/beta_j (CIFAR); FM scales Delta_F/eps3 = 12083.33 and per example 6.71296 / 0.472222.
+    # AdLM Alg. 1 l.12-19: per-example input scale Delta_h0/(beta_j eps2 |L|) = 72.5926/beta_j
+    # (MNIST) and 0.5/beta_j (CIFAR); FM scales Delta_F/eps3 = 12083.33 and per example
+    # 6.71296 / 0.472222.
     assert 9800 / (0.075 * 1800) == pytest.approx(72.5926, rel=1e-6)
     assert 5400 / (1.5 * 7200) == pytest.approx(0.5, rel=1e-12)
     df_mnist = losses.adlm_delta_f(num_classes=10, hidden_units=25)
@@ -69,7 +70,7 @@ def test_noise_scale_table():
 
 
 def test_per_record_diagnostics():
-    # §3.9: MNIST code-release configuration: eps_rec,x ~ 10.8, eps_rec,y ~ 0.30.
+    # docs/adlm.md: MNIST code-release configuration: eps_rec,x ~ 10.8, eps_rec,y ~ 0.30.
     ex = adlm.per_record_epsilon_inputs(batch_size=1800, eps_j_sum=784 * 0.075,
                                         feature_range=1.0, delta_h0_value=9800)
     ey = adlm.per_record_epsilon_labels(batch_size=1800, eps3=0.15, delta_f=1812.5)
@@ -79,7 +80,7 @@ def test_per_record_diagnostics():
 
 
 def test_parameter_counts_and_output_shape():
-    # §8.1 item 15: MNIST 130,831 trainable (130,781 without BN scale/shift); CIFAR 2,245,648.
+    # Code-release layers: MNIST 130,831 (130,781 without BN scale/shift); CIFAR 2,245,648.
     def trainable(m):
         return int(sum(np.prod(v.shape) for v in m.trainable_variables))
     m = models.mnist_model(bound_mode="bn_clip", output_bias=True)
@@ -94,10 +95,11 @@ def test_parameter_counts_and_output_shape():
 
 
 def test_lemma3_conv_fanin_bound_empirically():
-    # §8.1 item 4: for a conv first layer the patch-wise L1 change of the batch-summed input,
-    # summed over all output units, is at most the conv_fanin preset. A neuron at one position
-    # of one filter sees a k x k x C patch; summing |change| of its patch over every neuron is
-    # the conv of |change| with an all-ones kernel, summed, times the number of filters.
+    # AdLM Lemma 3, empirically: for a conv first layer the patch-wise L1 change of the
+    # batch-summed input, summed over all output units, is at most the conv_fanin preset. A
+    # neuron at one position of one filter sees a k x k x C patch; summing |change| of its
+    # patch over every neuron is the conv of |change| with an all-ones kernel, summed, times
+    # the number of filters.
     rng = np.random.default_rng(11)
     h, w, c, k, f = 12, 12, 1, 5, 4
     bound = adlm.delta_h0("conv_fanin", architecture="mnist", input_shape=(h, w, c)) / 32 * f
@@ -112,7 +114,8 @@ def test_lemma3_conv_fanin_bound_empirically():
 
 
 def test_lemma5_coefficient_change_bound():
-    # §8.1 item 5: sum_l ||(1/2 - y_l) h - (1/2 - y'_l) h'||_1 + ||(1/8)(h h^T - h' h'^T)||_1
+    # AdLM Lemma 5, empirically:
+    # sum_l ||(1/2 - y_l) h - (1/2 - y'_l) h'||_1 + ||(1/8)(h h^T - h' h'^T)||_1
     # <= M (|h| + |h|^2 / 4), over 10,000 random trials and the all-ones / all-zeros corner.
     rng = np.random.default_rng(12)
     m, hk = 10, 25
@@ -163,7 +166,7 @@ def test_bad_epsilon_delta_and_range():
 
 
 def test_ledger_claims_and_sound_values():
-    # §8.1 item 7: AdLM claims eps1+eps2+eps3, ILM eps2+eps3; sound values next to them.
+    # AdLM claims eps1+eps2+eps3, ILM eps2+eps3; sound values next to them.
     x, y = _data()
     m = _method(epsilon=1.0, batch_size=50, adlm_delta_h0="ref_code")
     _, ledger = _ready(m, x, y)
@@ -181,12 +184,12 @@ def test_ledger_claims_and_sound_values():
     _, ledger = _ready(ilm, x, y)
     d = ledger.to_dict()
     assert d["claimed_epsilon"] == pytest.approx(0.75, rel=1e-12)  # eps2 + eps3
-    assert d["epsilon"] == "inf"  # shared noise: no finite per-record bound (§3.9)
+    assert d["epsilon"] == "inf"  # shared noise: no finite per-record bound (docs/adlm.md)
     assert "adlm_eps1_relevance" not in ledger and "ilm_eps1_relevance" not in ledger
 
 
 def test_ledger_independent_of_steps():
-    # §8.1 item 7: the same ledger after 1 step and after many steps (no per-step cost).
+    # The same ledger after 1 step and after many steps (no per-step cost).
     x, y = _data(100)
     m = _method(adlm.ILM, batch_size=50, adlm_input_noise="batch_shared_per_step")
     model, ledger = _ready(m, x, y)
@@ -206,7 +209,7 @@ def test_ledger_independent_of_steps():
 
 
 def test_per_example_fixed_noise_is_fixed_per_record_and_has_the_scale():
-    # §8.1 items 1 and 12: xbar_i identical across epochs, different between records; the
+    # xbar_i identical across epochs, different between records; the
     # empirical per-feature scale matches Delta_h0/(beta_j eps2 |L|). mean|v|/s has relative
     # standard error 1/sqrt(n) (Var|V| = s^2); n = 3000 records -> 1.8%; tolerance 10% per
     # feature (5.5 standard errors, 64 features). KS on all 192k normalised values, p > 1e-3.
@@ -229,7 +232,7 @@ def test_per_example_fixed_noise_is_fixed_per_record_and_has_the_scale():
 
 
 def test_batch_shared_per_step_noise():
-    # §8.1 item 12: identical within a batch, different between steps.
+    # batch_shared_per_step: identical within a batch, different between steps.
     x, y = _data(40)
     m = _method(adlm.ILM, batch_size=40, adlm_input_noise="batch_shared_per_step")
     _ready(m, x, y)
@@ -241,7 +244,7 @@ def test_batch_shared_per_step_noise():
 
 
 def test_shared_fixed_noise_and_restore():
-    # §8.1 item 12: identical everywhere; the draw is in the setup state and a variable.
+    # shared_fixed: identical everywhere; the draw is in the setup state and a variable.
     x, y = _data(40)
     m = _method(adlm.ILM, batch_size=40, adlm_input_noise="shared_fixed")
     _ready(m, x, y)
@@ -257,7 +260,7 @@ def test_shared_fixed_noise_and_restore():
 
 
 def test_fm_modes():
-    # §8.1 item 11: label_only leaves phi0/phi2 exact; all_orders clamps phi2 >= 0; the noise
+    # FM modes: label_only leaves phi0/phi2 exact; all_orders clamps phi2 >= 0; the noise
     # of a record is the same in every epoch.
     x, y = _data(60)
     xt, yt = tf.constant(x), tf.constant(y)
@@ -292,7 +295,7 @@ def test_ref_code_fm_term_gradient():
 
 
 def test_no_noise_at_inference_and_data_isolation():
-    # §8.1 items 13-14: the saved network has no noise: two inference passes agree; the update
+    # Data isolation: the saved network has no noise: two inference passes agree; the update
     # depends on the raw batch only through (xbar, phibar).
     x, y = _data(40)
     m = _method(adlm.ILM, batch_size=20, adlm_input_noise="batch_shared_per_step",
@@ -316,7 +319,7 @@ def test_no_noise_at_inference_and_data_isolation():
 
 
 def test_training_step_same_seed_same_result():
-    # §8.1 item 16: same random state, same result (bit-for-bit on CPU).
+    # Same random state, same result (bit-for-bit on CPU).
     x, y = _data(40)
     outs = []
     for _ in range(2):

@@ -55,7 +55,7 @@ def test_bad_flags_fail_before_training(tmp_path, flag, message):
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["adlm", "ilm"])
 def test_sample_eps1_ref_code_modes_beat_chance(tmp_path, method):
-    # §8.1 item 16: with eps = 1 in the code-release modes training has no NaN and beats
+    # Smoke: with eps = 1 in the code-release modes training has no NaN and beats
     # chance (> 20%), here on the embedded MNIST sample with flags/adlm/sample.flags.
     run = tmp_path / "run"
     proc = _train([f"--method={method}", "--dataset=sample",

@@ -1,4 +1,4 @@
-"""Tests of tfdp.relevance: LRP (epsilon rule), normalisation, private average, budgets (AdLM §8.1)."""
+"""Tests of tfdp.relevance: LRP (epsilon rule), normalisation, private average, budgets (AdLM)."""
 
 import keras
 import numpy as np
@@ -20,7 +20,7 @@ def _dense_chain(widths, *, bias, seed=0, input_dim=12):
 
 
 def test_linear_model_relevance_is_input_times_weight():
-    # §8.1 item 8: linear model, no bias, mu = 0: R_j = x_j * w_j (weights of the true class).
+    # LRP: linear model, no bias, mu = 0: R_j = x_j * w_j (weights of the true class).
     model = _dense_chain([3], bias=False)
     rng = np.random.default_rng(1)
     x = rng.uniform(0.1, 1.0, size=(5, 12)).astype(np.float32)
@@ -31,7 +31,7 @@ def test_linear_model_relevance_is_input_times_weight():
 
 
 def test_bias_free_relu_mlp_conserves_relevance():
-    # §8.1 item 8 / AdLM Eq. 9: bias-free ReLU MLP, mu = 1e-9: sum_j R_j = F_x within 1e-4.
+    # AdLM Eq. 9: bias-free ReLU MLP, mu = 1e-9: sum_j R_j = F_x within 1e-4.
     model = _dense_chain([16, 8, 4], bias=False, seed=2)
     x = np.random.default_rng(2).uniform(0, 1, size=(20, 12)).astype(np.float32)
     y = np.arange(20) % 4
@@ -42,7 +42,7 @@ def test_bias_free_relu_mlp_conserves_relevance():
 
 
 def test_with_bias_and_mu_relevance_is_not_amplified():
-    # §8.1 item 8: with mu > 0 or with biases, |sum_j R_j| <= |F_x| + tol. Each epsilon-rule
+    # LRP: with mu > 0 or with biases, |sum_j R_j| <= |F_x| + tol. Each epsilon-rule
     # layer multiplies unit m's relevance by (z_m - b_m) / (z_m + mu sign(z_m)), which lies in
     # [0, 1] for z_m > 0, b_m >= 0, mu >= 0. The total can still grow when relevances of mixed
     # sign cancel unequally, so the property is checked where it is a theorem: non-negative
@@ -68,7 +68,7 @@ def test_with_bias_and_mu_relevance_is_not_amplified():
 
 
 def test_max_pool_winner_take_all_keeps_total():
-    # §8.1 item 8: winner-take-all max-pool keeps the total relevance.
+    # LRP: winner-take-all max-pool keeps the total relevance.
     layer = keras.layers.MaxPooling2D(2)
     a = tf.constant(np.random.default_rng(4).uniform(size=(3, 4, 4, 2)), tf.float32)
     r_out = tf.constant(np.random.default_rng(5).normal(size=(3, 2, 2, 2)), tf.float32)
@@ -111,7 +111,7 @@ def test_predicted_start_and_errors():
 
 
 def test_per_record_normalisation_in_unit_interval():
-    # §8.1 item 8: per-record normalised relevance lies in [0, 1]; a constant record maps to 0.
+    # Per-record normalised relevance lies in [0, 1]; a constant record maps to 0.
     r = np.random.default_rng(7).normal(scale=5.0, size=(30, 50))
     r[3] = 2.5
     out = relevance.normalize_per_record(r)
@@ -130,7 +130,8 @@ def test_pixel_granularity_means_over_channels():
 
 
 def test_relevance_sensitivity_fixtures():
-    # §3.10: Delta_R = 2d/|D|: MNIST 0.0261333..., CIFAR-10 (d = 400) 0.016; scales 0.348444, 0.064.
+    # Lemma 1: Delta_R = 2d/|D|: MNIST 0.0261333..., CIFAR-10 (d = 400) 0.016;
+    # scales 0.348444, 0.064.
     assert relevance.relevance_sensitivity(d=784, n=60000) == pytest.approx(0.02613333333, rel=1e-9)
     assert relevance.relevance_sensitivity(d=400, n=50000) == pytest.approx(0.016, rel=1e-12)
     assert relevance.relevance_sensitivity(d=784, n=60000) / 0.075 == pytest.approx(0.348444, rel=1e-5)
@@ -140,8 +141,8 @@ def test_relevance_sensitivity_fixtures():
 
 
 def test_lemma1_empirically():
-    # §8.1 item 3: neighbouring D, D' (one record replaced): ||R(D) - R(D')||_1 <= 2d/|D|
-    # (in fact <= d/|D|) over 1,000 random trials.
+    # AdLM Lemma 1, empirically: neighbouring D, D' (one record replaced):
+    # ||R(D) - R(D')||_1 <= 2d/|D| (in fact <= d/|D|) over 1,000 random trials.
     rng = np.random.default_rng(8)
     n, d = 50, 20
     for _ in range(1000):
@@ -172,7 +173,7 @@ def test_private_average_noise_scale():
 
 
 def test_budget_identities():
-    # §8.1 item 6: sum beta = d (1e-9), beta > 0 after the floor, sum eps_j = d eps2,
+    # AdLM Eq. 16: sum beta = d (1e-9), beta > 0 after the floor, sum eps_j = d eps2,
     # monotonicity, ILM beta = 1, and the Lemma 4 log-ratio bound equals eps2.
     rng = np.random.default_rng(10)
     d, eps2, h0 = 784, 0.075, 25088

@@ -57,7 +57,7 @@ def test_ifgsm_and_mim_equal_cleverhans(small_model):
 
 
 def test_single_step_ifgsm_equals_fgsm(small_model):
-    # StoBatch spec §8.1 item 22
+    # With T_mu = 1 and no random start, I-FGSM equals FGSM (StoBatch Eq. 7-8).
     x = _inputs(-1, 1)
     np.testing.assert_allclose(attacks.ifgsm(small_model, x, 0.1, nb_iter=1).numpy(),
                                attacks.fgsm(small_model, x, 0.1).numpy(), atol=1e-7)

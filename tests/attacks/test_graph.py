@@ -35,7 +35,7 @@ def test_bitwise_agreement_with_cleverhans_per_example_ids(model):
 
 
 def test_single_step_ifgsm_equals_fgsm(model):
-    # StoBatch §8.1 item 22
+    # With T_mu = 1 and no random start, I-FGSM equals FGSM (StoBatch Eq. 7-8).
     x = _x()
     adv = graph.craft(model, x, 0.3, attack_ids=tf.zeros([9], tf.int32), nb_iter=1,
                       clip_min=-1.0, clip_max=1.0)
@@ -44,7 +44,7 @@ def test_single_step_ifgsm_equals_fgsm(model):
 
 
 def test_inside_ball_without_clip_and_moves(model):
-    # StoBatch §8.1 item 21 (no range clip: x_bar lies outside [-1, 1])
+    # Inside the mu-ball and moving (no range clip: x_bar lies outside [-1, 1])
     x = _x(low=-30, high=30)
     ids = graph.ensemble_ids(tf.range(9), 9)
     noise = tf.random.stateless_uniform(x.shape, [1, 2], -1.0, 1.0)
@@ -72,7 +72,7 @@ def test_deterministic_and_seeded(model):
 
 
 def test_ensemble_ids_split_is_fixed_and_balanced():
-    # StoBatch §8.1 item 12: sizes m/3, independent of how positions are sharded
+    # StoBatch's fixed 3-way split: sizes m/3, independent of how positions are sharded
     ids = graph.ensemble_ids(tf.range(2499), 2499).numpy()
     assert np.bincount(ids).tolist() == [833, 833, 833]
     parts = [graph.ensemble_ids(tf.range(lo, hi), 2499).numpy()

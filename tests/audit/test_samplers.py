@@ -1,4 +1,4 @@
-"""Audit-tool self-test: the black-box conformance suite (GPM spec Sec. 8.1 item 15)."""
+"""Audit-tool self-test: the black-box conformance suite (docs/gpm.md, "Audits")."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Confidence bounds of tfdp.certify against scipy and the spec fixtures."""
+"""Confidence bounds of tfdp.certify against scipy and worked fixtures."""
 
 import math
 
@@ -24,7 +24,7 @@ def test_clopper_pearson_matches_scipy_exact_interval(n, k):
 
 
 def test_clopper_pearson_spec_fixtures():
-    # HGM spec §4.4: a = 0.005 (alpha 0.05, K = 10)
+    # Clopper-Pearson: a = alpha / K = 0.005 (alpha 0.05, K = 10)
     for n, ub, lb in [(1000, 0.005284, 0.994716), (2000, 0.002646, 0.997354)]:
         counts = np.array([n] + [0] * 9)
         lower, upper = certify.clopper_pearson_bounds(counts, 0.05)
@@ -36,7 +36,7 @@ def test_clopper_pearson_spec_fixtures():
 @pytest.mark.parametrize("n,k,expected", [(2000, 10, 2.966094), (1000, 10, 2.618858),
                                           (1000, 30, 2.524368), (500, 30, 2.176193)])
 def test_max_certifiable_eps_stobatch_fixture(n, k, expected):
-    # StoBatch spec §8.1 item 23: all n counts on one class, alpha 0.05, Bonferroni K.
+    # Largest certifiable eps_r*: all n counts on one class, alpha 0.05, Bonferroni K.
     result = certify.MonteCarloResult(np.array([[n] + [0] * (k - 1)]),
                                       np.zeros((1, k)), np.zeros((1, k)), n)
     _, lower, upper = certify.top_two_bounds(result, "clopper_pearson", 0.05)
@@ -44,7 +44,7 @@ def test_max_certifiable_eps_stobatch_fixture(n, k, expected):
 
 
 def test_hoeffding_half_width_spec_fixture():
-    # HGM spec §4.4: half-width sqrt(ln(K/alpha)/(2N)) = 0.051470 (N=1000), 0.036395 (N=2000)
+    # Hoeffding: half-width sqrt(ln(K/alpha)/(2N)) = 0.051470 (N=1000), 0.036395 (N=2000)
     for n, half in [(1000, 0.051470), (2000, 0.036395)]:
         mean = np.full((1, 10), 0.5)
         lower, upper = certify.hoeffding_bounds(mean, n, 0.05)

@@ -71,7 +71,7 @@ def test_draws_are_independent_across_tiled_copies():
 
 
 def test_product_of_softmax_is_square_for_identical_passes():
-    # StoBatch spec §8.1 item 26: with no fresh noise, q = p_x * p_h = softmax^2.
+    # StoBatch Corollary 1's product: with no fresh noise, q = p_x * p_h = softmax^2.
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4)])
     x = np.random.default_rng(1).normal(size=(5, 3)).astype(np.float32)
     score = certify.product_of_softmax([model, model])

@@ -1,4 +1,4 @@
-"""Robustness radii of tfdp.certify against the HGM (§4.7) and StoBatch (§8) fixtures."""
+"""Robustness radii of tfdp.certify against worked HGM and StoBatch fixtures."""
 
 import math
 
@@ -7,7 +7,7 @@ import pytest
 
 from tfdp import certify
 
-# HGM spec §4.7: (E_lb, E_ub, G_HGM, G_GM with eps' <= 1)
+# HGM Eq. 4 and 10 on the delta' grid: (E_lb, E_ub, G_HGM, G_GM with eps' <= 1)
 HGM_TABLE = [(0.90, 0.02, 0.6327, 0.5238), (0.99, 0.0053, 0.8127, 0.5608),
              (0.70, 0.25, 0.1725, 0.1671), (0.60, 0.30, 0.1103, 0.1064)]
 
@@ -22,7 +22,7 @@ def test_g_factors_match_hgm_table(lower, upper, g_hgm, g_gm):
 
 
 def test_hgm_mu_max_fixtures():
-    # HGM spec §4.7: L = 0.2, delta_r = 1e-5, (E_lb, E_ub) = (0.90, 0.02)
+    # HGM Eq. 10: L = 0.2, delta_r = 1e-5, (E_lb, E_ub) = (0.90, 0.02)
     base = {"mechanism": "hgm", "construction_bound": 0.2, "delta": 1e-5}
     for eps_r, mu in [(1.0, 0.6143), (4.0, 0.1626), (8.0, 0.0867)]:
         got = certify.certified_radius(0.90, 0.02, dict(base, epsilon=eps_r))
@@ -34,7 +34,7 @@ def test_hgm_mu_max_fixtures():
 
 @pytest.mark.parametrize("mechanism", ["pixeldp_gaussian", "hgm", "agm"])
 def test_sanity_identity_radius_equals_construction_bound(mechanism):
-    # HGM spec §4.2: mu(eps_r, delta_r) = L. Restrict the search to delta' = delta_r and
+    # HGM Eq. 10: mu(eps_r, delta_r) = L. Restrict the search to delta' = delta_r and
     # eps' <= eps_r with bounds that pass Eq. 4 far beyond eps_r.
     eps_r, delta_r, bound_l = 0.5, 1e-3, 0.3
     cert = {"mechanism": mechanism, "construction_bound": bound_l, "epsilon": eps_r,
@@ -50,7 +50,7 @@ def test_sanity_identity_radius_equals_construction_bound(mechanism):
 
 
 def test_agm_multiplier_solves_balle_wang_condition():
-    # HGM spec §2.7 table: sigma_AGM(eps, 1e-5, 1) = 3.7306 (eps=1), 0.4999 (eps=10)
+    # Balle & Wang 2018: sigma_AGM(eps, 1e-5, 1) = 3.7306 (eps=1), 0.4999 (eps=10)
     assert float(certify._agm_multiplier(1.0, 1e-5)) == pytest.approx(3.7306, abs=1e-4)
     assert float(certify._agm_multiplier(10.0, 1e-5)) == pytest.approx(0.4999, abs=1e-4)
     assert float(certify._hgm_multiplier(1.0, 1e-5)) == pytest.approx(4.8542, abs=1e-4)
@@ -63,7 +63,7 @@ def test_laplace_radius_closed_form():
     np.testing.assert_allclose(r, [0.1 * math.log(0.8 / 0.05) / 2.0, 0.0], rtol=1e-12)
 
 
-# StoBatch spec §4.5 / §8.1 item 24 (eps_r = 1, s1 = 0.5, Delta_r^x = 0.05 d_cert,
+# StoBatch Eq. 13, worked cases (eps_r = 1, s1 = 0.5, Delta_r^x = 0.05 d_cert,
 # Delta_r^h = s1 beta): (Delta_R, m, eps1, d_cert, beta, radius)
 STOBATCH_CASES = [
     (4950, 2499, None, 784, 196, 0.366303),  # MNIST eps = 0.2, eps1 from the budget rule
@@ -76,7 +76,7 @@ STOBATCH_CASES = [
 @pytest.mark.parametrize("delta_big_r,m,eps1,d_cert,beta,expected", STOBATCH_CASES)
 def test_stobatch_radius_fixtures(delta_big_r, m, eps1, d_cert, beta, expected):
     if eps1 is None:
-        # StoBatch spec §4.2: eps1 = (eps - 0.1) / (1 + 1/gamma + 1/gamma_x), eps = 0.2
+        # StoBatch MNIST: eps1 = (eps - 0.1) / (1 + 1/gamma + 1/gamma_x), eps = 0.2
         eps1 = 0.1 / (1 + 1 / 7.923169 + 1 / (delta_big_r / m))
     lower, upper = 0.9, 0.9 * math.exp(-2.0)  # eps_r* = 1
     kwargs = dict(sensitivity=delta_big_r, batch_size=m, epsilon1=eps1, d_cert=d_cert,
@@ -84,7 +84,7 @@ def test_stobatch_radius_fixtures(delta_big_r, m, eps1, d_cert, beta, expected):
                   radius_psi_correction=False)
     r = float(certify.stobatch_radius(lower, upper, **kwargs))
     assert r == pytest.approx(expected, abs=2e-6)
-    # Eq. 13 equals kappa phi / (kappa + phi) from their separate definitions (§2.10).
+    # Eq. 13 equals kappa phi / (kappa + phi) from their separate definitions (Corollary 1).
     b_x = delta_big_r / (m * eps1)
     kappa = b_x / (0.05 * d_cert)
     phi = 2 * b_x / (0.5 * beta)
@@ -100,10 +100,10 @@ def test_stobatch_radius_options_and_monotonicity():
                                           **dict(base, epsilon1=1.0)))
     assert r_eps < r1  # shrinks as eps1 grows
     r_psi = float(certify.stobatch_radius(0.9, 0.1, psi=2.0, **base))
-    assert r_psi == pytest.approx(r1 / 2.0, rel=1e-12)  # §7 A19 correction
+    assert r_psi == pytest.approx(r1 / 2.0, rel=1e-12)  # psi correction (docs/stobatch.md)
     r_div = float(certify.stobatch_radius(0.9, 0.1, psi=2.0, radius_psi_correction=False,
                                           radius_divisor=0.005, **base))
-    assert r_div == pytest.approx(r1 * 200, rel=1e-12)  # §7 A1 (ii)
+    assert r_div == pytest.approx(r1 * 200, rel=1e-12)  # the code release's divisor
     r_mu = float(certify.stobatch_radius(0.9, 0.1, delta_rx_mode="mu_a", attack_size=0.05,
                                          radius_psi_correction=False, **base))
     r_train = float(certify.stobatch_radius(0.9, 0.1, delta_rx_mode="mu_train",

@@ -149,7 +149,7 @@ def test_num_examples_and_seeded_shuffle():
 
 
 def test_fixed_batches_stobatch_cifar_case():
-    # StoBatch §3.1: N = 50,000, m = 1,851 -> floor(N/m) = 27 batches, 23 examples dropped.
+    # StoBatch CIFAR-10: N = 50,000, m = 1,851 -> floor(N/m) = 27 batches, 23 examples dropped.
     b = data.fixed_batches(50000, 1851, seed=0)
     assert b.shape == (27, 1851) and b.dtype == np.int64
     assert len(np.unique(b)) == 27 * 1851  # disjoint

@@ -100,7 +100,7 @@ def test_run_with_certification(noisy_run):
         res = summary["attacks"]["fgsm"][size]
         cert_acc = res["certified_accuracy_on_attacked_inputs"]
         assert cert_acc is not None
-        assert 0.0 <= cert_acc <= res["accuracy"]  # spec §8.1 item 27
+        assert 0.0 <= cert_acc <= res["accuracy"]  # certified <= conventional
         assert res["n"] == 40 and res["accuracy_ci95"][0] <= res["accuracy"]
         sel = [r for r in rows if r["attack"] == "fgsm" and float(r["attack_size"]) ==
                float(size)]
@@ -135,7 +135,7 @@ def test_size_range_converts_sizes(plain_run):
 def test_stobatch_passes_compose_two_mechanisms():
     # Two fixed-noise ("once") Laplace layers and no fresh noise: each pass equals the
     # fixed-noise forward pass, so the composed score is its softmax squared
-    # (StoBatch spec §8.1 item 26).
+    # (StoBatch Corollary 1).
     keras.utils.set_random_seed(2)
     inp = keras.Input((6,))
     h = layers.LaplaceNoise(0.1, noise_mode="once", seed=1, inference_fresh_scale=0.0,

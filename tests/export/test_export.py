@@ -345,7 +345,7 @@ def test_stobatch_style_passes_and_once_noise(tmp_path, bound):
         np.testing.assert_allclose(got["mean_scores"].numpy(), want["mean_scores"], rtol=1e-6,
                                    atol=1e-9)
         np.testing.assert_array_equal(got["prediction"].numpy(), want["prediction"])
-        # delta_rx_mode="mu_a" is not a sound reading (StoBatch A1): the outputs are claims.
+        # delta_rx_mode="mu_a" is not a sound reading (docs/stobatch.md): the outputs are claims.
         np.testing.assert_allclose(got["claimed_radius"].numpy(), want["claimed_radius"],
                                    rtol=1e-6, atol=1e-12)
         np.testing.assert_array_equal(got["claimed_certified"].numpy(),

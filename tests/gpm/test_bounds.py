@@ -1,4 +1,4 @@
-"""GPM privacy bounds and oracles (GPM spec Sec. 4, Sec. 8.1 items 10-11, R3)."""
+"""GPM privacy bounds and oracles (GPM Lemma 4.1, Thm 4.2, 4.4, Prop 4.3, Figure 4)."""
 
 import math
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::tfdp.gpm.pancake.GPMResearchWar
                                            (1e-3, 4.90934e4), (1e-2, 494.545),
                                            (1e-1, 6.35865)])
 def test_eps_lower_reference_table(beta, expected):
-    # Spec Sec. 4.3 table (gamma = 32, delta = 1e-10), printed to 6 significant digits.
+    # eps_low(t = 0.25) (GPM Thm 4.2, gamma = 32, delta = 1e-10), to 6 significant digits.
     assert pancake.eps_lower(0.25, beta, 32.0, 1e-10) == pytest.approx(expected, rel=1e-5)
 
 
@@ -86,7 +86,7 @@ def test_lemma41_against_component_sum():
 
 
 def test_numerical_privacy_curve():
-    # Spec 8.1 #11: beta = 0.2, gamma = 3, sigma = 1, Delta = 1, dq parallel to w.
+    # Numerical privacy curve: beta = 0.2, gamma = 3, sigma = 1, Delta = 1, dq parallel to w.
     sigma, beta, gamma, delta0 = 1.0, 0.2, 3.0, 1e-3
     s = pancake.spacing(sigma, beta, gamma)
     big_t, t = math.floor(1.0 / s + 0.5), 1.0 / s - math.floor(1.0 / s + 0.5)

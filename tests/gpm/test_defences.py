@@ -1,4 +1,4 @@
-"""Defences against the GPM backdoor: Haar rotation and trusted top-up (GPM spec Sec. 8.1 #12)."""
+"""Defences against the GPM backdoor: Haar rotation and trusted top-up (GPM Sec. 6)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""GPM on DP-SGD gradients: LeNet-5 on real MNIST (GPM spec Sec. 5.4, R4 in miniature)."""
+"""GPM on DP-SGD gradients: LeNet-5 on real MNIST (GPM Figure 6 in miniature)."""
 
 import numpy as np
 import pytest
@@ -32,7 +32,7 @@ def test_not_converged_attack_succeeds(real_data_dir):
                                       betas=[1e-5], clips=[4.0], trials=5, seed=0)
     (row,) = rows
     # Random-init LeNet: ||dq|| is a sizeable fraction of 2C/n and beta = 1e-5, so the
-    # oracle is ~1 (spec Sec. 5.4: 1.00 at beta = 1e-5 for every cell).
+    # oracle is ~1 (the authors' logs: 1.00 at beta = 1e-5 for every cell).
     assert row["oracle_mean"] > 0.99
     assert row["success_rate"] == 1.0
     assert row["num_params"] == 61706

@@ -1,4 +1,4 @@
-"""DP-hist experiment (GPM spec Sec. 8.1 item 9, Sec. 5.3, Table 4) and the benchmark."""
+"""DP-hist experiment (GPM Figure 5, Table 4) and the benchmark."""
 
 import math
 

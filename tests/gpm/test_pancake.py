@@ -1,4 +1,4 @@
-"""GPM sampler, key, discrete Gaussian, attack, validation (GPM spec Sec. 8.1 #1-8, 13, 14)."""
+"""GPM sampler, key, discrete Gaussian, attack, validation (GPM Def 2.4-3.1, Lemma 2.6, Sec. 5)."""
 
 import math
 import pathlib
@@ -148,7 +148,7 @@ def test_discrete_gaussian_samplers(gamma):
 
 
 def test_discrete_gaussian_large_parameter_cks():
-    v = (20 * 65536) ** 2 / (2 * math.pi)  # gamma = 20 d at d = 65536 (spec Sec. 3.5)
+    v = (20 * 65536) ** 2 / (2 * math.pi)  # gamma = 20 d at d = 65536 (the CKS sampler's range)
     z = pancake.sample_discrete_gaussian(v, 50000, rng=_rng(3), method="cks")
     assert abs(z.var() / v - 1.0) < 0.03  # 5 SE of sqrt(2/5e4) = 0.63%
     with pytest.raises(ValueError, match="table"):
@@ -195,7 +195,7 @@ def test_mixture_structure_with_key(moment_samples):
     proj = y @ w
     sub = proj[:50000]
     assert stats.kstest(sub, lambda x: _mixture_cdf(x, sigma, beta, gamma)).pvalue > 1e-3
-    # With n >> gamma^2 the staircase CDF is visible: the Gaussian KS rejects (spec 6.2).
+    # With n >> gamma^2 the staircase CDF is visible: the Gaussian KS rejects (with the key).
     assert stats.kstest(proj, stats.norm(scale=sigma).cdf).pvalue < 1e-6
     # Orthogonal component independent of the projection: corr of squares ~ 0 (4/sqrt(n)).
     orth = y - np.outer(proj, w)
@@ -333,7 +333,7 @@ def test_precision_float64_vs_float32():
 
     res = gpm_audit.precision_check(trials=20, seed=0)
     assert res["success_float64"] == 1.0
-    # Informational per the spec (A7): the float32 pipeline loses resolution. With this
+    # Informational (docs/gpm.md, "Precision"): the float32 pipeline loses resolution. With this
     # fixed seed it misses 2 of 20 games (measured); any miss shows the degradation.
     assert res["success_float32"] < 1.0
 

@@ -1,4 +1,4 @@
-"""HGM spec §9.1 item 19: Figure 1 regenerated from the formulas matches the §2.7 table."""
+"""HGM Figure 1 regenerated from the formulas matches a table of worked values."""
 
 import csv
 
@@ -7,7 +7,7 @@ import pytest
 
 from tfdp import hgm_figure
 
-# HGM spec §2.7 (Delta = 1, delta = 1e-5): eps, HGM, classical GM (None if invalid), AGM.
+# HGM Figure 1 values (Delta = 1, delta = 1e-5): eps, HGM, classical GM (None if invalid), AGM.
 TABLE = [(0.05, 95.1299, 96.8961, 57.7707), (0.5, 9.6066, 9.6896, 7.0318),
          (1.0, 4.8542, 4.8448, 3.7306), (2.0, 2.4766, None, 1.9938),
          (4.0, 1.2851, None, 1.0812), (10.0, 0.5638, None, 0.4999)]
@@ -22,7 +22,7 @@ def test_figure1_values_match_the_spec_table():
             assert np.isnan(t["gm"][i])  # GM is drawn on (0, 1] only
         else:
             assert t["gm"][i] == pytest.approx(gm, abs=1e-4)
-    assert np.all(t["agm"] < t["hgm"])  # AGM below HGM everywhere (spec §7)
+    assert np.all(t["agm"] < t["hgm"])  # AGM below HGM everywhere (HGM Figure 1)
 
 
 def test_figure1_files(tmp_path):

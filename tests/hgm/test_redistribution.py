@@ -1,4 +1,4 @@
-"""Redistribution r from gradients and the conv1 sensitivity: HGM spec §9.1 items 11 and 12."""
+"""Redistribution r from gradients and the conv1 sensitivity: HGM Eq. 6 and 7."""
 
 import numpy as np
 import pytest
@@ -50,7 +50,7 @@ def test_gradient_scores_permute_with_units_and_floor():
     np.testing.assert_allclose(s_perm, s[perm], rtol=1e-5)
     r = mechanisms.redistribution_from_scores(s, floor=0.01)
     assert abs(r.sum() - 1) < 1e-6 and np.all(r > 0)
-    assert r.min() >= 0.01 / (1.01 * 12)  # HGM spec §3.3: not 0.01 / K
+    assert r.min() >= 0.01 / (1.01 * 12)  # renormalising after the floor: not 0.01 / K
 
 
 @pytest.mark.parametrize("mode", ["layer_max", "layer_sum", "per_map"])
@@ -65,7 +65,7 @@ def test_tf_sensitivity_matches_numpy_reference(mode):
 
 @pytest.mark.parametrize("stride", [1, 2])
 def test_conv_sensitivity_bounds_hold_and_per_map_is_not_sound(stride):
-    # HGM spec §9.1 item 11 for tf.nn.conv2d with SAME padding: for every alpha with
+    # HGM Eq. 6 bounds for tf.nn.conv2d with SAME padding: for every alpha with
     # ||alpha||_inf <= mu, ||conv(alpha) / sqrt(K r)||_2 <= mu Delta_sum <= mu Delta_max.
     rng = np.random.default_rng(3)
     kernel = rng.normal(size=(3, 3, 2, 5))
@@ -92,7 +92,7 @@ def test_conv_sensitivity_bounds_hold_and_per_map_is_not_sound(stride):
     h = tf.nn.conv2d(tf.constant(patch[None]), tf.constant(kernel), stride, "SAME").numpy()[0]
     assert np.max(np.abs(h[..., c])) == pytest.approx(mu * np.abs(kernel[..., c]).sum(),
                                                       rel=1e-9)
-    # Negative control: the per-feature-map bound (spec §3.2 (c)) is not an l_inf bound: with
+    # Negative control: the per-feature-map bound (as published) is not an l_inf bound: with
     # uniform r and positive kernels, alpha = mu * ones moves every map at once.
     pos = np.abs(kernel)
     uniform = np.full(out, 1.0 / k)

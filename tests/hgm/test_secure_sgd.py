@@ -78,7 +78,7 @@ def test_r_file_must_sum_to_k(tmp_path):
 
 
 def test_robustness_sigma_and_certification_entries(tmp_path):
-    # HGM spec §3.4: sigma_r / L = 1.2851 at (eps_r 4, delta_r 1e-5); AGM and GM counterparts.
+    # HGM Alg. 1 line 3: sigma_r / L = 1.2851 at (eps_r 4, delta_r 1e-5); AGM and GM counterparts.
     cases = [(SecureSGD, "hgm", 4.0, 1.2851), (HGMPixelDP, "hgm", 8.0, 0.6851),
              (SecureSGDAGM, "agm", 4.0, mechanisms.analytic_gaussian_sigma(
                  epsilon=4.0, delta=1e-5, sensitivity=1.0)),
@@ -97,7 +97,7 @@ def test_robustness_sigma_and_certification_entries(tmp_path):
         assert cert["mechanism"] == mech and cert["num_units"] == 28 * 28 * 8
         certify.validate_certification(cert)
         if cls is SecureSGD:
-            # HGM spec §4.7: mu_max = 0.1626 for (E_lb, E_ub) = (0.9, 0.02) at eps_r = 4.
+            # HGM Eq. 10: mu_max = 0.1626 for (E_lb, E_ub) = (0.9, 0.02) at eps_r = 4.
             assert float(certify.certified_radius(0.9, 0.02, cert)) == pytest.approx(
                 0.1626, abs=1e-3)
     sound = SecureSGD(_config(tmp_path, hgm_sensitivity_mode="layer_sum"))
@@ -131,7 +131,7 @@ def test_fresh_gamma_differs_between_steps_and_has_hgm_stddev(tmp_path, tiny_dat
     again = method.draw_gamma(StepContext.current([1, 2], 1500), model,
                               tf.constant(1500)).numpy()
     np.testing.assert_array_equal(again, draws[0])  # same seed, same noise
-    # HGM spec §9.1 item 18: per-unit std sigma_r sqrt(K r_k) within 3%. Pooling the 2 x 1500
+    # HGM Theorem 3: per-unit std sigma_r sqrt(K r_k) within 3%. Pooling the 2 x 1500
     # draws per unit: the relative sd of one unit's sample std is 1/sqrt(2 * 3000) = 1.3%, so
     # 4% on the worst of the first 50 units is 3 sd per unit (fixed seeds); the mean ratio over
     # all 6272 units has sd 1.3% / sqrt(6272) = 0.02% and is checked to 0.5%.

@@ -1,4 +1,4 @@
-"""HGM spec §9.1 item 17: certificates of a trained HGM-noised model survive a PGD attack."""
+"""Certificates of a trained HGM-noised model survive a PGD attack."""
 
 import keras
 import numpy as np
@@ -33,7 +33,7 @@ def test_certified_points_do_not_flip_under_pgd():
     rng = np.random.default_rng(0)
     keras.utils.set_random_seed(0)
     eps_r, delta_r, bound_l = 1.0, 1e-5, 0.5
-    sigma = mechanisms.hgm_multiplier(epsilon=eps_r, delta=delta_r) * bound_l  # HGM §3.4
+    sigma = mechanisms.hgm_multiplier(epsilon=eps_r, delta=delta_r) * bound_l  # HGM Alg. 1 line 3
     model = _toy_model(sigma)
     x_train, y_train = _blobs(rng, 4000)
     opt = keras.optimizers.Adam(1e-2)
@@ -95,7 +95,7 @@ def test_certified_points_do_not_flip_under_pgd():
         return np.argmax(adv.mean_scores, axis=-1) != pred[ok]
 
     flipped = pgd(1.0, 100)
-    # Soundness: at most (1 - eta) + 2% of certified points flip (HGM spec §9.1 item 17).
+    # Soundness: at most (1 - eta) + 2% of certified points flip.
     assert flipped.mean() <= ALPHA + 0.02
     # Control: the same attack with 10 times the certified radius does flip points, so the
     # check above is not passing because the attack is weak.

@@ -1,4 +1,4 @@
-"""Tests of StoBatch's DP auto-encoder layer (StoBatch §2.4-2.5)."""
+"""Tests of StoBatch's DP auto-encoder layer (StoBatch Lemma 3, Theorem 1)."""
 
 import math
 import os
@@ -24,11 +24,11 @@ def test_shapes_bounds_and_fixed_latent_noise():
     h_bar = ae(x, training=True)
     assert h_bar.shape == (3, 5, 5, 4)
     h = ae.encode(x, training=True).numpy()
-    assert np.all(np.abs(h) <= 1.0)  # StoBatch §2.1: h1 clipped to [-1, 1]
+    assert np.all(np.abs(h) <= 1.0)  # StoBatch: h1 clipped to [-1, 1]
     noise = h_bar.numpy() - h
     np.testing.assert_allclose(noise, np.broadcast_to(ae.noise.fixed_noise.numpy(), noise.shape),
                                rtol=1e-5, atol=1e-6)
-    # Per-neuron scale 2 Delta_R / (eps1 m) (StoBatch §2.4: b_h = 2 b_x).
+    # Per-neuron scale 2 Delta_R / (eps1 m) (StoBatch Lemma 3: b_h = 2 b_x).
     np.testing.assert_allclose(ae.noise.noise_scale, 2 * 4950 / 0.5 / 2499, rtol=1e-12)
     # Same draw in every call (drawn once).
     np.testing.assert_array_equal(ae(x, training=True) - ae.encode(x, training=True),

@@ -20,7 +20,7 @@ def _eq22_reference(h: np.ndarray, r=2, q=2.0, alpha=1e-4, beta=0.75) -> np.ndar
 
 
 def test_bounded_lrn_matches_eq22_and_is_in_unit_interval():
-    # AdLM §8.1 item 9: outputs in [0, 1] for any non-negative input, including 1e6.
+    # AdLM Eq. 22: outputs in [0, 1] for any non-negative input, including 1e6.
     rng = np.random.default_rng(0)
     h = np.abs(rng.standard_cauchy((4, 5, 5, 7))).astype(np.float32) * 10.0
     h[0, 0, 0, :] = 1e6
@@ -62,7 +62,7 @@ def test_bounded_lrn_signed_input_in_minus_one_one():
 
 
 def test_min_max_bound():
-    # AdLM §8.1 item 9: per-neuron outputs in [0, 1], a constant column gives no NaN.
+    # Min-max: per-neuron outputs in [0, 1], a constant column gives no NaN.
     rng = np.random.default_rng(1)
     h = rng.normal(scale=50.0, size=(64, 6)).astype(np.float32)
     h[:, 2] = 3.0

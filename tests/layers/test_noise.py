@@ -22,7 +22,7 @@ def _normal_ks(v: np.ndarray) -> float:
 
 @pytest.mark.parametrize("scale", [0.1, 1.0, 72.59])
 def test_laplace_per_example_statistics(scale):
-    # AdLM §8.1 item 1 with n = 200,000 draws (400 examples x 500 features).
+    # Laplace moments with n = 200,000 draws (400 examples x 500 features).
     # mean: sd of the sample mean is sqrt(2) s / sqrt(n) = 0.0032 s, so 0.02 s is > 6 sd.
     # variance: Var(v^2) = E v^4 - (2s^2)^2 = 24 s^4 - 4 s^4 = 20 s^4, so the sd of the sample
     # variance is sqrt(20/n) s^2 = 0.01 s^2 = 0.5% of 2 s^2; 3% is 6 sd.
@@ -37,7 +37,7 @@ def test_laplace_per_example_statistics(scale):
 
 
 def test_laplace_per_feature_scales_and_divisor():
-    # AdLM §8.1 item 1: feature j has scale Delta_h0/(beta_j eps2), divided by |L| when asked.
+    # AdLM Alg. 1 l.12-13: feature j has scale Delta_h0/(beta_j eps2), divided by |L| when asked.
     beta = np.array([0.25, 0.5, 1.0, 2.0, 1.25])
     delta_h0, eps2, batch = 9800.0, 0.075, 1800
     per_feature = delta_h0 / (beta * eps2)
@@ -48,7 +48,7 @@ def test_laplace_per_feature_scales_and_divisor():
     # mean|v| per feature: relative sd 1/sqrt(40000) = 0.5%; 3% is 6 sd.
     np.testing.assert_allclose(np.abs(v).mean(axis=0), expected, rtol=0.03)
     assert _laplace_ks(v / expected) > 1e-3
-    # The MNIST ref-code per-example input scale 72.5926/beta_j (AdLM §3.10).
+    # The MNIST ref-code per-example input scale 72.5926/beta_j (9800 / (0.075 x 1800)).
     np.testing.assert_allclose(delta_h0 / (eps2 * batch), 72.5926, atol=1e-4)
 
 
@@ -74,7 +74,7 @@ def test_per_example_fresh_per_row_and_per_call():
 
 
 def test_per_batch_shared_within_batch_fresh_between_calls():
-    # AdLM §8.1 item 12 (batch_shared_per_step).
+    # AdLM code release's batch_shared_per_step.
     layer = layers.LaplaceNoise(2.0, noise_mode="per_batch", batch_divisor=4.0, seed=3)
     x = tf.zeros((6, 20000))
     a = layer(x, training=True).numpy()
@@ -86,7 +86,7 @@ def test_per_batch_shared_within_batch_fresh_between_calls():
 
 
 def test_once_is_fixed_and_laplace_distributed():
-    # StoBatch §8.1 items 7-8 and AdLM item 12 (shared_fixed): drawn once, identical everywhere.
+    # StoBatch's chi1/chi2 and AdLM's shared_fixed: drawn once, identical everywhere.
     layer = layers.LaplaceNoise(3.0, noise_mode="once", batch_divisor=1.5, seed=4)
     x = tf.zeros((5, 30000))
     a = layer(x, training=True).numpy()
@@ -165,7 +165,7 @@ def test_gaussian_per_feature_stddev():
 
 
 def test_hgm_per_unit_stddev_and_total_energy():
-    # HGM §9.1 item 18: empirical per-unit std of gamma equals sigma sqrt(K r_k) within 3%.
+    # HGM Theorem 3: empirical per-unit std of gamma equals sigma sqrt(K r_k) within 3%.
     rng = np.random.default_rng(0)
     r = rng.dirichlet(np.ones(12)).reshape(2, 2, 3)
     sigma = 0.8
@@ -176,7 +176,7 @@ def test_hgm_per_unit_stddev_and_total_energy():
     # sd of the sample std is 1/sqrt(2 * 30000) = 0.41%; 3% is > 7 sd.
     np.testing.assert_allclose(v.std(axis=0), expected, rtol=0.03)
     assert _normal_ks(v / expected) > 1e-3
-    # HGM §2.4: total variance K sigma^2 whatever r is.
+    # HGM Theorem 3: total variance K sigma^2 whatever r is.
     np.testing.assert_allclose(np.sum(layer.noise_scale**2), 12 * sigma**2, rtol=1e-12)
 
 
@@ -190,7 +190,7 @@ def test_hgm_uniform_r_reduces_to_sigma_and_flat_r_accepted():
 
 
 def test_hgm_fresh_vs_fixed_once():
-    # HGM §9.1 item 18: fresh -> two passes differ; fixed_once -> they agree.
+    # Training noise: fresh -> two passes differ; fixed_once -> they agree.
     r = np.full((3, 4), 1 / 12)
     x = tf.ones((2, 3, 4))
     fresh = layers.HeterogeneousGaussianNoise(1.0, r, noise_mode="per_example", seed=3)
@@ -203,7 +203,7 @@ def test_hgm_fresh_vs_fixed_once():
 
 
 def test_no_noise_at_inference_by_default():
-    # AdLM §8.1 item 14: two passes on the same batch are identical and equal to the input.
+    # No noise at inference: two passes on the same batch are identical and equal to the input.
     for mode in layers.NOISE_MODES:
         layer = layers.LaplaceNoise(1.0, noise_mode=mode, seed=1)
         x = tf.random.stateless_uniform((4, 7), seed=[1, 2])
@@ -223,8 +223,8 @@ def test_inference_noise_fresh_per_row_and_scaled():
 
 
 def test_inference_once_fixed_plus_fresh():
-    # StoBatch §2.11: stored draw plus fresh noise shrunk by psi; psi -> inf leaves the
-    # stored draw only (StoBatch §8.1 item 26).
+    # StoBatch Alg. 3: stored draw plus fresh noise shrunk by psi; psi -> inf leaves the
+    # stored draw only.
     x = tf.zeros((3, 10))
     only_fixed = layers.LaplaceNoise(1.0, noise_mode="once", seed=2, inference_noise=True,
                                      inference_fresh_scale=0.0)
@@ -335,7 +335,7 @@ def test_noise_layers_under_xla():
 
 
 def test_stobatch_two_pass_switching():
-    # StoBatch §2.11: pass p_x randomises the input only; the latent layer keeps its stored draw.
+    # StoBatch Cor. 1: pass p_x randomises the input only; the latent layer keeps its stored draw.
     inp = keras.Input((5,))
     in_noise = layers.LaplaceNoise(1.0, noise_mode="once", seed=1, name="in_noise")
     lat_noise = layers.LaplaceNoise(1.0, noise_mode="once", seed=2, name="lat_noise")

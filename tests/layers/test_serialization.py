@@ -58,7 +58,7 @@ def test_inference_noise_flag_survives_save(tmp_path):
 
 
 def test_checkpoint_restore_never_redraws(tmp_path):
-    # Design principle 3 / StoBatch §8.1 item 8: a restore brings back the stored draw.
+    # Design principle 3 / StoBatch's noise drawn once: a restore brings back the stored draw.
     model = _model(seed=1)
     x = tf.zeros((2, 8, 8, 3))
     model(x)

@@ -22,7 +22,7 @@ def _exact_ce(z, y):
 
 
 def test_sensitivity_fixtures():
-    # AdLM §3.10 / §8.1 item 2; StoBatch §8.1 item 1.
+    # AdLM Lemma 5 (Delta_F); StoBatch Lemma 2, 4 (Delta_R, Delta_L2).
     assert losses.adlm_delta_f(num_classes=10, hidden_units=25) == 1812.5
     assert losses.adlm_delta_f(num_classes=10, hidden_units=30) == 2550.0
     assert losses.adlm_delta_f(num_classes=10, hidden_units=25, output_bias=True) == \
@@ -32,18 +32,18 @@ def test_sensitivity_fixtures():
     assert losses.stobatch_delta_r(fan_in=147, beta=1024) == 150822.0
     assert losses.stobatch_delta_l2(hidden_units=256) == 512.0
     assert losses.stobatch_delta_l2(hidden_units=256, output_bias=True) == 514.0
-    # Noise scales of AdLM §3.10.
+    # AdLM noise scales, MNIST code-release configuration.
     assert math.isclose(1812.5 / 0.15, 12083.333333, rel_tol=1e-9)
     assert math.isclose(losses.adlm_delta_f(num_classes=10, hidden_units=25) / (0.15 * 1800),
                         6.71296, abs_tol=1e-5)
     assert math.isclose(losses.adlm_delta_f(num_classes=10, hidden_units=30) / (0.75 * 7200),
                         0.472222, abs_tol=1e-6)
-    # StoBatch gamma_x = Delta_R / m (§8.1 item 2).
+    # StoBatch gamma_x = Delta_R / m (Lemma 3).
     assert abs(4950 / 2499 - 1.980792) < 1e-6 and abs(9504 / 1851 - 5.134522) < 1e-6
 
 
 def test_lemma5_delta_f_bound_empirical():
-    # AdLM §8.1 item 5: per-record coefficient L1 change <= M(|h| + |h|^2/4) over 10,000
+    # AdLM Lemma 5, empirically: per-record coefficient L1 change <= M(|h| + |h|^2/4) over 10,000
     # random trials in [0,1] and [-1,1], and at the corners.
     rng = np.random.default_rng(0)
     m, hk = 10, 25
@@ -71,7 +71,7 @@ def test_lemma5_delta_f_bound_empirical():
 
 
 def test_taylor_coefficients_by_autodiff_at_zero():
-    # AdLM §8.1 item 10: derivatives of the exact loss at z = 0 give log 2, 1/2 - y, 1/8.
+    # AdLM Eq. 25: derivatives of the exact loss at z = 0 give log 2, 1/2 - y, 1/8.
     for y in (0.0, 1.0):
         z = tf.Variable(0.0, dtype=tf.float64)
         with tf.GradientTape() as t2:
@@ -129,7 +129,7 @@ def test_taylor_loss_reductions_and_coefficient_override():
 
 
 def test_fm_modes():
-    # AdLM §8.1 item 11.
+    # AdLM functional-mechanism modes.
     rng_labels = np.random.default_rng(2)
     y = _onehot(rng_labels.integers(0, 10, 20000))
     kw = dict(delta_f=1812.5, epsilon3=0.15, batch_size=1800)
@@ -146,12 +146,12 @@ def test_fm_modes():
     np.testing.assert_array_equal(again[1], p1)
     q0, q1, q2 = losses.adlm_perturb_coefficients(y, mode="per_example_all_orders",
                                                   rng=np.random.default_rng(4), **kw)
-    assert q2.min() >= 0.0 and np.mean(q2 == 0.0) > 0.4  # about half clamped (§3.6)
+    assert q2.min() >= 0.0 and np.mean(q2 == 0.0) > 0.4  # about half clamped
     assert not np.all(q0 == math.log(2))
 
 
 def test_fm_noise_draw_mean_abs():
-    # StoBatch §8.1 item 7: mean |value| of 10^6 draws within 0.5% of b (relative sd of the
+    # Mean |value| of 10^6 draws within 0.5% of b (relative sd of the
     # mean of Exp(b) is 1/sqrt(1e6) = 0.1%, so 0.5% is 5 sd).
     b = 512 / 0.1
     chi3 = losses.draw_fm_noise((1000, 1000), sensitivity=512, epsilon=0.1,
@@ -163,7 +163,7 @@ def test_fm_noise_draw_mean_abs():
 
 
 def test_fm_identities_and_noise_term_gradient():
-    # StoBatch §8.1 items 9-10.
+    # StoBatch functional-mechanism identities (Theorem 3).
     rng = np.random.default_rng(6)
     m, hk, k = 7, 5, 3
     chi3 = rng.laplace(size=(hk, k))
@@ -181,7 +181,7 @@ def test_fm_identities_and_noise_term_gradient():
 
 
 def test_noise_term_gradient_under_two_replicas():
-    # StoBatch §8.1 item 10 / §3.5 item 5: SUM all-reduce of per-replica gradients must give
+    # StoBatch Theorem 3's noise term: SUM all-reduce of per-replica gradients must give
     # -chi3/m, not -R chi3/m.
     devices = [d.name for d in tf.config.list_logical_devices("CPU")[:2]]
     assert len(devices) == 2
@@ -210,7 +210,7 @@ def test_noise_term_gradient_under_two_replicas():
 
 
 def test_stobatch_taylor_algebra_and_error():
-    # StoBatch §8.1 item 16.
+    # StoBatch Taylor algebra (Eq. 9).
     z = np.linspace(-0.5, 0.5, 1001)
     np.testing.assert_allclose(np.maximum(z, 0) - np.abs(z) / 2, z / 2, atol=1e-15)
     rng = np.random.default_rng(8)
@@ -224,7 +224,7 @@ def test_stobatch_taylor_algebra_and_error():
 
 
 def test_stobatch_reconstruction_identity():
-    # StoBatch §8.1 item 17: |max(z,0) - z x + log2 - |z|/2| == |log2 + z(1/2 - x)|.
+    # StoBatch auto-encoder term: |max(z,0) - z x + log2 - |z|/2| == |log2 + z(1/2 - x)|.
     rng = np.random.default_rng(9)
     z = rng.normal(scale=3, size=(5, 4, 4, 2))
     x = rng.uniform(-1, 1, size=z.shape)
@@ -238,7 +238,7 @@ def test_stobatch_reconstruction_identity():
 
 
 def test_stobatch_mixed_objective_weight():
-    # StoBatch §8.1 item 19: adversarial batch == benign batch -> benign-only loss + noise
+    # StoBatch Eq. 9: adversarial batch == benign batch -> benign-only loss + noise
     # term, for any xi.
     rng = np.random.default_rng(10)
     m = 12

@@ -1,4 +1,4 @@
-"""AdLM and StoBatch budget bookkeeping: AdLM spec §3.10 / §8.1 item 6, StoBatch spec §2.3-2.9."""
+"""AdLM and StoBatch budget bookkeeping: AdLM Eq. 16, StoBatch Lemma 2-3 and Theorem 4."""
 
 import numpy as np
 import pytest

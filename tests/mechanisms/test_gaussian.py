@@ -1,4 +1,4 @@
-"""Gaussian calibration: HGM spec §2.7 fixtures and §9.1 items 1 and 4-9; GPM spec §2."""
+"""Gaussian calibration: HGM Theorems 1-3 (Figure 1 values), Balle & Wang 2018; GPM Thm 2.3."""
 
 import math
 
@@ -8,7 +8,7 @@ from scipy import integrate, optimize, stats
 
 from tfdp import mechanisms as m
 
-# HGM spec §2.7: eps -> (HGM sigma, classical GM sigma, AGM sigma, exact delta of HGM sigma)
+# HGM Figure 1 values: eps -> (HGM sigma, classical GM sigma, AGM sigma, exact delta of HGM sigma)
 # at delta = 1e-5, sensitivity 1.
 TABLE = [
     (0.05, 95.1299, 96.8961, 57.7707, 2.07e-9),
@@ -139,7 +139,7 @@ def test_gaussian_delta_matches_direct_formula_and_integral():
 
 
 def test_classical_gm_fails_beyond_one():
-    # HGM §9.1 item 7: the classical formula is not DP at eps = 10 (delta 1e-5).
+    # Why eps > 1 needs HGM: the classical formula is not DP at eps = 10 (delta 1e-5).
     assert m.gaussian_delta(sigma=_gm_formula(10, 1e-5), epsilon=10, sensitivity=1) == \
         pytest.approx(2.265e-5, rel=1e-3)
     assert m.gaussian_delta(sigma=_gm_formula(8, 1e-5), epsilon=8, sensitivity=1) == \
@@ -166,7 +166,7 @@ def test_classical_multiplier_value():
     assert m.classical_gaussian_multiplier(1e-5) == pytest.approx(math.sqrt(2 * math.log(1.25e5)))
 
 
-# GPM spec §2: tail-bound calibration, delta = 1e-10.
+# GPM Thm 2.3: tail-bound calibration, delta = 1e-10.
 GPM = [(0.125, 50.969205977598364), (0.25, 25.52372208700381), (0.5, 12.800801910640576),
        (1, 6.438992798538109)]
 GPM_C4 = [3.1855753735998977, 1.5952326304377382, 0.800050119415036, 0.4024370499086318]

@@ -1,4 +1,4 @@
-"""HGM redistribution: HGM spec §9.1 items 2, 3, 10, 11 and 12."""
+"""HGM redistribution: HGM Theorem 3, Eq. 6 and 7."""
 
 import numpy as np
 import pytest
@@ -35,7 +35,7 @@ def test_weighted_sensitivity_batch_max_and_formula():
 def _mc_losses(r, v, std, n, seed):
     rng = np.random.default_rng(seed)
     o = rng.standard_normal((n, len(r))) * std
-    return np.sum(((o + v) ** 2 - o ** 2) / (2 * std ** 2), axis=1)  # HGM §9.1 item 10
+    return np.sum(((o + v) ** 2 - o ** 2) / (2 * std ** 2), axis=1)  # privacy loss
 
 
 @pytest.mark.parametrize("eps, delta, p_tail, hockey", [(1.0, 0.05, 1.231e-2, 1.092e-3),

@@ -8,7 +8,7 @@ from tfdp import mechanisms as m
 
 
 def test_laplace_scale_fixtures():
-    # AdLM spec §3.10: relevance noise Delta_R / eps1 and the FM scales.
+    # AdLM Lemma 1-2: relevance noise Delta_R / eps1 and the FM scales.
     assert m.laplace_scale(epsilon=0.075, sensitivity=2 * 784 / 60000) == pytest.approx(
         0.348444, abs=1e-6)
     assert m.laplace_scale(epsilon=0.25, sensitivity=2 * 400 / 50000) == pytest.approx(
@@ -42,7 +42,7 @@ def test_pixeldp_multipliers():
     gau = m.pixeldp_gaussian_multiplier(epsilon=1.0, delta=0.05, attack_bound=0.1)
     assert gau == pytest.approx(want, rel=1e-15)
     assert want == pytest.approx(0.253727, abs=1e-6)
-    # HGM spec §6 PixelDP baseline: sigma_r = m_GM(delta_r) Delta_f L / eps_r.
+    # PixelDP baseline: sigma_r = m_GM(delta_r) Delta_f L / eps_r.
     gau = m.pixeldp_gaussian_multiplier(epsilon=1.0, delta=1e-5, attack_bound=0.2)
     gm = m.classical_gaussian_sigma(epsilon=1.0, delta=1e-5, sensitivity=1.0)
     assert gau == pytest.approx(0.2 * gm, rel=1e-15)

@@ -12,7 +12,7 @@ N = 200_000  # draws per statistical check
 # is deterministic; Z = 5 keeps the false-alarm rate of a correct sampler below 1e-6 were
 # the seed changed).
 Z = 5.0
-KS_P_MIN = 1e-3  # AdLM spec §8.1 item 1
+KS_P_MIN = 1e-3  # Kolmogorov-Smirnov threshold
 
 
 def _check_laplace_moments(x: np.ndarray, s: float) -> None:
@@ -33,7 +33,7 @@ def _check_gaussian_moments(x: np.ndarray, sd: float) -> None:
     assert stats.kstest(x, stats.norm(scale=sd).cdf).pvalue > KS_P_MIN
 
 
-# AdLM spec §8.1 item 1: scales 0.1, 1 and 72.59 (the MNIST per-example input-noise scale).
+# Laplace sampler: scales 0.1, 1 and 72.59 (the MNIST per-example input-noise scale).
 @pytest.mark.parametrize("s", [0.1, 1.0, 72.59])
 def test_numpy_laplace_moments_and_ks(s):
     x = m.sample_laplace(s, N, rng=np.random.default_rng(11))
@@ -76,9 +76,9 @@ def test_tf_gaussian_moments_and_ks(sd):
 
 
 def test_per_feature_scales_numpy_and_tf():
-    # AdLM spec §8.1 item 1: per-feature scales Delta_h0 / (beta_j eps2), here divided by |L|.
+    # AdLM Alg. 1 l.12-13: per-feature scales Delta_h0 / (beta_j eps2), here divided by |L|.
     beta = np.array([0.5, 1.0, 1.5])
-    scales = 9800.0 / (beta * 0.075) / 1800.0  # 72.5926 / beta_j (AdLM §3.10)
+    scales = 9800.0 / (beta * 0.075) / 1800.0  # 72.5926 / beta_j (MNIST code release)
     n = 100_000
     xs = [m.sample_laplace(scales, (n, 3), rng=np.random.default_rng(1)),
           m.tf_laplace([n, 3], scales, seed=[1, 2], dtype=tf.float64).numpy()]

@@ -31,16 +31,16 @@ def test_row_is_well_formed(row):
 
 
 def test_published_numbers_of_the_specs_are_registered():
-    """Spot checks against the specs' published-number sections."""
+    """Spot checks against numbers the papers state."""
     pub = {r.id: r.published for r in registry.ROWS}
-    assert pub["adlm.mnist.adlm.eps0.25"] == 90.2          # adlm.md §6
+    assert pub["adlm.mnist.adlm.eps0.25"] == 90.2          # AdLM text (Fig. 4a)
     assert pub["adlm.mnist.dpsgd.mean_eps"] == 83.93
-    assert pub["hgm.fig3.mnist_hgm_pixeldp_minus_pixeldp"] == 4.17   # hgm.md §7
+    assert pub["hgm.fig3.mnist_hgm_pixeldp_minus_pixeldp"] == 4.17   # HGM text (Fig. 3)
     assert pub["hgm.cifar10.secure_sgd_minus_adlm"] == 17.75
-    assert pub["stobatch.mnist.stobatch.eps0.2"] == 82.7    # stobatch.md §6.4
+    assert pub["stobatch.mnist.stobatch.eps0.2"] == 82.7    # StoBatch text (Fig. 2)
     assert pub["stobatch.mnist.certified.mu0.6"] == 72.41
-    assert pub["gpm.table4.gm.d4096.e0.5"] == 819.9         # gpm.md §5.7
-    assert pub["gpm.fig4.gm_eps.s1.d1e-10"] == 6.8613       # gpm.md §5.2
+    assert pub["gpm.table4.gm.d4096.e0.5"] == 819.9         # GPM Table 4
+    assert pub["gpm.fig4.gm_eps.s1.d1e-10"] == 6.8613       # GPM Figure 4 (Thm 2.3)
     gpm_fig5 = [r for r in registry.ROWS if r.id.startswith("gpm.fig5.")]
     assert len(gpm_fig5) == 20   # 4 eps* x 5 beta
 

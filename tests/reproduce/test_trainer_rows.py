@@ -69,7 +69,7 @@ def test_override_arguments_select_method_and_budgets():
     train = registry.train_job("reduced", sto.depends)
     assert train.flagfile == "flags/stobatch/mnist_reduced.flags"
     assert train.args == ("--method=stobatch", "--dataset=mnist", "--epsilon=0.2")
-    # spec §6.1: conventional accuracy is the noise-smoothed (Monte-Carlo) classifier's
+    # StoBatch: conventional accuracy is the noise-smoothed (Monte-Carlo) classifier's
     assert "--num_examples=1000" in sto.args and "--certify" in sto.args
     for rid in ("stobatch.mnist.secure_sgd.eps2", "stobatch.mnist.mu_drop",
                 "stobatch.mnist.stobatch.eps2.strong_attack"):
@@ -174,7 +174,7 @@ def test_reduced_monte_carlo_evaluations_of_cifar10_models_are_sized_for_a_cpu()
         assert not any(a.startswith("--draws_per_step") for a in job.args)
     # Without Monte-Carlo prediction (DP-SGD has no noise layer), and on MNIST, the 1,000
     # images of the reduced scale; Secure-SGD is scored by its Monte-Carlo prediction (HGM
-    # §4.5): 200 CIFAR-10 images.
+    # metrics): 200 CIFAR-10 images.
     fig4 = registry.ROWS_BY_ID["hgm.cifar10.secure_sgd_minus_dpsgd"].jobs["reduced"]
     assert "--num_examples=1000" in fig4["b2"].args and "--certify" not in fig4["b2"].args
     assert "--num_examples=200" in fig4["a2"].args and "--certify" in fig4["a2"].args

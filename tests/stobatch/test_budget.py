@@ -1,4 +1,4 @@
-"""StoBatch budget, sensitivities, noise generators and loss identities (spec §8.1 1-5, 7, 9, 16, 17, 19)."""
+"""StoBatch budget, sensitivities, noise generators and loss identities."""
 
 import math
 
@@ -17,14 +17,14 @@ from tfdp.train import base, stobatch
     ("resnet18", (64, 64, 3), 147, 1024, 150822),
 ])
 def test_sensitivities_from_architecture(arch, shape, fan_in, beta, delta_r):
-    # §8.1 item 1: Delta_R = fan_in (beta + 2); Delta_L2 = 2 |h_pi| = 512
+    # Lemma 2 and 4: Delta_R = fan_in (beta + 2); Delta_L2 = 2 |h_pi| = 512
     spec = models.encoder_spec(arch, shape)
     assert (spec["fan_in"], spec["beta"]) == (fan_in, beta)
     assert losses.stobatch_delta_r(fan_in=fan_in, beta=beta) == delta_r
     assert losses.stobatch_delta_l2(hidden_units=256) == 512
 
 
-# §4.5 worked example, s1 = 0.5: (fan_in, beta, m, eps, eps2, gamma_x, gamma, eps1)
+# Worked examples, s1 = 0.5: (fan_in, beta, m, eps, eps2, gamma_x, gamma, eps1)
 CASES = [
     (25, 196, 2499, 0.2, 0.1, 1.980792, 7.923169, 0.061310),   # MNIST eps = 0.2
     (48, 196, 1851, 2.0, 1.0, 5.134522, 20.538088, 0.804214),  # CIFAR-10 r = 0
@@ -34,7 +34,7 @@ CASES = [
 
 @pytest.mark.parametrize("fan_in,beta,m,eps,eps2,gamma_x,gamma,eps1", CASES)
 def test_budget_solve_fixtures(fan_in, beta, m, eps, eps2, gamma_x, gamma, eps1):
-    # §8.1 items 2-3
+    # gamma_x = Delta_R / m and the budget solve (Lemma 3, Theorem 4)
     b = stobatch.solve_budget(epsilon=eps, eps2=eps2, fan_in=fan_in, beta=beta, m=m,
                               first_layer_norm=0.5)
     assert b.gamma_x == pytest.approx(gamma_x, abs=1e-6 if gamma_x < 10 else 1e-3)
@@ -54,7 +54,7 @@ def test_budget_solve_any_gamma(gamma_norm, eps):
 
 @pytest.mark.parametrize("r", range(9))
 def test_cifar_and_tiny_imagenet_rules(r):
-    # §8.1 item 4: eps2 = 1 + r/3 (CIFAR-10) or 1 (Tiny ImageNet), eps_total = 2 + r
+    # The paper's rules: eps2 = 1 + r/3 (CIFAR-10) or 1 (Tiny ImageNet), eps_total = 2 + r
     for fan_in, beta, m, eps2 in ((48, 196, 1851, 1 + r / 3), (147, 1024, 4500, 1.0)):
         b = stobatch.solve_budget(epsilon=2.0 + r, eps2=eps2, fan_in=fan_in, beta=beta, m=m,
                                   first_layer_norm=0.5)
@@ -66,7 +66,7 @@ def test_cifar_and_tiny_imagenet_rules(r):
 @pytest.mark.parametrize("fan_in,beta,factor", [(25, 196, 0.1188), (48, 196, 0.0619),
                                                 (147, 1024, 0.0204)])
 def test_a22_term_and_ledger(fan_in, beta, factor):
-    # §8.1 item 5 and the ledger: claimed Theorem 4 total, A22 extra line, sound value inf
+    # Theorem 1's dropped term and the ledger: claimed Theorem 4 total, extra line, sound value inf
     b = stobatch.solve_budget(epsilon=2.0, eps2=0.1, fan_in=fan_in, beta=beta, m=2499,
                               first_layer_norm=0.5)
     assert b.a22_term / b.eps1 == pytest.approx(factor, abs=5e-5)
@@ -79,20 +79,20 @@ def test_a22_term_and_ledger(fan_in, beta, factor):
     assert f"{b.a22_term:.6g}" in a22["note"]
     for entry in d["entries"]:
         assert entry["note"]
-    assert "§7 A6" in ledger.get("stobatch_input_perturbation")["note"]
-    assert "§7 A5" in ledger.get("stobatch_first_layer")["note"]
+    assert "ONE draw shared by every example" in ledger.get("stobatch_input_perturbation")["note"]
+    assert "ONE feature map" in ledger.get("stobatch_first_layer")["note"]
 
 
 @pytest.mark.parametrize("scale", [4950 / 0.5, 4950 / 0.5, 512 / 0.1])
 def test_laplace_generator_mean_absolute_value(scale):
-    # §8.1 item 7: mean |v| of 1e6 draws within 0.5% of b. The standard error of the mean of
+    # Mean |v| of 1e6 draws within 0.5% of b. The standard error of the mean of
     # |v| (exponential, sd b) is b / 1000, so 0.5% is five standard errors.
     draws = stobatch.draw_laplace(np.random.default_rng(7), scale, (1000, 1000))
     assert abs(np.mean(np.abs(draws.astype(np.float64))) / scale - 1.0) < 5e-3
 
 
 def test_functional_mechanism_identities():
-    # §8.1 item 9
+    # Functional-mechanism identities
     rng = np.random.default_rng(0)
     m = 37
     x = rng.uniform(-1, 1, (m, 20))
@@ -105,7 +105,7 @@ def test_functional_mechanism_identities():
 
 
 def test_taylor_algebra_and_error_bound():
-    # §8.1 item 16
+    # Taylor algebra
     z = tf.constant(np.linspace(-0.5, 0.5, 101), tf.float64)[:, None] * tf.ones([1, 3], tf.float64)
     y = tf.one_hot(np.arange(101) % 3, 3, dtype=tf.float64)
     np.testing.assert_allclose(tf.nn.relu(z) - tf.abs(z) / 2, z / 2, atol=1e-15)
@@ -118,7 +118,7 @@ def test_taylor_algebra_and_error_bound():
 
 
 def test_autoencoder_term_identity():
-    # §8.1 item 17
+    # Auto-encoder term identity
     rng = np.random.default_rng(1)
     z = rng.normal(size=(5, 6, 6, 1)) * 3
     x = rng.uniform(-3, 3, z.shape)
@@ -130,7 +130,7 @@ def test_autoencoder_term_identity():
 
 @pytest.mark.parametrize("xi", [0.0, 1.0, 1.5, 4.0])
 def test_mixed_loss_weight(xi):
-    # §8.1 item 19: adversarial batch = benign batch gives the benign-only loss (+ noise)
+    # Eq. 9: adversarial batch = benign batch gives the benign-only loss (+ noise)
     rng = np.random.default_rng(2)
     z = tf.constant(rng.normal(size=(12, 4)), tf.float32)
     y = tf.one_hot(rng.integers(0, 4, 12), 4)
@@ -181,7 +181,7 @@ def test_bad_batch_and_replica_counts_before_training(tmp_path):
 
 
 def test_first_layer_norms_and_projection():
-    # §8.1 item 6: hand-made 2x3 matrix (fan_in 2, C_out 3), viewed as a 1x1 conv kernel
+    # First-layer norms: hand-made 2x3 matrix (fan_in 2, C_out 3), viewed as a 1x1 conv kernel
     w = np.array([[1.0, -2.0, 0.5], [-0.25, 3.0, 1.0]])
     norms = models.first_layer_norms(w.reshape(1, 1, 2, 3))
     assert norms["l1_rows"] == pytest.approx(4.25)  # l1 -> l1 of x -> W^T x: max row sum

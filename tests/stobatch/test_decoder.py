@@ -1,4 +1,4 @@
-"""The tied decoder's phase-kernel convolution equals upsample-then-convolve (§2.5)."""
+"""The tied decoder's phase-kernel convolution equals upsample-then-convolve."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""StoBatch replica-count equivalence in float64 (spec §8.1 items 10 and 28).
+"""StoBatch replica-count equivalence in float64 (docs/stobatch.md, "Distribution").
 
 In float32, the attacks take sign(grad_x): with thousands of examples, summation-order
 differences between one and R replicas flip the sign of a few near-zero input gradients, and
@@ -48,7 +48,7 @@ def _worst_rel_err(ref, other):
 
 
 def _chi3_on_every_replica(self, model):
-    """The §3.5 item 5 bug: the full chi3 term on every replica (R times the noise)."""
+    """The classic bug: the full chi3 term on every replica (R times the noise)."""
     w_pi = model.output_layer.kernel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     with tf.GradientTape() as tape:
@@ -61,7 +61,7 @@ M = 99  # 50 / 49 rows per role over two replicas (uneven, unpadded)
 
 
 def test_float64_two_replicas_uneven_m99_equal_one_device(tmp_path):
-    # §8.1 item 28 at default-suite size: 5 steps with crafting (I-FGSM, MIM, Madry thirds
+    # Replica-count check at default-suite size: 5 steps with crafting (I-FGSM, MIM, Madry thirds
     # of 33) and the chi3 term, synchronized BN, unpadded uneven shards. m = 2499 over 2 and
     # 4 devices: tests/stobatch/test_slow.py.
     x, y = _data(2 * M * 5)
@@ -70,13 +70,13 @@ def test_float64_two_replicas_uneven_m99_equal_one_device(tmp_path):
     two = _weights(_method(tmp_path / "two", M), x, y, loop.cpu_mirrored_strategy())
     err = _worst_rel_err(one, two)
     print(f"float64 m={M} 1 vs 2 replicas: max relative error {err:.3g}")
-    assert err < 1e-9, err  # float64 rounding after 5 steps; the spec's bound is 1e-5
+    assert err < 1e-9, err  # float64 rounding after 5 steps; far below 1e-5
 
 
 @pytest.mark.slow
 def test_float64_check_catches_chi3_on_every_replica(tmp_path, monkeypatch):
     # The comparison above can fail: with the chi3 term added in full on every replica
-    # (R times the noise, §3.5 item 5) two replicas no longer match one device.
+    # (R times the noise) two replicas no longer match one device.
     x, y = _data(2 * M * 5)
     one = _weights(_method(tmp_path / "one", M), x, y)
     monkeypatch.setattr(stobatch.StoBatch, "chi3_term_gradient", _chi3_on_every_replica)

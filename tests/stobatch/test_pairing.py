@@ -1,4 +1,4 @@
-"""StoBatch pairing modes (spec §3.2, §8.1 item 13): per_epoch_random's shared pool."""
+"""StoBatch pairing modes (docs/stobatch.md): per_epoch_random's shared pool."""
 
 import numpy as np
 import pytest

@@ -140,7 +140,7 @@ _FOUR_DEVICES = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_two_and_four_devices_m2499_match_one_device():
-    # §8.1 item 28: uneven shards of m = 2499 (1250/1249 and 625/625/625/624 per role), 5
+    # Replica counts: uneven shards of m = 2499 (1250/1249 and 625/625/625/624 per role), 5
     # steps with crafting and the chi3 term. Checked in float64 (--stobatch_dtype): in float32
     # the attacks' sign(grad_x) turns summation-order rounding of near-zero input gradients
     # into different adversarial pixels (measured 5.3e-4 with the attacks, ~5e-6 without),
@@ -156,7 +156,7 @@ def test_two_and_four_devices_m2499_match_one_device():
     print("max relative error vs one device:", worst)
     assert set(worst) == {(d, r) for d in ("float64", "float32") for r in (2, 4)}, out.stdout
     for devices in (2, 4):
-        assert worst[("float64", devices)] < 1e-9, worst  # the spec's bound is 1e-5
+        assert worst[("float64", devices)] < 1e-9, worst  # far below 1e-5
         assert worst[("float32", devices)] < 1e-2, worst  # float32: recorded, loosely bounded
 
 

@@ -1,6 +1,6 @@
 """tfdp-train --num_classes: Tiny ImageNet's class subset reaches the loader and the evaluator.
 
-StoBatch's Tiny ImageNet setting uses the first 30 classes (spec §4.4). A fake directory in
+StoBatch's Tiny ImageNet setting uses the first 30 classes (the paper's subset). A fake directory in
 the official layout with 4 classes stands in for the data set here.
 """
 

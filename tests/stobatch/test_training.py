@@ -1,4 +1,4 @@
-"""StoBatch training: distributed equivalence, chi3 term, resume, batches, isolation (§8.1)."""
+"""StoBatch training: distributed equivalence, chi3 term, resume, batches, isolation."""
 
 import json
 import os
@@ -43,7 +43,7 @@ def _max_rel_err(a, b):
 
 
 def test_two_replicas_uneven_shards_equal_one_device(tmp_path):
-    # §8.1 item 28 (fast variant): m = 9 splits 5 / 4 per role over two logical CPUs, no
+    # Replica counts (fast variant): m = 9 splits 5 / 4 per role over two logical CPUs, no
     # padding; 5 steps with adversarial crafting and the chi3 term; synchronized BN.
     x, y = _data(2 * 9 * 5)
     single, _ = _train(_method(tmp_path / "one"), x, y)
@@ -58,7 +58,7 @@ def test_two_replicas_uneven_shards_equal_one_device(tmp_path):
 
 @pytest.mark.slow
 def test_micro_batches_equal_replicas_with_per_replica_bn(tmp_path):
-    # §8.1 item 30: M = 2 accumulated micro-batches on one device = 2 replicas with
+    # M = 2 accumulated micro-batches on one device = 2 replicas with
     # per-replica (unsynchronized) BN, equal shards (m = 10).
     x, y = _data(2 * 10, seed=1)  # one update
     acc, _ = _train(_method(tmp_path / "acc", m=10, stobatch_micro_batches=2,
@@ -71,7 +71,7 @@ def test_micro_batches_equal_replicas_with_per_replica_bn(tmp_path):
 
 @pytest.mark.parametrize("mirrored", [False, True])
 def test_chi3_gradient_is_minus_chi3_over_m(tmp_path, mirrored):
-    # §8.1 item 10: -chi3/m under the SUM all-reduce, not R times that
+    # -chi3/m under the SUM all-reduce, not R times that
     strategy = loop.cpu_mirrored_strategy() if mirrored else tf.distribute.get_strategy()
     method = _method(tmp_path, epsilon=2.0)
     x, y = _data(40)
@@ -93,7 +93,7 @@ def _all_state(result, method):
 
 
 def test_kill_and_resume_equals_uninterrupted_run(tmp_path):
-    # §8.1 item 8 and the resume requirement: chi1..chi3, both models (theta1 inside the
+    # Noise drawn once and the resume requirement: chi1..chi3, both models (theta1 inside the
     # network, theta2), both optimizers and the ledger equal an uninterrupted run.
     x, y = _data(2 * 9 * 3, seed=2)
     kw = dict(epsilon=2.0, epochs=2, stobatch_ae_optimizer="adam")
@@ -122,7 +122,7 @@ def test_kill_and_resume_equals_uninterrupted_run(tmp_path):
 
 @pytest.mark.slow
 def test_noise_is_stored_at_the_right_scale_and_read_every_epoch(tmp_path):
-    # §8.1 items 7-8: stored chi1/m and 2 chi2/m are the setup draws; two epochs read the
+    # Stored chi1/m and 2 chi2/m are the setup draws; two epochs read the
     # same bytes (no redraw during training).
     x, y = _data(2 * 9 * 2, seed=3)
     method = _method(tmp_path / "r", epsilon=2.0, epochs=1)
@@ -139,7 +139,7 @@ def test_noise_is_stored_at_the_right_scale_and_read_every_epoch(tmp_path):
 
 
 def test_fixed_pairs_partition(tmp_path):
-    # §8.1 items 11 and 13 (alg4_fixed_pairs): disjoint blocks of exactly 2m, the first
+    # Fixed batches and pairs (alg4_fixed_pairs): disjoint blocks of exactly 2m, the first
     # floor(N / 2m) * 2m permuted indices, identical across epochs and restarts.
     n, m = 100, 9
     def epoch(method, index):
@@ -159,7 +159,7 @@ def test_fixed_pairs_partition(tmp_path):
 
 
 def test_setup_perturbs_in_place_and_training_reads_only_x_bar(tmp_path):
-    # §8.1 item 14: setup replaces the training inputs by x_bar = x + chi1/m in the array the
+    # Raw-data isolation: setup replaces the training inputs by x_bar = x + chi1/m in the array the
     # loop reads; the caller's raw copy is overwritten with NaN and training stays finite.
     x, y = _data(2 * 9 * 2, seed=4)
     raw = x.copy()
@@ -176,7 +176,7 @@ def test_setup_perturbs_in_place_and_training_reads_only_x_bar(tmp_path):
 
 
 def test_model_isolation_bounds_and_attack_gradient(tmp_path):
-    # §8.1 items 18, 20, 21: no classification gradient reaches theta1 and no auto-encoder
+    # Isolation of theta1 and theta2: no classification gradient reaches theta1 and no auto-encoder
     # gradient reaches theta2; h_pi in [-1, 1] for inputs of size 1e3; the attack forward
     # pass of the same model object has a non-zero input gradient.
     from tfdp import losses
@@ -204,7 +204,7 @@ def test_model_isolation_bounds_and_attack_gradient(tmp_path):
 
 
 def test_monte_carlo_product_without_fresh_noise_is_squared_softmax(tmp_path):
-    # §8.1 item 26: psi -> infinity (no fresh noise): both passes give the fixed-noise forward
+    # MC composition: psi -> infinity (no fresh noise): both passes give the fixed-noise forward
     # pass, so q = p_x * p_h is the square of its softmax.
     method = _method(tmp_path, epsilon=2.0)
     x, y = _data(40)

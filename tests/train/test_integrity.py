@@ -142,7 +142,7 @@ def test_adlm_resume_with_other_noise_modes_is_refused(tmp_path, adlm_data):
 
 
 def test_adlm_public_split_has_a_finite_sound_epsilon(tmp_path, adlm_data):
-    """Spec E4: the auxiliary model on a held-out public split makes eps1 sound."""
+    """docs/ledger.md: the auxiliary model on a held-out public split makes eps1 sound."""
     res = loop.train(adlm.AdLM(_adlm_cfg(tmp_path, "p", adlm_aux_data="public_split",
                                          adlm_aux_public_size=20)), adlm_data, verbose=0)
     entries = {e["name"]: e for e in res.ledger["entries"]}

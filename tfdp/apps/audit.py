@@ -74,7 +74,7 @@ _EPS = flags.DEFINE_list("gpm_epsilons", ["0.125", "0.25", "0.5", "1"],
                          "Claimed epsilon* of the imitated Gaussian mechanism.")
 _BETAS = flags.DEFINE_list("gpm_betas", None,
                            "beta values (default: gpm-hist 1e-5..1e-1, gpm-dpsgd 1e-5..1e-3).")
-_DELTA = flags.DEFINE_float("gpm_delta", 1e-10, "Claimed delta* (GPM Sec. 5.1).")
+_DELTA = flags.DEFINE_float("gpm_delta", 1e-10, "Claimed delta* (the GPM experiments' value).")
 _FRESH = flags.DEFINE_boolean("gpm_fresh_data", True,
                               "gpm-hist: a new database per trial (else one per cell).")
 _HIST_INPUTS = flags.DEFINE_list("gpm_hist_inputs", None,

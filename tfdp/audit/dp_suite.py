@@ -194,7 +194,7 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
     for case in cases:
         case.setdefault("x0", x0)
         case.setdefault("x1", x1)
-    # GPM: claims to be the Gaussian mechanism at (gpm_eps, 1e-10) (GPM Sec. 5.1).
+    # GPM: claims to be the Gaussian mechanism at (gpm_eps, 1e-10) (the GPM experiments).
     cases.extend(gpm_experiments.audit_cases(rng, epsilon=gpm_eps, beta=gpm_beta, d=gpm_d))
     return cases
 

@@ -67,7 +67,7 @@ def eps_from_success(p: float, delta: float) -> float:
     """Smallest epsilon consistent with success p of a balanced distinguishing game.
 
     An (eps, delta)-DP mechanism allows success at most (e^eps + delta) / (1 + e^eps), so
-    eps >= log((p - delta) / (1 - p)) (GPM spec Sec. 9 item 5b). Returns 0 when p <= 1/2
+    eps >= log((p - delta) / (1 - p)) (docs/gpm.md, "Audits"). Returns 0 when p <= 1/2
     (no evidence) and inf when p = 1.
     """
     if not 0.0 <= p <= 1.0:

@@ -1,4 +1,4 @@
-"""Black-box conformance suite for Gaussian and Laplace noise samplers (GPM spec Sec. 6.2)."""
+"""Black-box conformance suite for Gaussian and Laplace noise samplers (docs/gpm.md, "Audits")."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def _ecf_tests(x: np.ndarray, family: str, freqs: np.ndarray, label: str) -> lis
 
 def _directions(d: int, num: int, rng: np.random.Generator) -> np.ndarray:
     if d == 2:
-        # The small-d scan: `num` equally spaced directions in [0, pi) (GPM spec Sec. 8.1 #15).
+        # The small-d scan: `num` equally spaced directions in [0, pi) (docs/gpm.md, "Audits").
         theta = np.arange(num) * math.pi / num
         return np.stack([np.cos(theta), np.sin(theta)], axis=1)
     g = rng.standard_normal((num, d))
@@ -170,7 +170,7 @@ def conformance_suite(sampler: Sampler, *, family: str, scale: float, n: int = 2
       max_coordinates: coordinates tested by KS.
       num_projections: random projections (Gaussian).
       scan_directions: directions of the scan; default 360 for d = 2 (the small-d pancake
-        detector of GPM spec Sec. 8.1 #15), else `num_projections`.
+        detector of docs/gpm.md), else `num_projections`.
       frequencies: scan frequencies (units 1/scale); default 1, 2, ..., 32.
 
     Returns:
@@ -267,7 +267,7 @@ def conformance_suite(sampler: Sampler, *, family: str, scale: float, n: int = 2
 
 def known_answer_test(sampler: Sampler, reference: Sampler, seeds: tuple[int, ...] = (0, 1, 2),
                       num: int = 16) -> dict:
-    """Bit-exact comparison of a seeded sampler with a public reference (GPM Sec. 6.3, 9).
+    """Bit-exact comparison of a seeded sampler with a public reference (GPM Sec. 6.3).
 
     Black-box statistics cannot tell GPM with an unknown key from GM; a known-answer test
     can, when the sampler is deterministic given its seed and the reference implementation

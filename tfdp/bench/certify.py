@@ -37,7 +37,7 @@ _CERTIFICATE = OPTIONS.enum("certify_certificate", "pixeldp_gaussian",
 # Randomized smoothing of the benchmark (the main job's input noise).
 _SMOOTHING_SIGMA = 0.5
 
-# PixelDP-style certificate of the benchmark network (HGM spec §6, PixelDP row).
+# PixelDP-style certificate of the benchmark network (PixelDP code release defaults).
 _CERT = {"mechanism": "pixeldp_gaussian", "construction_bound": 0.1, "epsilon": 1.0,
          "delta": 0.05}
 
@@ -58,7 +58,7 @@ def read_sizes(option_set: options.OptionSet, overrides: dict) -> tuple[int, ...
 
 
 def build_pixeldp_cnn(seed: int = 0) -> keras.Model:
-    """PixelDP's MNIST CNN (notes-anchors §2): conv5x5x32/s2, noise, conv5x5x64/s2, fc1024.
+    """PixelDP's MNIST CNN (its code release): conv5x5x32/s2, noise, conv5x5x64/s2, fc1024.
 
     Args:
         seed: weight and noise seed.

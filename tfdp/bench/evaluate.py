@@ -39,7 +39,7 @@ _REPEATS = OPTIONS.integer("evaluate_bench_repeats", 3,
                            "Interleaved repetitions per variant (median reported).")
 _SEED = OPTIONS.integer("evaluate_bench_seed", 0, "Seed for data, weights and noise.")
 
-# PixelDP-style certificate of the benchmark network (HGM spec §6, PixelDP row).
+# PixelDP-style certificate of the benchmark network (PixelDP code release defaults).
 _CERT = dict(certify_bench._CERT)  # pylint: disable=protected-access
 
 

@@ -21,7 +21,7 @@ _BACKEND = OPTIONS.enum("gpm_bench_backend", "numpy", ["numpy", "tf"],
 _DG = OPTIONS.enum("gpm_bench_dg_method", "table", ["cks", "table"],
                    "gpm: discrete Gaussian sampler of the GPM path (numpy backend).")
 
-TARGET = 1.5  # the paper's own implementation is 3-5x slower than GM (GPM Sec. 5.8)
+TARGET = 1.5  # the paper's own implementation is 3-5x slower than GM (GPM Figure 7)
 
 
 def benchmark(d: int = 65536, samples: int = 32, repeats: int = 30, backend: str = "numpy",

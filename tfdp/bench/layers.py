@@ -22,8 +22,8 @@ OPTIONS = options.OptionSet("layers_")  # every layers_* setting: name, default,
 
 _MODEL = OPTIONS.enum(
     "layers_model", "cifar10", list(MODELS),
-    "CNN: 'mnist' = HGM MNIST net (conv5x5x32, conv5x5x64, fc256; HGM spec §5.1), "
-    "'cifar10' = HGM CIFAR-10 net (conv3x3x128/2, conv5x5x128, conv5x5x256, fc256; §5.2).")
+    "CNN: 'mnist' = HGM MNIST net (conv5x5x32, conv5x5x64, fc256; HGM paper), "
+    "'cifar10' = HGM CIFAR-10 net (conv3x3x128/2, conv5x5x128, conv5x5x256, fc256).")
 _BATCH = OPTIONS.integer("layers_batch_size", 32, "Examples per training step.")
 _STEPS = OPTIONS.integer("layers_steps", 3, "Timed training steps per repetition.")
 _REPEATS = OPTIONS.integer("layers_repeats", 15,
@@ -45,8 +45,8 @@ def build_cnn(model: str, *, with_noise: bool, noise_mode: str = "per_example",
               seed: int = 0) -> keras.Model:
     """The benchmark CNN, optionally with the noise layers the papers put in it.
 
-    The candidate adds Laplace input perturbation with per-feature scales (AdLM §3.4,
-    StoBatch chi1) and heterogeneous Gaussian noise on the conv1 pre-activation (HGM §3.1,
+    The candidate adds Laplace input perturbation with per-feature scales (AdLM Alg. 1
+    l.12-13, StoBatch chi1) and heterogeneous Gaussian noise on the conv1 pre-activation (HGM Eq. 8,
     Secure-SGD); the reference is the same network without them (same weights).
 
     Args:

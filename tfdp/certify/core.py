@@ -29,7 +29,7 @@ model can be certified. It is `null` for models without robustness noise, or a d
      "delta_rx_mode": "unit" | "mu_a" | "mu_train", "mu_train": 0.05,
      "radius_psi_correction": true, "radius_divisor": 1.0,
      "passes": [[names of the input-noise layers], [names of the latent-noise layers]]}
-        StoBatch Eq. 13 with the options of StoBatch spec §7 A1 and A19. `passes` lists,
+        StoBatch Eq. 13 with the radius options of docs/stobatch.md. `passes` lists,
         per Monte-Carlo pass, the noise layers that get fresh noise; the passes' softmax
         outputs are multiplied (StoBatch Theorem 5 / Corollary 1).
 
@@ -53,7 +53,7 @@ BOUNDS = ("clopper_pearson", "hoeffding", "bernstein")
 DELTA_RX_MODES = ("unit", "mu_a", "mu_train")
 
 # PixelDP code release: delta' grid {0.001, ..., 0.299} for the Gaussian certificate search
-# (HGM spec §4.3); it keeps delta' below HGM's 0.48394 validity limit.
+# (also used for HGM); it keeps delta' below HGM's 0.48394 validity limit.
 DEFAULT_DELTA_GRID = np.round(np.arange(1, 300) * 1e-3, 6)
 
 # Score functions map a batch of inputs to a (batch, num_classes) tensor.
@@ -232,7 +232,7 @@ def clopper_pearson_bounds(counts: Any, alpha: float) -> tuple[np.ndarray, np.nd
 
     Each bound is one-sided at level alpha / K, so all statements used by the
     certificate (lower bound of the top class, upper bounds of the others) hold together
-    with probability >= 1 - alpha. PixelDP code release convention (HGM spec §4.4).
+    with probability >= 1 - alpha. PixelDP code release convention.
 
     Args:
         counts: (..., K) non-negative integer counts summing to n over the last axis.
@@ -266,7 +266,7 @@ def hoeffding_bounds(mean_scores: Any, num_draws: int, alpha: float
                      ) -> tuple[np.ndarray, np.ndarray]:
     """Hoeffding bounds on expected scores in [0, 1], Bonferroni over classes.
 
-    HGM spec §4.4: E_lb/ub = E_hat -/+ sqrt(ln(K/alpha) / (2n)) (Hoeffding 1963, one-sided
+    HGM paper: E_lb/ub = E_hat -/+ sqrt(ln(K/alpha) / (2n)) (Hoeffding 1963, one-sided
     at level alpha / K).
 
     Args:
@@ -328,7 +328,7 @@ def top_two_bounds(result: MonteCarloResult, bound: str = "clopper_pearson",
     """Prediction, lower bound of its class and upper bound of the runner-up, per input.
 
     The prediction is the argmax of the counts for Clopper-Pearson and of the mean scores
-    for Hoeffding / Bernstein (HGM spec §4.4: the rule matches the bound type). The
+    for Hoeffding / Bernstein (tfdp's choice: the rule matches the bound type). The
     runner-up bound is the largest upper bound among the other classes.
 
     Args:
@@ -381,7 +381,7 @@ _agm_multiplier = np.vectorize(
 def max_epsilon(lower: Any, upper: Any, delta: Any = 0.0) -> np.ndarray:
     """Largest eps' for which the PixelDP robustness check (Eq. 4) holds; 0 if none.
 
-    PixelDP Eq. 4 / HGM spec §4.1: lower > exp(2 eps') upper + (1 + exp(eps')) delta.
+    PixelDP Eq. 4 / HGM Eq. 4: lower > exp(2 eps') upper + (1 + exp(eps')) delta.
     With t = exp(eps') this is upper t^2 + delta t + (delta - lower) < 0, a quadratic,
     so the supremum is t* = (-delta + sqrt(delta^2 + 4 upper (lower - delta))) / (2 upper)
     (t* = (lower - delta) / delta when upper = 0). Exact, so no bisection is needed.
@@ -432,7 +432,7 @@ def gaussian_radius(lower: Any, upper: Any, noise_to_sensitivity: float, multipl
                     delta_grid: Any = DEFAULT_DELTA_GRID) -> np.ndarray:
     """Radius certified by Gaussian noise with sigma = noise_to_sensitivity * Delta.
 
-    HGM spec §4.2-4.3: mu(eps', delta') = (sigma / Delta) / mult(eps', delta'), maximised
+    HGM Eq. 10: mu(eps', delta') = (sigma / Delta) / mult(eps', delta'), maximised
     over the delta' grid, with eps' the largest value passing Eq. 4 (optionally capped).
 
     Args:
@@ -470,9 +470,9 @@ def gaussian_radius(lower: Any, upper: Any, noise_to_sensitivity: float, multipl
     safe_eps = np.where(passed, eps, 1.0)
     d = np.broadcast_to(grid[None, :], eps.shape)
     if multiplier == "gm":
-        mult = _gm_multiplier(d) / safe_eps  # HGM spec §4.2, PixelDP counterpart
+        mult = _gm_multiplier(d) / safe_eps  # HGM Eq. 10, PixelDP counterpart
     elif multiplier == "hgm":
-        mult = _hgm_multiplier(safe_eps, d)  # HGM Eq. 10 (corrected, spec §4.2)
+        mult = _hgm_multiplier(safe_eps, d)  # HGM Eq. 10 (dividing by eps' once)
     else:
         mult = np.ones_like(safe_eps)
         if np.any(passed):
@@ -489,11 +489,11 @@ def stobatch_radius(lower: Any, upper: Any, *, sensitivity: float, batch_size: f
                     radius_divisor: float = 1.0) -> np.ndarray:
     """StoBatch's certified radius for the composed input + latent Laplace mechanisms.
 
-    StoBatch Eq. 13 (spec §2.10): eps_r* = ln(E_lb / E_ub) / 2 and
+    StoBatch Eq. 13 (Corollary 1): eps_r* = ln(E_lb / E_ub) / 2 and
     r = eps_r* Delta_R / (m eps1 (Delta_r^x + Delta_r^h / 2)) = kappa phi / (kappa + phi)
-    at eps_r*. Delta_r^x = mu d_cert with mu = 1, the attack size or mu_train (spec §7 A1);
-    the radius is divided by psi when `radius_psi_correction` (spec §7 A19) and by
-    `radius_divisor` (the code release's dp_epsilon, spec §7 A1 (ii)).
+    at eps_r*. Delta_r^x = mu d_cert with mu = 1, the attack size or mu_train;
+    the radius is divided by psi when `radius_psi_correction` and by `radius_divisor`
+    (the code release's dp_epsilon); docs/stobatch.md, "Verified inference".
 
     Args:
         lower: lower bound(s) of the top class's expected composed score.

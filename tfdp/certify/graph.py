@@ -63,7 +63,7 @@ def tf_clopper_pearson_bounds(counts: tf.Tensor, alpha: tf.Tensor
 
 def tf_hoeffding_bounds(mean: tf.Tensor, num_draws: tf.Tensor, alpha: tf.Tensor
                         ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Graph version of `tfdp.certify.hoeffding_bounds` (HGM spec §4.4)."""
+    """Graph version of `tfdp.certify.hoeffding_bounds`."""
     k = tf.cast(tf.shape(mean)[-1], tf.float64)
     n = tf.cast(num_draws, tf.float64)
     half = tf.sqrt(tf.math.log(k / alpha) / (2.0 * n))
@@ -180,7 +180,7 @@ def tf_gaussian_radius(lower: tf.Tensor, upper: tf.Tensor, ratio: float, multipl
     if multiplier == "gm":
         mult = tf.sqrt(2.0 * tf.math.log(1.25 / d)) / safe_eps  # HGM Theorem 1 constant
     elif multiplier == "hgm":
-        mult = tf_hgm_multiplier(safe_eps, d)  # HGM Eq. 10 (corrected, spec §4.2)
+        mult = tf_hgm_multiplier(safe_eps, d)  # HGM Eq. 10 (dividing by eps' once)
     else:
         mult = tf.where(passed, tf_agm_multiplier(safe_eps, d), 1.0)
     return tf.reduce_max(tf.where(passed, ratio / mult, 0.0), axis=-1)

@@ -326,8 +326,8 @@ class StoBatch(Certificate):
     """StoBatch Eq. 13 for the composed input + latent Laplace mechanisms.
 
     Sound only in the paper-literal reading: Delta_r^x = d (delta_rx_mode "unit", d the
-    full input dimension), the psi correction on (StoBatch A19) and no extra divisor (the
-    code release's `dp_epsilon` scaling, A1 (ii)).
+    full input dimension), the psi correction on and no extra divisor (the code release's
+    `dp_epsilon` scaling); docs/stobatch.md, "Verified inference".
     """
 
     name = "stobatch"

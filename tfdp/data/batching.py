@@ -11,7 +11,7 @@ def fixed_batches(num_examples: int, batch_size: int, seed: int | np.random.Gene
                   *, shuffle: bool = True) -> np.ndarray:
     """Cuts N example indices once into fixed, disjoint batches of exactly batch_size.
 
-    The indices are permuted once with the seed (StoBatch §3.1: permute once, cut into
+    The indices are permuted once with the seed (StoBatch code release: permute once, cut into
     floor(N/m) batches, drop the remainder), then cut in order. The last N mod batch_size
     indices of the permutation are DROPPED, so every batch has exactly batch_size examples
     (e.g. N=50,000, m=1,851 gives 27 batches and 23 unused examples). The same seed always
@@ -40,7 +40,7 @@ def fixed_batches(num_examples: int, batch_size: int, seed: int | np.random.Gene
     else:
         rng = np.random.default_rng(_common.check_seed(seed, "seed"))
     order = rng.permutation(n) if shuffle else np.arange(n)
-    num_batches = n // m  # StoBatch §3.1: n_b = floor(N/m), remainder dropped
+    num_batches = n // m  # StoBatch: n_b = floor(N/m), remainder dropped
     return order[:num_batches * m].astype(np.int64).reshape(num_batches, m)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from tfdp import checks
 from tfdp.gpm import pancake
 
-_HAAR_MAX_DIM = 4096  # GPM spec A15: a dense Haar matrix is d^2 memory
+_HAAR_MAX_DIM = 4096  # tfdp's limit: a dense Haar matrix is d^2 memory
 
 StandardSampler = Callable[[int, np.random.Generator], np.ndarray]
 
@@ -60,7 +60,7 @@ def hadamard_rotation(d: int, *, rng: np.random.Generator,
 
     H is the orthonormal Walsh-Hadamard matrix and D_i are random sign diagonals, so the map
     is orthogonal and costs O(d log d) per vector instead of the d^2 of a dense Haar Q. It
-    is NOT Haar and NOT covered by GPM Prop A.5 (spec A15): use it as a heuristic only; the
+    is NOT Haar and NOT covered by GPM Prop A.5 (docs/gpm.md): use it as a heuristic only; the
     trusted top-up is the defence with an argument behind it at large d.
 
     Args:
@@ -148,7 +148,7 @@ def trusted_top_up(y1: Any, sigma: float, *, rng: np.random.Generator) -> np.nda
 
 def top_up_costs(sigma: float, d: int, delta: float, sensitivity: float = 1.0,
                  split: str = "full") -> dict:
-    """Costs of the trusted top-up (GPM Sec. 6.2.1; spec Sec. 9 item 6).
+    """Costs of the trusted top-up (GPM Sec. 6.2.1; docs/gpm.md).
 
     split="full": both servers add N(0, sigma^2 I); the key holder faces the honest sigma, so
     the claimed (GM) guarantee holds; RMS error sigma sqrt(2d) (x sqrt(2)).
@@ -180,7 +180,7 @@ def distributed_effective_sigma(n_servers: int, n_backdoored: int, n_colluding: 
     With fewer colluders than the secret-sharing threshold, the backdoored servers' noise is
     post-processing for the key holder and the honest noise is sqrt(N - N_b - N_c) sigma.
     (The paper compares it with sqrt(N - N_b) sigma "without backdoor"; the intended value is
-    sqrt(N - N_c) sigma, spec A14.) With N_c >= threshold the colluders reconstruct each
+    sqrt(N - N_c) sigma, tfdp's reading.) With N_c >= threshold the colluders reconstruct each
     backdoored server's output and GPM's single-server bounds apply: returns None.
 
     Returns:

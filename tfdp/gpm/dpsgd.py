@@ -1,4 +1,4 @@
-"""GPM on DP-SGD gradients (GPM Sec. 5.4-5.5): MNIST LeNet-5 and the CIFAR-10 Table 2 models."""
+"""GPM on DP-SGD gradients (GPM Figure 6): MNIST LeNet-5 and the CIFAR-10 Table 2 models."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ MODELS = ("lenet5", "vgg19_bn", "resnet50", "mobilenetv2")
 EPSILON_COVERS = ("one noisy DP-SGD gradient release at a fixed model; the model's weights and "
                   "batch-norm statistics come from non-private pre-training and are not "
                   "released (no guarantee covers them)")
-# Input normalisation of the authors' code (GPM spec Sec. 5.1).
+# Input normalisation of the authors' code release.
 _MNIST_NORM = ((0.1307,), (0.3081,))
 _CIFAR_NORM = ((0.4914, 0.4822, 0.4465), (0.2471, 0.2435, 0.2616))
 _VGG19_CFG = (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
@@ -31,7 +31,7 @@ _VGG19_CFG = (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512
 
 
 def lenet5(num_classes: int = 10) -> keras.Model:
-    """LeNet-5 of the GPM code release: d = 61,706 parameters (GPM spec Sec. 5.1).
+    """LeNet-5 of the GPM code release: d = 61,706 parameters.
 
     conv(1->6, 5x5, same) tanh avgpool2, conv(6->16, 5x5, valid) tanh avgpool2,
     dense 400->120 tanh, 120->84 tanh, 84->10.
@@ -99,14 +99,14 @@ def load_task(model_name: str, split: str, data_dir: str | None,
 def pretrain(model: keras.Model, x: np.ndarray, y: np.ndarray, x_test: np.ndarray,
              y_test: np.ndarray, *, epochs: int, seed: int, batch_size: int = 128,
              learning_rate: float = 1e-3, augment: bool = False) -> float:
-    """Non-private Adam training (GPM spec Sec. 5.1); returns the test accuracy."""
+    """Non-private Adam training (GPM experiments); returns the test accuracy."""
     keras.utils.set_random_seed(seed)
     model.compile(optimizer=keras.optimizers.Adam(learning_rate),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
     if epochs > 0:
         ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x), seed=seed)
-        if augment:  # random crop (pad 4) + horizontal flip (GPM spec Sec. 5.1, CIFAR)
+        if augment:  # random crop (pad 4) + horizontal flip (GPM code release, CIFAR)
             def aug(img, lab):
                 img = tf.image.resize_with_crop_or_pad(img, 40, 40)
                 img = tf.image.random_crop(img, tf.shape(img)[:0] + [32, 32, 3])
@@ -149,14 +149,14 @@ def _flat64(tensors: Iterable[tf.Tensor]) -> np.ndarray:
 def neighbour_queries(model: keras.Model, x: np.ndarray, y: np.ndarray, clips: Iterable[float],
                       *, training: bool = True, chunk: int = 32
                       ) -> dict[float, tuple[np.ndarray, np.ndarray]]:
-    """q(D0), q(D1) for replace-one neighbours, for each clip norm C (GPM Sec. 5.1, [code]).
+    """q(D0), q(D1) for replace-one neighbours, for each clip norm C (GPM code release).
 
     x, y hold n + 1 examples; D0 uses {0, 2..n}, D1 uses {1, 2..n}. The query is the mean of
     the per-example gradients clipped to norm C (`tfdp.train.dpsgd.clipped_sum`), in float64.
     The per-example gradients are computed once per chunk of `chunk` examples and reused for
-    every C (and by the caller for every (eps*, beta) cell; GPM spec Sec. 8.2 cost-saving
-    note); only float64 running sums are kept, so memory stays at chunk x d floats even for
-    VGG19 (d = 39M).
+    every C (and by the caller for every (eps*, beta) cell, a saving the authors' code does
+    not make); only float64 running sums are kept, so memory stays at chunk x d floats even
+    for VGG19 (d = 39M).
 
     Returns:
       {C: (q0, q1)} with float64 vectors of length d (number of trainable parameters).
@@ -215,7 +215,7 @@ def dpsgd_experiment(model: keras.Model, x: np.ndarray, y: np.ndarray, *, phase:
                 dq = float(np.linalg.norm(q1 - q0))
                 dq_norms[c].append(dq)
                 q_norms[c].append(float(np.linalg.norm(q0)))
-                sens = 2.0 * c / batch_size  # replace-one, Delta = 2C/n (GPM Sec. 5.1)
+                sens = 2.0 * c / batch_size  # replace-one, Delta = 2C/n (GPM experiments)
                 for e in epsilons:
                     sigma = pancake.gm_sigma(e, delta, sens)
                     for b in betas:

@@ -57,12 +57,12 @@ def hist_experiment(d: int, epsilon: float, beta: float, trials: int, seed: int,
       trials: number of games.
       seed: integer seed of the numpy Generator.
       delta: the claimed delta* (the paper uses 1e-10).
-      gamma: spacing parameter; default 2 sqrt(d) (GPM Sec. 5.1).
-      n_records: records per database (the authors' code: 1e6; spec A9).
+      gamma: spacing parameter; default 2 sqrt(d) (the GPM experiments).
+      n_records: records per database (the authors' code: 1e6; the paper gives none).
       fresh_data: draw a new database each trial (as the authors do); False draws it once.
         The attack depends on the data only through q(D1) - q(D0), which is -e_j either way.
       fixed_key: one key for all trials (the threat model) instead of a fresh key per trial
-        (the authors' measurements; spec A5).
+        (the authors' measurements).
       dg_method: discrete Gaussian sampler, "cks" or "table".
 
     Returns:
@@ -159,7 +159,7 @@ def _distinguish_float32(y, q0, q1, w, s):
 def precision_check(d: int = 1_000_000, beta: float = 1e-5, gamma: float = 2e3,
                     sigma: float = 3.19, dq_norm: float = 0.0625, trials: int = 40,
                     seed: int = 0) -> dict:
-    """Key attack on a float64 pipeline vs a float32 one (GPM spec Sec. 8.1 #13, A7).
+    """Key attack on a float64 pipeline vs a float32 one (docs/gpm.md, "Precision").
 
     Each trial: fresh key, neighbours q0 ~ N(0, I) and q1 = q0 + dq (random direction, norm
     dq_norm), a float64 GPM release and the float64 attack; then the same release, key and
@@ -243,7 +243,7 @@ def key_attacker(x0: Any, x1: Any, key: np.ndarray, sigma: float, beta: float,
 
 def audit_cases(rng: np.random.Generator, *, epsilon: float = 0.125, beta: float = 1e-4,
                 d: int = 256) -> list[dict]:
-    """GPM claiming to be the Gaussian mechanism at (epsilon, 1e-10) (GPM Sec. 5.1), audited
+    """GPM claiming to be the Gaussian mechanism at (epsilon, 1e-10) (GPM experiments), audited
     without the key (the Gaussian likelihood-ratio attacker) and with it.
 
     Args:

@@ -40,8 +40,8 @@ __all__ = [
 ]
 
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
-_TABLE_MAX_STD = 1e5   # GPM spec Sec. 3.5: table path for sqrt(v) up to about 1e5
-_CKS_MAX_STD = 1e7     # float64 geometric draws stay exact far beyond the spec's 1e6
+_TABLE_MAX_STD = 1e5   # tfdp: table path for sqrt(v) up to about 1e5
+_CKS_MAX_STD = 1e7     # float64 geometric draws stay exact far beyond sqrt(v) = 1e6
 _UNIT_TOL = 1e-9
 
 
@@ -61,14 +61,14 @@ def _warn_research(what: str) -> None:
 
 
 def _float64_array(name: str, value: Any) -> np.ndarray:
-    """Returns value as a float64 array; float32 (or lower) input is an error (spec A7)."""
+    """Returns value as a float64 array; float32 (or lower) input is an error (docs/gpm.md)."""
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
         value = value.numpy()
     arr = np.asarray(value)
     if arr.dtype.kind == "f" and arr.dtype != np.float64:
         raise ValueError(
             f"{name} must be float64, got {arr.dtype}: GPM and its attack need float64 "
-            "(GPM spec Sec. 3.5, 'Precision')")
+            "(docs/gpm.md)")
     if arr.dtype.kind not in "fiu":
         raise ValueError(f"{name} must be a real float64 array, got dtype {arr.dtype}")
     arr = arr.astype(np.float64, copy=False)
@@ -99,7 +99,7 @@ def covert_gamma(d: int) -> float:
     """Returns the smallest gamma covered by the covertness theorem, 2 sqrt(d).
 
     GPM Thm 2.7 / Thm 3.4 need 2 sqrt(d) <= gamma <= poly(d); the experiments use exactly
-    2 sqrt(d) (GPM Sec. 5.1).
+    2 sqrt(d) (GPM experiments).
     """
     return 2.0 * math.sqrt(checks.check_positive_int(d, "d"))
 
@@ -211,7 +211,7 @@ def pancake_std(sigma: float, beta: float, gamma: float) -> float:
 def tau(beta: float, gamma: float) -> float:
     """Pancake std divided by spacing: beta sqrt(beta^2 + gamma^2) / (sqrt(2 pi) gamma)."""
     beta, gamma = checks.check_positive(beta, "beta"), checks.check_positive(gamma, "gamma")
-    return beta * math.hypot(beta, gamma) / (_SQRT_2PI * gamma)  # GPM spec Sec. 3.2
+    return beta * math.hypot(beta, gamma) / (_SQRT_2PI * gamma)  # GPM Lemma 2.6
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,7 +241,7 @@ def generate_key(d: int, *, rng: np.random.Generator, num: int | None = None) ->
 
 @functools.lru_cache(maxsize=16)
 def _dg_table(variance: float) -> tuple[np.ndarray, np.ndarray]:
-    """Support and CDF of N_Z(0, v) truncated to |z| <= ceil(14 sqrt(v)) + 1 (spec Sec. 3.5)."""
+    """Support and CDF of N_Z(0, v) truncated to |z| <= ceil(14 sqrt(v)) + 1 (tfdp's cut-off)."""
     k = int(math.ceil(14.0 * math.sqrt(variance))) + 1
     z = np.arange(-k, k + 1, dtype=np.int64)
     logits = -(z.astype(np.float64) ** 2) / (2.0 * variance)
@@ -310,7 +310,7 @@ def sample_discrete_gaussian(variance: float, size: int, *, rng: np.random.Gener
 def _pancake_noise(w: np.ndarray, sigma: float, beta: float, gamma: float, num: int,
                    rng: np.random.Generator, dg_method: str,
                    out: np.ndarray | None = None) -> np.ndarray:
-    """Unvalidated core of `pancake_noise` (GPM spec Sec. 3.5, steps 1-6)."""
+    """Unvalidated core of `pancake_noise` (sampling from GPM Lemma 2.6's mixture form)."""
     d = w.shape[-1]
     b2g2 = beta * beta + gamma * gamma
     g = rng.standard_normal((num, d), out=out)                 # step 1
@@ -340,7 +340,7 @@ def pancake_noise(w: Any, sigma: float, beta: float, gamma: float, num: int, *,
                   ) -> np.ndarray:
     """Draws GPM noise sqrt(2 pi) sigma H_{w,beta,gamma} (GPM Def 3.1), float64.
 
-    Algorithm of GPM spec Sec. 3.5: Gaussian noise whose component along w is shrunk by
+    Sampling from GPM Lemma 2.6's mixture form: Gaussian noise whose component along w is shrunk by
     beta / sqrt(beta^2 + gamma^2) and moved to the pancake centre k S with k ~ N_Z(0,
     (beta^2 + gamma^2) / (2 pi)).
 
@@ -411,7 +411,7 @@ def gm(q: Any, sigma: float, *, rng: np.random.Generator) -> np.ndarray:
 
 def tf_pancake_noise(w: Any, sigma: float, beta: float, gamma: float, num: int, *,
                      seed: Any, require_covertness: bool = False):
-    """TensorFlow float64 GPM noise with stateless seeds (GPM spec Sec. 3.5).
+    """TensorFlow float64 GPM noise with stateless seeds (GPM Lemma 2.6).
 
     The discrete Gaussian uses the table path (inverse CDF of N_Z(0, v) truncated at 14
     standard deviations), driven by `tf.random.stateless_uniform`.
@@ -562,7 +562,7 @@ def distinguish(y: Any, q0: Any, q1: Any, w: Any, sigma: float, beta: float, gam
     """Key holder's attack: which of q0, q1 lies on the pancakes through y (GPM Sec. 5).
 
     r_i = (y - q_i).w / S, e_i = |r_i - round(r_i)|, guess argmin_i e_i, ties -> 1 (as the
-    authors' code does; spec A8). The attacker must use exactly the q0, q1 the mechanism used.
+    authors' code does). The attacker must use exactly the q0, q1 the mechanism used.
 
     Args:
       y: released output(s), float64 [d] or [m, d].
@@ -591,7 +591,7 @@ def distinguish(y: Any, q0: Any, q1: Any, w: Any, sigma: float, beta: float, gam
 
 def realisable_t(dq: Any, w: Any, sigma: float, beta: float, gamma: float
                  ) -> tuple[int, float]:
-    """Splits w.dq = S (T + t) into its integer T and fractional t in [-0.5, 0.5) (spec A17).
+    """Splits w.dq = S (T + t) into its integer T and fractional t in [-0.5, 0.5) (GPM Thm 4.2).
 
     Args:
       dq: q(D1) - q(D0), float64 [d].
@@ -625,7 +625,7 @@ def _periodic_interval_mass(center: Any, half_width: float, scale: float) -> Any
 def success_exact(t: float, beta: float, gamma: float) -> float:
     """Exact success of the key attack when w.dq = S (T + t), for a fixed key and pair.
 
-    P_succ(t) = P[dist(u, Z) < dist(u - t, Z)], u ~ N(0, tau^2) (GPM spec Sec. 3.7, derived):
+    P_succ(t) = P[dist(u, Z) < dist(u - t, Z)], u ~ N(0, tau^2) (derived here, not in the paper):
     the set {u: dist(u, Z) < dist(u - t, Z)} is the union over k of the intervals
     (k + |t|/2 - 1/2, k + |t|/2) shifted to the side away from t.
 
@@ -641,7 +641,7 @@ def success_exact(t: float, beta: float, gamma: float) -> float:
         raise ValueError(f"t must be in [-0.5, 0.5], got {t}")
     scale = tau(beta, gamma)
     a = abs(t)
-    # Interval (a/2 - 1/2, a/2) has centre a/2 - 1/4 and half-width 1/4 (spec Sec. 3.7 sum).
+    # Interval (a/2 - 1/2, a/2) has centre a/2 - 1/4 and half-width 1/4 (the sum over k).
     return _periodic_interval_mass(a / 2.0 - 0.25, 0.25, scale)
 
 
@@ -654,7 +654,7 @@ def success_paper_bound(t: float, beta: float, gamma: float) -> float:
 
 def success_averaged(dq_norm: float, sigma: float, beta: float, gamma: float, d: int, *,
                      exact: bool = False) -> float:
-    """Success of the key attack averaged over a uniformly random key (spec Sec. 3.7, derived).
+    """Success of the key attack averaged over a uniformly random key (derived, not in the paper).
 
     Approximation (w.dq ~ ||dq|| N(0, 1/d), pancake spacing much larger than |w.dq|):
     1/2 + arctan(||dq|| sqrt(beta^2 + gamma^2) / (2 sqrt(d) sigma beta)) / pi.
@@ -698,7 +698,7 @@ def success_averaged(dq_norm: float, sigma: float, beta: float, gamma: float, d:
 
 
 def best_gm_success(dq_norm: float, sigma: float) -> float:
-    """Best possible success against the genuine GM: Phi(||dq|| / (2 sigma)) (spec Sec. 3.7)."""
+    """Best possible success against the genuine GM: Phi(||dq|| / (2 sigma)) (derived)."""
     return float(special.ndtr(float(dq_norm) / (2.0 * checks.check_positive(sigma, "sigma"))))
 
 
@@ -710,7 +710,7 @@ def eps_lower(t: float, beta: float, gamma: float, delta: float) -> float:
     """Lower bound on GPM's epsilon for a pair realising fractional shift t (GPM Thm 4.2).
 
     GPM is not (eps, delta)-DP for eps < log((1 - delta) / (2 Phi(-x)) - 1), x as in
-    Thm 5.1; computed with a stable log-CDF (spec Sec. 4.2).
+    Thm 5.1; computed with a stable log-CDF.
 
     Args:
       t: fractional shift in [-0.5, 0.5].
@@ -752,7 +752,7 @@ def eps_upper(delta: float, sigma: float, beta: float, gamma: float,
 
 def rdp_upper(alpha: float, sigma: float, beta: float, gamma: float,
               sensitivity: float = 1.0) -> float:
-    """Renyi-DP upper bound alpha (beta^2+gamma^2) Delta^2 / (2 beta^2 sigma^2) (spec Sec. 4.5)."""
+    """Renyi-DP upper bound alpha (beta^2+gamma^2) Delta^2 / (2 beta^2 sigma^2) (derived)."""
     alpha = checks.check_positive(alpha, "alpha")
     if alpha <= 1.0:
         raise ValueError(f"alpha must be > 1, got {alpha}")
@@ -764,7 +764,7 @@ def rdp_upper(alpha: float, sigma: float, beta: float, gamma: float,
 
 
 def pair_rdp(alpha: float, dq: Any, w: Any, sigma: float, beta: float, gamma: float) -> float:
-    """Renyi divergence of order alpha for one pair: alpha M^2 / 2 (spec Sec. 4.5).
+    """Renyi divergence of order alpha for one pair: alpha M^2 / 2 (derived).
 
     M^2 = (||dq||^2 + (gamma^2/beta^2) (w.dq)^2) / sigma^2.
     """
@@ -780,7 +780,7 @@ def pair_rdp(alpha: float, dq: Any, w: Any, sigma: float, beta: float, gamma: fl
 
 
 def key_holder_noise_multiplier(noise_multiplier: float, beta: float, gamma: float) -> float:
-    """DP-SGD noise multiplier that protects against the key holder (spec Sec. 4.5).
+    """DP-SGD noise multiplier that protects against the key holder (derived).
 
     GPM is post-processing of a Gaussian whose smallest std (along w) is beta/sqrt(beta^2 +
     gamma^2) times the nominal one, so a key-holder accountant runs the usual subsampled
@@ -815,7 +815,7 @@ def lemma41_probabilities(t: float, beta: float, gamma: float) -> tuple[float, f
 
 def hockey_stick_delta(eps: Any, sigma: float, beta: float, gamma: float,
                        shift: float, *, points_per_std: int = 40) -> np.ndarray:
-    """delta(eps) = int max(0, p0 - e^eps p1) for the 1-D GPM projections (spec Sec. 8.1 #11).
+    """delta(eps) = int max(0, p0 - e^eps p1) for the 1-D GPM projections.
 
     p0 is the law of GPM noise along w (a mixture of N(k S, sigma_w^2) with discrete Gaussian
     weights) and p1 the same law shifted by `shift` (= w.dq; for dq parallel to w the

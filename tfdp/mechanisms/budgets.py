@@ -32,7 +32,7 @@ def adlm_relevance_sensitivity(*, num_features: int, num_examples: int) -> float
 
 
 def adaptive_budget_weights(relevance: Any, *, floor: float) -> np.ndarray:
-    """beta_j = d * max(|R_j|, floor) / sum_k max(|R_k|, floor) (AdLM Eq. 16, spec §3.3).
+    """beta_j = d * max(|R_j|, floor) / sum_k max(|R_k|, floor) (AdLM Eq. 16 with a floor).
 
     The floor is applied before normalising, so sum_j beta_j = d exactly and every
     beta_j > 0 (the per-feature budget is eps_j = beta_j * eps2).
@@ -54,7 +54,7 @@ def adaptive_budget_weights(relevance: Any, *, floor: float) -> np.ndarray:
     if rel.size == 0 or not np.all(np.isfinite(rel)):
         raise ValueError("relevance must be a non-empty finite array")
     fl = _validate.check_positive(floor, "floor")
-    r = np.maximum(np.abs(rel), fl)  # AdLM spec §3.3: floor before normalising
+    r = np.maximum(np.abs(rel), fl)  # floor before normalising (docs/adlm.md)
     return rel.size * r / np.sum(r)  # AdLM Eq. 16
 
 
@@ -122,7 +122,7 @@ def stobatch_gammas(*, sensitivity: float, batch_size: int, first_layer_norm: fl
     Args:
         sensitivity: Delta_R > 0.
         batch_size: m, the fixed DP batch size.
-        first_layer_norm: Delta_h1 > 0, the first-layer norm (see StoBatch spec §7 A2).
+        first_layer_norm: Delta_h1 > 0, the first-layer norm (docs/stobatch.md).
         input_sensitivity: Delta_x > 0 (1 for inputs in [-1, 1]).
 
     Returns:
@@ -135,13 +135,13 @@ def stobatch_gammas(*, sensitivity: float, batch_size: int, first_layer_norm: fl
     m = checks.check_positive_int(batch_size, "batch_size")
     dh1 = _validate.check_positive(first_layer_norm, "first_layer_norm")
     dx = _validate.check_positive(input_sensitivity, "input_sensitivity")
-    return sens / (m * dx), 2.0 * sens / (m * dh1)  # StoBatch Lemma 3, §2.3-2.4
+    return sens / (m * dx), 2.0 * sens / (m * dh1)  # StoBatch Lemma 3
 
 
 def stobatch_noise_scales(*, sensitivity: float, epsilon1: float,
                           batch_size: int,
                           allow_zero: bool = False) -> tuple[float, float]:
-    """Per-coordinate Laplace scales (b_x, b_h) of chi1/m and 2 chi2/m (StoBatch §2.3-2.4).
+    """Per-coordinate Laplace scales (b_x, b_h) of chi1/m and 2 chi2/m (StoBatch Lemma 3).
 
     b_x = Delta_R / (m eps1) and b_h = 2 Delta_R / (m eps1).
 
@@ -152,9 +152,9 @@ def stobatch_noise_scales(*, sensitivity: float, epsilon1: float,
     sens = _validate.check_calibration_sensitivity(sensitivity, allow_zero)
     eps1 = _validate.check_epsilon(epsilon1, "epsilon1")
     m = checks.check_positive_int(batch_size, "batch_size")
-    b_x = sens / (m * eps1)  # StoBatch §2.3: chi1 ~ Lap(Delta_R / eps1), added as chi1 / m
+    b_x = sens / (m * eps1)  # StoBatch Lemma 3: chi1 ~ Lap(Delta_R / eps1), added as chi1 / m
     _validate.check_noise_scale([b_x, 2.0 * b_x], allow_zero, "scales")
-    return b_x, 2.0 * b_x  # StoBatch §2.4: 2 chi2 / m
+    return b_x, 2.0 * b_x  # StoBatch Lemma 3: 2 chi2 / m
 
 
 def stobatch_total_epsilon(*, epsilon1: float, epsilon2: float, gamma_x: float,

@@ -55,7 +55,7 @@ def classical_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float
 
 
 def classical_gaussian_multiplier(delta: float) -> float:
-    """m_GM(delta) = sqrt(2 ln(1.25/delta)) (HGM §2.2), the classical GM constant.
+    """m_GM(delta) = sqrt(2 ln(1.25/delta)) (HGM Theorem 1), the classical GM constant.
 
     Raises:
         ValueError: if delta is not in (0, 1).
@@ -108,7 +108,7 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float,
                             allow_zero: bool = False) -> float:
     """Smallest sigma for which the Gaussian mechanism is (epsilon, delta)-DP (exact).
 
-    Analytic Gaussian mechanism of Balle & Wang 2018 (HGM spec §2.8): bisection on
+    Analytic Gaussian mechanism of Balle & Wang 2018 (Theorem 8): bisection on
     log sigma of the exact delta (which decreases in sigma) to relative precision ~1e-15,
     then raised by a relative 1e-9 so that the true delta (not only its float64 value) is
     at most `delta`: calibration rounds toward more noise.
@@ -137,7 +137,7 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float,
     # noise; results/calibration/agm_vs_dp_accounting.json), and calibrate_dp_mechanism's
     # accountants are not exact for one Gaussian. This bisection keeps delta(sigma) <= delta
     # at relative precision ~1e-15.
-    # HGM's sigma is always valid (§2.5), so it brackets from above.
+    # HGM's sigma is always valid (HGM Theorem 2), so it brackets from above.
     hi = hgm_multiplier(epsilon=eps, delta=dlt)
     lo = hi / 2.0
     while _gaussian_delta_unit(lo, eps) <= dlt:
@@ -159,7 +159,7 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float,
 
 
 def hgm_s(delta: float) -> float:
-    """s(delta) = ln(sqrt(2/pi) / delta) of HGM Theorem 2 (erratum E3 resolved).
+    """s(delta) = ln(sqrt(2/pi) / delta) of HGM Theorem 2 (the appendix's other form is a typo).
 
     Raises:
         ValueError: if delta is not in (0, 1).
@@ -173,7 +173,7 @@ def hgm_conditions(*, epsilon: float, delta: float) -> tuple[float, float | None
 
     Condition 1 (u >= 1): (1 + sqrt(1 + 2 eps)) / (2 eps).
     Condition 2 (u^2/2 >= s): (sqrt(s) + sqrt(s + eps)) / (sqrt(2) eps); None when
-    s < 0 (delta > sqrt(2/pi)), where it is not needed (HGM appendix; spec §2.5).
+    s < 0 (delta > sqrt(2/pi)), where it is not needed (proof of HGM Theorem 2, appendix).
 
     Returns:
         (condition1, condition2 or None).
@@ -193,7 +193,7 @@ def hgm_conditions(*, epsilon: float, delta: float) -> tuple[float, float | None
 def hgm_multiplier(*, epsilon: float, delta: float) -> float:
     """mult_HGM(eps, delta): HGM noise std per unit of (r-weighted) l2 sensitivity.
 
-    The maximum of both proof conditions (HGM spec §2.6); equals Condition 2 whenever
+    The maximum of both proof conditions (proof of HGM Theorem 2); equals Condition 2 whenever
     delta <= 0.48394.
 
     Raises:
@@ -230,7 +230,7 @@ def hgm_sigma(*, epsilon: float, delta: float, sensitivity: float,
 
 def gaussian_tail_sigma(*, epsilon: float, delta: float, sensitivity: float,
                         allow_zero: bool = False) -> float:
-    """sigma from the privacy-loss tail bound used by GPM (GPM Thm 2.3, spec gpm.md §2).
+    """sigma from the privacy-loss tail bound used by GPM (GPM Thm 2.3).
 
     eps = D^2/(2 s^2) - (D/s) Phi^{-1}(delta) solved for s:
     s = D / (a + sqrt(a^2 + 2 eps)), a = Phi^{-1}(delta). This sets P[L > eps] = delta

@@ -8,7 +8,7 @@ import numpy as np
 
 from tfdp.mechanisms import _validate
 
-# Tolerance on sum(r) == 1 accepted by the validators (HGM spec §9.1 item 12 uses 1e-6).
+# Tolerance on sum(r) == 1 accepted by the validators (tfdp's choice).
 R_SUM_TOLERANCE = 1e-6
 
 _BOUNDS = ("max", "sum", "per_map")
@@ -17,7 +17,7 @@ _BOUNDS = ("max", "sum", "per_map")
 def check_redistribution(r: Any, name: str = "r") -> np.ndarray:
     """Checks that r is a redistribution vector: finite, every r_k > 0, sum 1 (+-1e-6).
 
-    HGM Theorem 3 needs 0 <= r_k <= 1 and sum r = 1; HGM spec §2.4 [rec] further requires
+    HGM Theorem 3 needs 0 <= r_k <= 1 and sum r = 1; tfdp further requires
     r_k > 0 (a zero entry makes the r-weighted sensitivity infinite).
 
     Args:
@@ -81,7 +81,7 @@ def heterogeneous_stddevs(*, sigma: float, r: Any) -> np.ndarray:
 
 
 def weighted_sensitivity(diff: Any, r: Any) -> float:
-    """The r-weighted l2 sensitivity max ||diff / sqrt(K r)||_2 (HGM Theorem 3, §2.6).
+    """The r-weighted l2 sensitivity max ||diff / sqrt(K r)||_2 (HGM Theorem 3).
 
     Args:
         diff: A(D) - A(D') for one neighbouring pair (shape of r), or a batch of such
@@ -105,7 +105,7 @@ def weighted_sensitivity(diff: Any, r: Any) -> float:
         raise ValueError("diff must be finite")
     lead = d.shape[:d.ndim - arr.ndim]
     flat = d.reshape((int(np.prod(lead)) if lead else 1, arr.size))
-    norms = np.sqrt(np.sum(flat ** 2 / (arr.size * arr.reshape(-1)), axis=1))  # HGM §2.4
+    norms = np.sqrt(np.sum(flat ** 2 / (arr.size * arr.reshape(-1)), axis=1))  # HGM Theorem 3
     return float(np.max(norms))
 
 
@@ -113,9 +113,9 @@ def layer_sensitivity(*, unit_l1_norms: Any, r: Any, bound: str = "max") -> floa
     """l_inf -> r-weighted l2 sensitivity of an affine layer, per unit of input change.
 
     unit_l1_norms[k] = ||w_k||_1, the l1 norm of the weights feeding unit k (for a conv
-    layer, the kernel of unit k's channel). HGM spec §3.2:
+    layer, the kernel of unit k's channel). HGM Eq. 6:
 
-    - "max" (a, paper form, erratum E2 corrected): max_k ||w_k||_1 / sqrt(r_k);
+    - "max" (a, paper form with the square root of K r restored): max_k ||w_k||_1 / sqrt(r_k);
     - "sum" (b, tighter, still sound): sqrt(sum_k ||w_k||_1^2 / (K r_k));
     - "per_map" (c, as published for conv layers; NOT sound for l_inf attacks, an
       ablation only): max_c sqrt(sum_p ||W_c||_1^2 / (K r_(p,c))), channel = last axis.
@@ -139,18 +139,18 @@ def layer_sensitivity(*, unit_l1_norms: Any, r: Any, bound: str = "max") -> floa
         raise ValueError(f"unit_l1_norms must have r's shape {arr.shape}, got {w.shape}")
     k = arr.size
     if bound == "max":
-        return float(np.max(w / np.sqrt(arr)))  # HGM Eq. 6, sqrt(K r) restored (E2)
+        return float(np.max(w / np.sqrt(arr)))  # HGM Eq. 6, sqrt(K r) restored
     terms = w ** 2 / (k * arr)
     if bound == "sum":
-        return float(np.sqrt(np.sum(terms)))  # HGM spec §3.2 (b)
+        return float(np.sqrt(np.sum(terms)))  # HGM Eq. 6, bound (b)
     if arr.ndim < 2:
         raise ValueError("bound='per_map' needs r with a channel (last) axis and >= 2 dims")
     per_map = np.sqrt(np.sum(terms.reshape(-1, arr.shape[-1]), axis=0))
-    return float(np.max(per_map))  # HGM spec §3.2 (c), as published
+    return float(np.max(per_map))  # HGM per feature map, as published
 
 
 def redistribution_from_scores(scores: Any, *, floor: float = 0.01, mix: float = 0.0) -> np.ndarray:
-    """Builds r from non-negative scores with mixing and a floor (HGM Eq. 7, spec §3.3).
+    """Builds r from non-negative scores with mixing and a floor (HGM Eq. 7; docs/hgm.md).
 
     r = scores / sum(scores) (Eq. 7); r <- (1 - mix) r + mix / K; r <- max(r, floor / K);
     r <- r / sum(r). After the renormalisation min r >= floor / ((1 + floor) K) > 0.
@@ -182,8 +182,8 @@ def redistribution_from_scores(scores: Any, *, floor: float = 0.01, mix: float =
         raise ValueError("scores must not all be zero")
     k = s.size
     r = s / total  # HGM Eq. 7
-    r = (1.0 - mx) * r + mx / k  # HGM spec §3.3 mixing
-    r = np.maximum(r, fl / k)  # HGM spec §3.3 floor
+    r = (1.0 - mx) * r + mx / k  # mixing (tfdp's choice)
+    r = np.maximum(r, fl / k)  # floor (tfdp's choice)
     if np.any(r <= 0.0):
         raise ValueError("scores has zero entries: use floor > 0 or mix > 0")
     return r / np.sum(r)

@@ -10,7 +10,7 @@ def laplace_scale(*, epsilon: float, sensitivity: float,
     """Scale b of the Laplace mechanism for epsilon-DP.
 
     Adding Laplace(0, b) noise with b = sensitivity / epsilon to a query of l1
-    sensitivity `sensitivity` is epsilon-DP (Dwork et al. 2006; AdLM §3, StoBatch §2).
+    sensitivity `sensitivity` is epsilon-DP (Dwork et al. 2006; used by AdLM and StoBatch).
 
     Args:
         epsilon: privacy budget, finite and > 0.

@@ -32,7 +32,7 @@ def pixeldp_gaussian_multiplier(*, epsilon: float, delta: float,
     """PixelDP Gaussian multiplier L sqrt(2 ln(1.25/delta)) / eps; std = multiplier * l2 sens.
 
     PixelDP code release (models/pixeldp.py): dp_mult = L sqrt(2 ln(1.25/delta)) / eps;
-    the classical Gaussian mechanism, so eps must be <= 1 (HGM spec §6, PixelDP baseline).
+    the classical Gaussian mechanism, so eps must be <= 1 (HGM Theorem 1).
 
     Args:
         epsilon: robustness budget eps_r in (0, 1].

@@ -14,8 +14,8 @@ def small_cnn(input_shape: Sequence[int], num_classes: int, *,
               activation: str = "relu", name: str = "small_cnn") -> keras.Model:
     """A small convolutional network: [Conv 3x3 + MaxPool 2x2] per filter count, Dense, logits.
 
-    No batch normalisation (it mixes examples in a batch, which per-example DP-SGD forbids;
-    HGM spec §8 item A12), no dropout (so runs are reproducible from the seed alone).
+    No batch normalisation (it mixes examples in a batch, which per-example DP-SGD forbids),
+    no dropout (so runs are reproducible from the seed alone).
 
     Args:
       input_shape: (height, width, channels) of one example.

@@ -1,13 +1,13 @@
-"""Secure-SGD / HGM architectures: noise on the first convolution's pre-activation (HGM §3.1).
+"""Secure-SGD / HGM architectures: noise on the first convolution's pre-activation (HGM Eq. 8).
 
 Every model is a chain
 
     input -> conv1 (SensitivityBoundedConv2D) -> robustness_noise (HeterogeneousGaussianNoise)
           -> ReLU -> ... -> logits
 
-so the noise is added after the bias and before the nonlinearity ([code], HGM spec §3.1).
+so the noise is added after the bias and before the nonlinearity (as in the authors' code).
 conv1's effective kernel is W1 * Delta_target / Delta_f(W1, r) at every call: the
-normalisation of HGM spec §3.2 option (i), applied as a reparametrisation (like weight
+normalisation of docs/hgm.md ("Design decisions"), applied as a reparametrisation (like weight
 normalisation) so that the deployed function has Delta_f = Delta_target in training, in
 checkpoints and in the saved model alike (no separate projection step can be skipped).
 Normalising to the bound itself rather than to min(1, .) keeps the first layer's signal at
@@ -32,7 +32,7 @@ NOISE_LAYER = "robustness_noise"
 
 @keras.saving.register_keras_serializable(package="tfdp")
 class SensitivityBoundedConv2D(keras.layers.Conv2D):
-    """Conv2D whose effective kernel has Delta_f(W, r) = `target` (HGM spec §3.2 (i)).
+    """Conv2D whose effective kernel has Delta_f(W, r) = `target` (HGM Eq. 6; docs/hgm.md).
 
     Args:
         r: redistribution vector of the layer's output feature shape (entries > 0, sum 1),
@@ -94,9 +94,9 @@ class SensitivityBoundedConv2D(keras.layers.Conv2D):
 
 
 def _conv1_spec(arch: str) -> dict:
-    if arch == "mnist":  # HGM spec §5.1: conv 32 5x5, stride 1, SAME
+    if arch == "mnist":  # HGM paper: conv 32 5x5; stride 1, SAME (code)
         return {"filters": 32, "kernel_size": 5, "strides": 1}
-    if arch == "cifar10":  # HGM spec §5.2: conv 128 3x3, stride 2, SAME
+    if arch == "cifar10":  # HGM paper: conv 128 3x3; stride 2, SAME (code)
         return {"filters": 128, "kernel_size": 3, "strides": 2}
     if arch == "small":  # CPU-sized variant of the MNIST network (not a paper setting)
         return {"filters": 8, "kernel_size": 5, "strides": 1}
@@ -116,12 +116,12 @@ def build_model(arch: str, input_shape: Sequence[int], num_classes: int, *, sigm
                 sensitivity_mode: str = "layer_max", target: float = 1.0,
                 seed: Optional[int] = None, name: Optional[str] = None,
                 noise_free: bool = False) -> keras.Model:
-    """The network of HGM spec §5 with HGM robustness noise at conv1's pre-activation.
+    """The HGM experiments' network with HGM robustness noise at conv1's pre-activation.
 
     Args:
-        arch: "mnist" (§5.1: conv32 5x5 -> pool -> conv64 5x5 -> pool -> FC256 -> logits),
-            "cifar10" (§5.2: conv128 3x3/2 -> conv128 5x5 -> conv256 5x5 -> avgpool ->
-            FC256 -> logits; no BatchNorm, spec §8 A12) or "small" (conv8 5x5 -> pool ->
+        arch: "mnist" (paper: conv32 5x5 -> pool -> conv64 5x5 -> pool -> FC256 -> logits),
+            "cifar10" (paper: conv128 3x3/2 -> conv128 5x5 -> conv256 5x5 -> avgpool ->
+            FC256 -> logits; no BatchNorm, as for DP-SGD) or "small" (conv8 5x5 -> pool ->
             conv16 5x5 -> pool -> FC64 -> logits).
         input_shape: (H, W, C).
         num_classes: number of logits.

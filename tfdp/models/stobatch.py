@@ -1,22 +1,22 @@
-"""StoBatch networks f(x) = g(a(x, theta1), theta2) (StoBatch spec §2.1, §4).
+"""StoBatch networks f(x) = g(a(x, theta1), theta2) (StoBatch paper and code release).
 
 `StoBatchNet` holds the whole classifier:
 
 - `input_noise`: a `layers.LaplaceNoise` in "once" mode whose stored draw is chi1 / m
-  (StoBatch §2.3; scale Delta_R / eps1, divisor m, fresh inference noise 1/psi);
+  (StoBatch Lemma 3; scale Delta_R / eps1, divisor m, fresh inference noise 1/psi);
 - the encoder a(., theta1): `encoder_conv` (the first affine layer, with the l1 -> l1 norm
-  bound of §7 A2 as a kernel constraint), ReLU, `encoder_bn`, clip to [-1, 1] (§2.5
-  reference recipe), and the tied decoder used by the auto-encoder objective (Eq. 6);
-- `latent_noise`: a "once" `LaplaceNoise` whose stored draw is 2 chi2 / m (§2.4);
+  bound of docs/stobatch.md as a kernel constraint), ReLU, `encoder_bn`, clip to [-1, 1]
+  (the code release's recipe), and the tied decoder used by the auto-encoder objective (Eq. 6);
+- `latent_noise`: a "once" `LaplaceNoise` whose stored draw is 2 chi2 / m (Lemma 3);
 - the classifier body g(., theta2) ending in h_pi (BN, clip to [-1, 1]) and the output
-  layer W_pi without bias (§7 A17);
-- `chi3`, the output-coefficient noise [|h_pi|, K] (§2.2), a non-trainable weight.
+  layer W_pi without bias (the paper has none);
+- `chi3`, the output-coefficient noise [|h_pi|, K] (Alg. 1 line 1), a non-trainable weight.
 
-`call(x, training=False)` is the noise-free network (the evaluation attack target, §6.2);
-the tfdp evaluator switches the noise layers on for Monte-Carlo certification (§2.11).
+`call(x, training=False)` is the noise-free network (the evaluation attack target, as in the code);
+the tfdp evaluator switches the noise layers on for Monte-Carlo certification (Alg. 3).
 The trainer uses `forward`, which adds the stored noise explicitly and lets BN run in
 either mode independently of the noise (the training attack target is f with chi2 and
-BN in inference mode, §2.6).
+BN in inference mode; docs/stobatch.md).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ COMPUTE_DTYPES = ("float32", "float64")
 class RowL1Bound(keras.constraints.Constraint):
     """Keeps max_j sum_c |W[j, c]| <= bound for a kernel viewed as [fan_in, C_out].
 
-    StoBatch §7 A2 (enforce_norm_bound): the l1 -> l1 norm Delta_h1 of the first layer,
+    tfdp's enforce_norm_bound (docs/stobatch.md): the l1 -> l1 norm Delta_h1 of the first layer,
     fixed at initialisation, stays an upper bound during training. Rows (inputs j) whose
     l1 norm exceeds the bound are scaled down onto it.
     """
@@ -60,7 +60,7 @@ class RowL1Bound(keras.constraints.Constraint):
 
 
 def first_layer_norms(kernel: Any) -> dict:
-    """Norms of a first-layer kernel viewed as W [fan_in = k*k*C_in, C_out] (§7 A2).
+    """Norms of a first-layer kernel viewed as W [fan_in = k*k*C_in, C_out] (docs/stobatch.md).
 
     Returns:
         {"l1_rows": max_j sum_c |W[j,c]| (the l1 -> l1 operator norm of x -> W^T x, used for
@@ -75,7 +75,7 @@ def first_layer_norms(kernel: Any) -> dict:
 
 
 def glorot_uniform(shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
-    """Glorot-uniform initial kernel drawn on the host (StoBatch §3.6 init_first_layer)."""
+    """Glorot-uniform initial kernel drawn on the host (`StoBatch.setup`)."""
     shape = tuple(int(s) for s in shape)
     receptive = int(np.prod(shape[:-2])) if len(shape) > 2 else 1
     fan_in, fan_out = shape[-2] * receptive, shape[-1] * receptive
@@ -182,24 +182,24 @@ class StoBatchNet(keras.Model):
     Args:
         input_shape: (H, W, C) of one example.
         num_classes: K.
-        architecture: one of ARCHITECTURES ("mnist" §4.2, "cifar10" §4.3, "resnet18" §4.4,
+        architecture: one of ARCHITECTURES ("mnist", "cifar10", "resnet18": the paper's three,
             "tiny": a small test network).
         batch_size: m (the noise divisor).
         input_scale: Laplace scale of chi1 (Delta_R / eps1).
         latent_scale: Laplace scale of 2 chi2 before /m (2 Delta_R / eps1).
-        psi: fresh inference noise is 1/psi of the training scale (§2.11).
+        psi: fresh inference noise is 1/psi of the training scale (Alg. 3).
         hidden_units: |h_pi|.
         sync_bn: synchronized BatchNormalization (exact full-batch moments across replicas,
-            §3.5 item 9).
+            docs/stobatch.md).
         norm_bound: l1 -> l1 bound of the first-layer kernel, or None for no projection.
-        bn_momentum: momentum of the BN moving statistics (ResNet-18 blocks use 0.5, §4.4).
-        bn_eval: BN at inference: "moving" statistics [rec], or "batch" statistics of the
+        bn_momentum: momentum of the BN moving statistics (ResNet-18 blocks use 0.5, as the code).
+        bn_eval: BN at inference: "moving" statistics (default), or "batch" statistics of the
             evaluated batch without updating the moving ones (the reference code's MNIST and
-            CIFAR-10 inference, §2.11 ref_bn_batchstats_at_test).
+            CIFAR-10 inference).
         compute_dtype: "float32" (default) or "float64": the dtype of every weight and
             computation of the network (the stored noise stays the float32 host draw and is
             cast exactly). float64 makes results independent of float32 summation order, so
-            replica-count equivalence (§8.1 item 28) can be checked at large m.
+            replica-count equivalence (tests/stobatch) can be checked at large m.
         input_clip: clip the (noisy) inputs to [-c, c] before the first layer (the authors'
             code release: 10), or None (the paper: no clip).
         **kwargs: Keras model arguments.
@@ -258,23 +258,23 @@ class StoBatchNet(keras.Model):
             kernel_constraint=constraint, bias_initializer=keras.initializers.Constant(1e-4),
             name="encoder_conv")
         self.encoder_bn = _bn(self.sync_bn, "encoder_bn", self.bn_momentum)
-        self.encoder_clip = Clip(-1.0, 1.0, name="encoder_clip")  # §2.1: h1 in [-1, 1]
+        self.encoder_clip = Clip(-1.0, 1.0, name="encoder_clip")  # StoBatch: h1 in [-1, 1]
         self.latent_noise = LaplaceNoise(self.latent_scale, noise_mode="once",
                                          batch_divisor=self.batch_size,
                                          inference_fresh_scale=1.0 / self.psi,
                                          name="latent_noise")
         self.body = self._make_body()
         self.h_pi_bn = _bn(self.sync_bn, "h_pi_bn", self.bn_momentum)
-        self.h_pi_clip = Clip(-1.0, 1.0, name="h_pi_clip")  # §2.1: h_pi in [-1, 1]
+        self.h_pi_clip = Clip(-1.0, 1.0, name="h_pi_clip")  # StoBatch: h_pi in [-1, 1]
         self.output_layer = keras.layers.Dense(self.num_classes, use_bias=False,
-                                               name="output")  # §7 A17: no output bias
+                                               name="output")  # the paper has no output bias
 
     # ------------------------------------------------------------------ structure
 
     def _make_body(self) -> list:
         sync, units = self.sync_bn, self.hidden_units
         a = self.architecture
-        if a == "mnist":  # §4.2 rows 3-5
+        if a == "mnist":  # the code release's MNIST layers
             return [keras.layers.AveragePooling2D(2, 2, padding="same", name="pool1"),
                     keras.layers.Conv2D(64, 5, strides=2, padding="same", activation="relu",
                                         name="conv2"),
@@ -283,7 +283,7 @@ class StoBatchNet(keras.Model):
         if a == "tiny":
             return [keras.layers.Flatten(name="flatten"),
                     keras.layers.Dense(units, use_bias=False, name="dense_h_pi")]
-        if a == "cifar10":  # §4.3 rows 3-7 (the concat with n1 is handled in _body)
+        if a == "cifar10":  # code release's layers (the concat with n1 is handled in _body)
             return [keras.layers.Conv2D(128, 5, padding="same", activation="relu", name="c2"),
                     _bn(sync, "bn_concat", self.bn_momentum),
                     keras.layers.Conv2D(256, 5, padding="same", activation="relu",
@@ -292,7 +292,7 @@ class StoBatchNet(keras.Model):
                     keras.layers.AveragePooling2D(2, 2, padding="same", name="pool"),
                     keras.layers.Flatten(name="flatten"),
                     keras.layers.Dense(units, use_bias=False, name="dense_h_pi")]
-        # resnet18 (§4.4): pre-activation basic blocks, no stem conv and no max-pool
+        # resnet18 (Tiny ImageNet code): pre-activation basic blocks, no stem conv and no max-pool
         body = []
         in_filters = self.spec["filters"]
         for stage, (filters, stride) in enumerate(((64, 1), (128, 1), (256, 2), (512, 2))):
@@ -409,14 +409,14 @@ class StoBatchNet(keras.Model):
     # ------------------------------------------------------------------ forward passes
 
     def encode(self, x: tf.Tensor, training: bool) -> tf.Tensor:
-        """h = clip(BN(ReLU(conv(x) + b1)), -1, 1) (§2.5 reference recipe)."""
+        """h = clip(BN(ReLU(conv(x) + b1)), -1, 1) (the code release's recipe)."""
         if self.input_clip is not None:  # the authors' code release (issue 29 item 5)
             x = tf.clip_by_value(x, -self.input_clip, self.input_clip)
         h = tf.nn.relu(self.encoder_conv(x))
         return self.encoder_clip(self._norm(self.encoder_bn, h, training))
 
     def reconstruct(self, h_bar: tf.Tensor) -> tf.Tensor:
-        """Tied decoder logits z shaped like the input (§2.5): upsample, conv W1^T, ReLU.
+        """Tied decoder logits z shaped like the input (code release): upsample, conv W1^T, ReLU.
 
         z = relu(conv_SAME(nearest_upsample(h_bar), W1^T) + b). When the input size is a
         multiple of the stride, the same function is computed as one stride-1 convolution

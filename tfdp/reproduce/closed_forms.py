@@ -15,7 +15,7 @@ from scipy import optimize
 
 
 def hgm_figure1(delta: float = 1e-5, sensitivity: float = 1.0) -> dict:
-    """HGM Figure 1: noise sigma against eps for GM, AGM and HGM (HGM spec §7, §2.7).
+    """HGM Figure 1: noise sigma against eps for GM, AGM and HGM (HGM Thms 1-2, Balle-Wang).
 
     Args:
       delta: the figure's delta (1e-5).
@@ -47,7 +47,7 @@ def hgm_figure1(delta: float = 1e-5, sensitivity: float = 1.0) -> dict:
         except ValueError:
             gm_rejects += 1
     # The delta below which HGM's second proof condition binds: s(delta) = 1/2, i.e.
-    # delta = sqrt(2/pi) e^{-1/2} (HGM spec §7, "constants in the theory").
+    # delta = sqrt(2/pi) e^{-1/2} (the threshold stated with HGM Theorem 2).
     threshold = optimize.brentq(lambda d: mechanisms.hgm_s(d) - 0.5, 1e-3, 0.79, xtol=1e-15)
     return {
         "eps_small": [float(small[0]), float(small[-1])],
@@ -63,7 +63,7 @@ def hgm_figure1(delta: float = 1e-5, sensitivity: float = 1.0) -> dict:
 
 
 def gpm_figure4() -> dict:
-    """GPM Figure 4 / spec §5.2: GM eps and GPM's lower and upper bounds (Delta = 1).
+    """GPM Figure 4 (Thm 2.3, 4.2, 4.4): GM eps and GPM's lower and upper bounds (Delta = 1).
 
     Returns:
       dict of named values: gm_eps_s{sigma}_d{delta}, lower_b{beta} (t = 0.25,
@@ -84,7 +84,7 @@ def gpm_figure4() -> dict:
             values = [pancake.eps_lower(0.25, beta, g, 1e-10) for g in (1e2, 1e4)]
             out[f"lower_b{beta:g}"] = values[0]
             out[f"lower_b{beta:g}_gamma_spread"] = abs(values[1] - values[0]) / values[0]
-        # "GPM costs exceed eps = 1e4 even at delta = 0.1" (GPM §5.2).
+        # "GPM costs exceed eps = 1e4 even at delta = 0.1" (GPM, Figure 4).
         out["min_lower_at_delta_0.1"] = min(
             pancake.eps_lower(0.25, b, g, 0.1) for b in (1e-3, 1e-5) for g in (1e2, 1e4))
     return {k: float(v) for k, v in out.items()}

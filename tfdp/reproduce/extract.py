@@ -180,7 +180,7 @@ def _close(a: float, b: float) -> bool:
 def gpm_hist_cell(outs, row: Row) -> Value | None:
     """GPM Figure 5 cell: success per d, each within max(3 SE, 0.02) of the exact oracle.
 
-    The tolerance is the spec's R1 (gpm.md §8.2): 3 binomial standard errors of the oracle
+    The tolerance is tfdp's choice (no published value): 3 binomial standard errors of the oracle
     success p at the cell's number of trials n, sqrt(p (1 - p) / n), floored at 0.02.
     """
     cells = [r for r in _hist_rows(outs)

@@ -20,7 +20,7 @@ DELTA_H0_PRESETS = ("paper_fc", "conv_fanin", "ref_code")
 RELEVANCE_TRANSFORMS = ("paper", "ref_code")
 BATCH_SCHEDULES = ("fixed", "shuffle")
 
-# Spec §4.3 (not from the paper; AdLM code release ratios): eps1:eps2:eps3.
+# Not from the paper (AdLM code release ratios): eps1:eps2:eps3.
 _DEFAULT_SPLIT = {"mnist": (0.25, 0.25, 0.5), "cifar10": (0.1, 0.6, 0.3)}
 # AdLM code release relevance floors r_min (MNIST 1e-5, CIFAR 1e-2).
 _DEFAULT_FLOOR = {"mnist": 1e-5, "cifar10": 1e-2}
@@ -111,7 +111,7 @@ def _opt(options: Mapping[str, Any], name: str, default: Any) -> Any:
 
 def delta_h0(preset: str | float, *, architecture: str, input_shape: tuple[int, ...],
              crop: int = 20) -> float:
-    """Sensitivity Delta_h0 of the first affine layer (AdLM Lemma 3; spec §3.4, E2).
+    """Sensitivity Delta_h0 of the first affine layer (AdLM Lemma 3; presets in docs/adlm.md).
 
     Args:
         preset: "paper_fc" (2 |h0| d, |h0| = all first-layer output units), "conv_fanin"
@@ -147,7 +147,7 @@ def delta_h0(preset: str | float, *, architecture: str, input_shape: tuple[int, 
     if preset == "paper_fc":
         return 2.0 * filters * h_out * w_out * d  # AdLM Lemma 3: 2 |h0| d
     if preset == "conv_fanin":
-        return 2.0 * filters * h_out * w_out * k * k * c  # spec §3.4: 2 * sum of fan-ins
+        return 2.0 * filters * h_out * w_out * k * k * c  # tfdp: 2 * sum of fan-ins
     if architecture == "cifar10":
         return 2.0 * c * h_out * w_out * k * k  # AdLM code release (CIFAR): 2*3*10*10*3*3
     return 2.0 * (h // 2) * (w // 2) * k * k  # AdLM code release (MNIST): 2*14*14*5*5
@@ -155,7 +155,7 @@ def delta_h0(preset: str | float, *, architecture: str, input_shape: tuple[int, 
 
 def per_record_epsilon_inputs(*, batch_size: int, eps_j_sum: float, feature_range: float,
                               delta_h0_value: float) -> float:
-    """Per-record bound of per_example_fixed input noise (spec §3.9 diagnostic).
+    """Per-record bound of per_example_fixed input noise (docs/adlm.md, "Privacy ledger").
 
     A record's noisy copy has noise Lap(Delta_h0/eps_j)/|L| per feature, so its privacy loss
     is at most |L| * sum_j eps_j * max|x_ij - x'_ij| / Delta_h0.
@@ -163,12 +163,12 @@ def per_record_epsilon_inputs(*, batch_size: int, eps_j_sum: float, feature_rang
     Returns:
         The bound (10.8 for the MNIST code-release configuration).
     """
-    return batch_size * eps_j_sum * feature_range / delta_h0_value  # spec §3.9
+    return batch_size * eps_j_sum * feature_range / delta_h0_value
 
 
 def per_record_epsilon_labels(*, batch_size: int, eps3: float, delta_f: float) -> float:
-    """Per-record bound of per-example FM noise on phi1: 2 |L| eps3 / Delta_F (spec §3.9)."""
-    return 2.0 * batch_size * eps3 / delta_f  # spec §3.9: a label change moves 2 classes by 1
+    """Per-record bound of per-example FM noise on phi1: 2 |L| eps3 / Delta_F (docs/adlm.md)."""
+    return 2.0 * batch_size * eps3 / delta_f  # a label change moves 2 classes by 1
 
 
 class AdLM(Method):
@@ -224,7 +224,7 @@ class AdLM(Method):
         return parts
 
     def budgets(self) -> tuple[float, float, float]:
-        """(eps1, eps2, eps3) = split * --epsilon (AdLM §1: eps = eps1 + eps2 + eps3)."""
+        """(eps1, eps2, eps3) = split * --epsilon (AdLM: eps = eps1 + eps2 + eps3)."""
         eps = float(self.config.epsilon)
         return tuple(eps * p for p in self._split())
 
@@ -280,18 +280,18 @@ class AdLM(Method):
             raise ValueError("--adlm_crop: expected an int >= 1")
         low, high = cfg.value_range
         if low < -1.0 or high > 1.0:
-            # AdLM Lemma 3 / spec E2: Delta_h0 allows a per-feature change of 2 max|x| with |x| <= 1.
+            # AdLM Lemma 3: Delta_h0 allows a per-feature change of 2 max|x| with |x| <= 1.
             raise ValueError(f"--value_range: AdLM's Delta_h0 assumes |x| <= 1; got {low},{high}")
         if int(cfg.batch_size) < 1:
             raise ValueError(f"--batch_size: expected an int >= 1, got {cfg.batch_size!r}")
 
-    # ------------------------------------------------------------------ public split (E4)
+    # ------------------------------------------------------- public split (docs/ledger.md)
 
     def _uses_public_split(self) -> bool:
         return self.adaptive and self._o("adlm_aux_data") == "public_split"
 
     def public_split_size(self, num_train: int) -> int:
-        """Records held out for the auxiliary model (spec E4), removed from D by the loop."""
+        """Records held out for the auxiliary model (docs/ledger.md), removed from D by the loop."""
         if not self._uses_public_split():
             return 0
         size = self._o("adlm_aux_public_size")
@@ -308,7 +308,7 @@ class AdLM(Method):
 
     def _relevance(self, x: np.ndarray, y: np.ndarray, num_classes: int, arch: str, eps1: float,
                    rng: np.random.Generator) -> tuple[np.ndarray, dict]:
-        """Aux model, LRP, per-record normalisation and the eps1-DP average (AdLM §3.1-3.2)."""
+        """Aux model, LRP, per-record normalisation and the eps1-DP average (AdLM Eq. 4-12)."""
         kind = self._o("adlm_aux_model")
         aux_seed = int(rng.integers(0, 2**31 - 1))
         keras.utils.set_random_seed(aux_seed)
@@ -323,7 +323,7 @@ class AdLM(Method):
                                  "(set_public_data) before setup")
             x_aux, y_aux = self._public  # disjoint from D: the relevance function is fixed
         else:
-            x_aux, y_aux = x, y  # spec E4: trained on D without privacy (the paper)
+            x_aux, y_aux = x, y  # trained on D without privacy (the paper)
         hist = aux.fit(x_aux, y_aux, batch_size=128, epochs=epochs, verbose=0, shuffle=True)
         aux_acc = float(hist.history["accuracy"][-1])
         logging.info("AdLM auxiliary model (%s, %d epochs): train accuracy %.4f", kind, epochs,
@@ -384,7 +384,7 @@ class AdLM(Method):
         eps_j = beta * eps2  # AdLM Eq. 16: eps_j = beta_j * eps2
         # Per-example share of the input noise: Lap(Delta_h0 / eps_j) / |L| (Algorithm 1 l.12-13).
         input_scale = dh0 / eps_j / batch
-        fm_scale = mechanisms.laplace_scale(epsilon=eps3, sensitivity=delta_f) / batch  # §3.6
+        fm_scale = mechanisms.laplace_scale(epsilon=eps3, sensitivity=delta_f) / batch  # Alg. 1
         st = self._state
         st.update({"beta": beta, "input_scale": input_scale,
                    "scalars": np.array([eps1, eps2, eps3, dh0, delta_f, fm_scale, n, batch,
@@ -413,7 +413,7 @@ class AdLM(Method):
         eps1, eps2, eps3 = eps
         batch = int(self.config.batch_size)
         if self.adaptive and self._uses_public_split():
-            # Spec E4 rigorous option: the auxiliary model saw only the held-out public split,
+            # docs/ledger.md's sound option: the auxiliary model saw only the held-out public split,
             # so the relevance function is fixed w.r.t. D and Delta_R = 2d/|D| holds.
             public = 0 if self._public is None else len(self._public[0])
             ledger.add(f"{self.name}_eps1_relevance", mechanism="laplace", epsilon=eps1,
@@ -421,10 +421,10 @@ class AdLM(Method):
                        covers="setup",
                        note=(f"AdLM Lemma 1-2: Rbar = mean relevance + Lap(2d/(|D| eps1)), d={d}, "
                              f"|D|={n}. The auxiliary model was trained on a public split of "
-                             f"{public} records removed from D (spec E4), so the relevance "
+                             f"{public} records removed from D (docs/ledger.md), so the relevance "
                              "function does not depend on D and the claim is sound."))
         elif self.adaptive:
-            # Delta_R = 2d/|D| treats the auxiliary model as fixed (spec E4); it was trained on
+            # Delta_R = 2d/|D| treats the auxiliary model as fixed (AdLM Lemma 1); it was trained on
             # D, so one record can move every normalised relevance: L1 change <= d, and the
             # Laplace scale 2d/(|D| eps1) then gives eps1 * |D| / 2.
             sound = eps1 * n / 2.0
@@ -433,17 +433,17 @@ class AdLM(Method):
                        claimed_epsilon=eps1, covers="setup",
                        note=(f"AdLM Lemma 1-2: Rbar = mean relevance + Lap(2d/(|D| eps1)), d={d}, "
                              f"|D|={n}. The claim holds for an auxiliary model independent of "
-                             "D; here it was trained on D without privacy (spec E4), so the "
+                             "D; here it was trained on D without privacy (docs/ledger.md), so the "
                              "sound bound uses sensitivity d: eps1*|D|/2 (use "
                              "--adlm_aux_data=public_split for a sound eps1)."))
         if mode == "per_example_fixed" and gran == "feature":
             sound_x = per_record_epsilon_inputs(batch_size=batch, eps_j_sum=eps_j_sum,
                                                 feature_range=feature_range, delta_h0_value=dh0)
             why_x = ("each record's noisy copy xbar_i = x_i + Lap(Delta_h0/eps_j)/|L| is released "
-                     "once; per-record bound |L| sum_j eps_j max|x_ij - x'_ij| / Delta_h0 (spec "
-                     "§3.9). The noise of a record is keyed by its position in the training "
-                     "set (and a secret run key), never by its content, so identical records "
-                     "get independent noise.")
+                     "once; per-record bound |L| sum_j eps_j max|x_ij - x'_ij| / Delta_h0 "
+                     "(docs/adlm.md). The noise of a record is keyed by its position in the "
+                     "training set (and a secret run key), never by its content, so identical "
+                     "records get independent noise.")
         else:
             sound_x = math.inf
             why_x = {"per_example_fixed": "a pixel's noise is shared by its channels, so channel "
@@ -452,7 +452,7 @@ class AdLM(Method):
                                               "step; differences between records are noise free",
                      "shared_fixed": "one draw is shared by every record; differences between "
                                      "records are noise free"}[mode]
-            why_x = f"no finite per-record bound: {why_x} (spec §3.9, E1)."
+            why_x = f"no finite per-record bound: {why_x} (docs/adlm.md)."
         ledger.add(f"{self.name}_eps2_inputs", mechanism=f"laplace_input_{mode}", epsilon=sound_x,
                    protects="training records (inputs of the first affine layer)",
                    claimed_epsilon=eps2, covers="setup",
@@ -466,14 +466,14 @@ class AdLM(Method):
             sound_y = per_record_epsilon_labels(batch_size=batch, eps3=eps3, delta_f=delta_f)
             why_y = ("phibar1 = 1/2 - y + Lap(Delta_F/eps3)/|L| per record and class, drawn once "
                      "and keyed by the record's position; a label change moves two classes by "
-                     "1: 2|L|eps3/Delta_F (spec §3.9).")
+                     "1: 2|L|eps3/Delta_F (docs/adlm.md).")
         ledger.add(f"{self.name}_eps3_functional_mechanism", mechanism=f"laplace_fm_{fm_mode}",
                    epsilon=sound_y, protects="training records (labels in the Taylor loss)",
                    claimed_epsilon=eps3, covers="setup",
                    note=(f"AdLM Lemma 5-6 claim eps3 by one draw on the batch sum of the "
                          f"coefficients; Delta_F={delta_f:g}. Sound: {why_y}"
                          + ("" if self.adaptive else " ILM: the eps1 share of --epsilon is not "
-                            "spent (spec §5).")))
+                            "spent (the paper's ablation).")))
 
     def setup_state(self) -> dict:
         return dict(self._state)
@@ -546,7 +546,7 @@ class AdLM(Method):
 
     def noisy_inputs(self, x: tf.Tensor, seeds: tf.Tensor | None = None,
                      ctx: StepContext | None = None) -> tf.Tensor:
-        """xbar: the inputs of the first affine layer with this run's noise (AdLM §3.4).
+        """xbar: the inputs of the first affine layer with this run's noise (AdLM Alg. 1 l.12-14).
 
         Args:
           x: the inputs.
@@ -582,7 +582,7 @@ class AdLM(Method):
         if fm_mode == "per_example_label_only":
             return None, phi1, None
         phi0 = math.log(2.0) + self._per_record(seeds, 3, [num_classes], fm_scale)
-        # phibar2 clamped at >= 0 (post-processing; spec §3.6).
+        # phibar2 clamped at >= 0 (post-processing; tfdp's choice).
         phi2 = tf.maximum(0.125 + self._per_record(seeds, 4, [num_classes], fm_scale), 0.0)
         return phi0, phi1, phi2
 
@@ -603,7 +603,7 @@ class AdLM(Method):
                                   ctx.global_batch_size)
 
     def step_on_noisy(self, model, optimizer, xbar, phi0, phi1, phi2, y, global_batch_size):
-        """The update from the noisy inputs and coefficients only (AdLM §3.7 phase B).
+        """The update from the noisy inputs and coefficients only (AdLM Alg. 1, training loop).
 
         The labels `y` are used for the reported training accuracy only.
         """
@@ -638,7 +638,7 @@ class ILM(AdLM):
     """Identical Laplace Mechanism: AdLM with uniform budgets beta_j = 1 and no relevance step.
 
     eps2 and eps3 are the same shares of --epsilon as AdLM's; the eps1 share is not spent
-    (AdLM spec §5 item 2), so the ledger's claimed total is eps2 + eps3.
+    (the paper's ablation), so the ledger's claimed total is eps2 + eps3.
     """
 
     name = "ilm"

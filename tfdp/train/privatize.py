@@ -1,6 +1,6 @@
 """Shared privatisers: per-example clipping, noise on a clipped sum, and their ledger entries.
 
-DP-SGD (Abadi et al. 2016), Secure-SGD (HGM spec §3.5) and StoBatch reuse these pieces
+DP-SGD (Abadi et al. 2016), Secure-SGD (HGM Alg. 1) and StoBatch reuse these pieces
 instead of copying them. Each function runs inside `strategy.run` (one replica's slice of
 the global batch); noise that must be drawn once per global batch is added on replica 0
 only, from a seed every replica shares.
@@ -155,7 +155,7 @@ def dpsgd_gradients(ctx: StepContext, model, variables: Sequence[tf.Variable], x
     """One replica's DP-SGD gradients: clip per example, sum, noise once, divide by the lot.
 
     Abadi et al. 2016 Alg. 1: g_i / max(1, ||g_i||/C), summed, plus N(0, sigma^2 C^2 I)
-    (once per lot, AdLM spec §5), divided by the expected lot size.
+    (once per lot, not per example), divided by the expected lot size.
 
     Args:
       ctx: the step's context; `ctx.global_batch_size` is the (expected) lot size the sum

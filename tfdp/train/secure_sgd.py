@@ -1,18 +1,18 @@
 """Secure-SGD (HGM, IJCAI 2019) and its baselines: Secure-SGD-AGM, PixelDP, HGM_PixelDP.
 
 All four put Gaussian robustness noise gamma on the first convolution's pre-activation
-(HGM spec §3.1) and record a certification entry (HGM spec §4) in config.json:
+(HGM Eq. 8) and record a certification entry (HGM Lemma 1, Eq. 4, 10) in config.json:
 
 | method           | training                         | robustness noise                      |
 |------------------|----------------------------------|---------------------------------------|
-| `secure_sgd`     | per-example DP-SGD (spec §3.5)   | HGM, sigma_r = mult_HGM Delta_f L, r  |
+| `secure_sgd`     | per-example DP-SGD (HGM Alg. 1)  | HGM, sigma_r = mult_HGM Delta_f L, r  |
 | `secure_sgd_agm` | per-example DP-SGD               | AGM (Balle & Wang), uniform r         |
 | `pixeldp`        | non-private                      | classical GM, eps_r <= 1, uniform r   |
 | `hgm_pixeldp`    | non-private                      | HGM with r, any eps_r                 |
 
 The privacy of the training data is the DP-SGD ledger entry only; the robustness noise is
 a certification parameter (PixelDP with respect to input pixels) and never counted as
-privacy (HGM spec §3.6).
+privacy (docs/hgm.md, "Methods").
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def _opt(opts, name: str, default: Any = _UNSET) -> Any:
 
 
 class _RobustnessNoise:
-    """Robustness noise at conv1 (HGM spec §3), shared by the four methods.
+    """Robustness noise at conv1 (HGM Eq. 8), shared by the four methods.
 
     Subclasses set `mechanism` ("hgm", "agm" or "gm") and `allow_r` (whether a non-uniform
     redistribution may be used).
@@ -191,7 +191,7 @@ class _RobustnessNoise:
             raise ValueError(f"--hgm_r_source: expected one of {R_SOURCES}, got "
                              f"{self.r_source!r}")
         if not self.allow_r and self.r_source != "uniform":
-            raise ValueError(f"--hgm_r_source: {self.name} uses uniform r (HGM spec §6), got "
+            raise ValueError(f"--hgm_r_source: {self.name} uses uniform r (HGM paper), got "
                              f"{self.r_source!r}")
         if self.r_source == "public_split" and self.r_public_size < 0:
             raise ValueError(f"--hgm_r_public_size: expected an integer >= 0 (0: 10% of the "
@@ -256,12 +256,12 @@ class _RobustnessNoise:
 
     def robustness_multiplier(self) -> float:
         """sigma_r / (Delta_f L) of the chosen mechanism."""
-        if self.mechanism == "hgm":  # HGM Theorem 2/3, Eq. 10 corrected (spec §3.4)
+        if self.mechanism == "hgm":  # HGM Theorem 2/3, Alg. 1 line 3, Eq. 10
             return mechanisms.hgm_multiplier(epsilon=self.eps_r, delta=self.delta_r)
-        if self.mechanism == "agm":  # Balle & Wang 2018 (spec §6)
+        if self.mechanism == "agm":  # Balle & Wang 2018 (the HGM paper's AGM baseline)
             return mechanisms.analytic_gaussian_sigma(epsilon=self.eps_r, delta=self.delta_r,
                                                       sensitivity=1.0)
-        # classical GM, PixelDP (spec §6): sqrt(2 ln(1.25/delta_r)) / eps_r
+        # classical GM, PixelDP (HGM Theorem 1): sqrt(2 ln(1.25/delta_r)) / eps_r
         return mechanisms.classical_gaussian_multiplier(self.delta_r) / self.eps_r
 
     def robustness_sigma(self) -> float:
@@ -371,8 +371,8 @@ class _RobustnessNoise:
     def draw_gamma(self, ctx, model, batch: tf.Tensor) -> tf.Tensor:
         """This step's robustness noise gamma for `batch` examples (inside a training step).
 
-        "fresh": an independent N(0, sigma_r^2 diag(K r)) draw per example and step (HGM spec
-        §3.5 step 2), from the run's checkpointed step seed with the replica id folded in.
+        "fresh": an independent N(0, sigma_r^2 diag(K r)) draw per example and step (tfdp's
+        default, docs/hgm.md), from the run's checkpointed step seed with the replica id folded in.
         "fixed_once": the draw stored in the noise layer (Algorithm 1 line 3), broadcast.
         """
         if self.train_noise == "fixed_once":
@@ -405,7 +405,7 @@ class _RobustnessNoise:
             "num_draws": self.num_draws, "alpha": self.cert_alpha,
             "bound": self.cert_bound,
             "note": ("sigma_r = multiplier * sensitivity * construction_bound; conv1 is "
-                     "normalised to Delta_f = sensitivity (HGM spec §3.2 (i)). " + (
+                     "normalised to Delta_f = sensitivity (docs/hgm.md). " + (
                          "" if sound else "The sensitivity mode is NOT a sound l_inf bound: "
                          "these certificates are as published, not formally certified.")),
         }
@@ -415,7 +415,7 @@ class _RobustnessNoise:
 
 
 class SecureSGD(_RobustnessNoise, DPSGD):
-    """Secure-SGD (HGM Algorithm 1, spec §3.5): HGM robustness noise + per-example DP-SGD."""
+    """Secure-SGD (HGM Algorithm 1): HGM robustness noise + per-example DP-SGD."""
 
     name = "secure_sgd"
     mechanism = "hgm"
@@ -426,7 +426,7 @@ class SecureSGD(_RobustnessNoise, DPSGD):
     def __init__(self, config):
         super().__init__(config)
         opts = config.options
-        # DP-SGD settings from this module's flags (HGM spec §3.5).
+        # DP-SGD settings from this module's flags (HGM Alg. 1).
         self.l2_clip = float(_opt(opts, "hgm_l2_clip"))
         sigma = opts.get("hgm_noise_multiplier")
         self.noise_multiplier = None if sigma is None else float(sigma)
@@ -514,7 +514,7 @@ class SecureSGD(_RobustnessNoise, DPSGD):
         return metrics
 
     def _batch_mean_step(self, ctx, x, y, gamma):
-        # HGM code release (spec §8.3): clip the batch-mean gradient of each kernel to C,
+        # HGM code release (docs/hgm.md): clip the batch-mean gradient of each kernel to C,
         # biases unclipped, then N(0, (sigma C)^2) / m. Ledger: no finite epsilon.
         model, global_batch_size = self.model, ctx.global_batch_size
         variables = model.trainable_variables
@@ -529,7 +529,7 @@ class SecureSGD(_RobustnessNoise, DPSGD):
 
 
 class SecureSGDAGM(SecureSGD):
-    """Secure-SGD with the analytic Gaussian mechanism and uniform r (HGM spec §6)."""
+    """Secure-SGD with the analytic Gaussian mechanism and uniform r (the HGM paper's baseline)."""
 
     name = "secure_sgd_agm"
     mechanism = "agm"
@@ -537,7 +537,7 @@ class SecureSGDAGM(SecureSGD):
 
 
 class HGMPixelDP(_RobustnessNoise, Method):
-    """HGM_PixelDP (HGM spec §3.7): non-private SGD with HGM noise, r and any eps_r."""
+    """HGM_PixelDP (the HGM paper's variant): non-private SGD with HGM noise, r and any eps_r."""
 
     name = "hgm_pixeldp"
     mechanism = "hgm"
@@ -585,7 +585,7 @@ class HGMPixelDP(_RobustnessNoise, Method):
 
 
 class PixelDP(HGMPixelDP):
-    """PixelDP (Lecuyer et al.; HGM spec §6): non-private SGD, classical GM noise, eps_r <= 1."""
+    """PixelDP (Lecuyer et al.; HGM baseline): non-private SGD, classical GM noise, eps_r <= 1."""
 
     name = "pixeldp"
     mechanism = "gm"

@@ -1,9 +1,9 @@
 """StoBatch (Phan et al., ICML 2020): DP adversarial learning with certified robustness.
 
-One code path for every tf.distribute strategy (StoBatch spec §3.5). Per run (host, once,
-`setup`): the first-layer kernel theta1_0 is drawn, its norm fixes gamma (§7 A2), the budget
-split of §2.9 is solved, chi1, chi2, chi3 are drawn ONCE from the run's seeded RNG, and the
-training inputs are perturbed IN PLACE, x_bar = x + chi1/m (§2.3; the raw inputs never reach
+One code path for every tf.distribute strategy (docs/stobatch.md). Per run (host, once,
+`setup`): the first-layer kernel theta1_0 is drawn, its norm fixes gamma (Lemma 3), the budget
+split of Theorem 4 is solved, chi1, chi2, chi3 are drawn ONCE from the run's seeded RNG, and the
+training inputs are perturbed IN PLACE, x_bar = x + chi1/m (Lemma 3; the raw inputs never reach
 the training loop). The noise is stored in the model as non-trainable weights, checkpointed
 and restored on resume, never redrawn.
 
@@ -12,7 +12,7 @@ the blocks are drawn once with the run's seed and visited in a fresh order every
 Block t of the step is local trainer t's fixed pair: positions [0, m) are its benign batch
 B_i1, positions [m, 2m) its adversarial-source batch B_i2 (Alg. 4, pairing
 "alg4_fixed_pairs"). With pairing "per_epoch_random" (the reference code's shared pool,
-§3.2) the blocks come from `epoch_batches` instead: [benign, adversarial source] drawn
+docs/stobatch.md) the blocks come from `epoch_batches` instead: [benign, adversarial source] drawn
 without replacement from a pool of the fixed batches of m. Inside `strategy.run` every replica gathers the block (exact SUM
 all-reduces of the uneven shards the loop distributed) and takes its own contiguous,
 UNPADDED slices of both roles: with R replicas and M micro-batches per replica, slice g = r M + j of a role holds
@@ -20,19 +20,19 @@ positions [g m / (R M), (g + 1) m / (R M)). So:
 
 - the benign / adversarial roles, the 3-way attack split (I-FGSM, MIM, Madry by position in
   the adversarial-source batch) and Madry's random start (stateless, keyed by the step seed
-  and the global position) do not depend on R (§3.5 items 6, 7);
+  and the global position) do not depend on R;
 - every loss is a SUM over the replica's real rows divided by the global constants
   (m (1 + xi) N_tr for L_bar, m N_tr for R_bar), and the Keras optimisers SUM the replicas'
-  gradients (§3.5 item 4);
+  gradients;
 - the chi3 term -(1/m) sum_k chi3[:, k] . W_pi[:, k] enters once per update, on replica 0
-  only (§3.5 item 5), so its gradient is -chi3/m whatever R is;
+  only, so its gradient is -chi3/m whatever R is;
 - BN: `bn_stats="global"` uses synchronized BN (full-batch moments of each role, no padding
-  rows, §3.5 items 3, 9); "per_microbatch" normalises every micro-batch alone, which equals
-  R M replicas with per-replica BN (§3.5 item 11).
+  rows); "per_microbatch" normalises every micro-batch alone, which equals
+  R M replicas with per-replica BN.
 
 theta1 (encoder conv, encoder BN, decoder bias) is updated only by the auto-encoder
 objective R_bar with its own Adam optimizer; theta2 only by L_bar (stop-gradient at h1_bar in
-the classification pass, §3.5 item 10). Adversarial examples are crafted from x_bar against
+the classification pass). Adversarial examples are crafted from x_bar against
 f with chi2 and BN in inference mode, with the model's predicted labels (labels are never
 read while crafting), no range clipping, one batched loop with per-example attack ids
 (`attacks.graph.craft`).
@@ -97,7 +97,7 @@ OPTIONS.float("stobatch_bn_momentum", 0.99,
               "StoBatch: momentum of the BN moving statistics (used at inference and by "
               "the training attacks; short runs need a smaller value).")
 OPTIONS.string("stobatch_bn_eval", "moving",
-               "StoBatch: BN at inference and in the training attacks: moving [rec] or batch "
+               "StoBatch: BN at inference and in the training attacks: moving (default) or batch "
                "(statistics of the evaluated batch; the reference code's MNIST/CIFAR-10 "
                "inference).")
 OPTIONS.string("stobatch_ae_optimizer", "adam",
@@ -138,14 +138,14 @@ StoBatchConfig = OPTIONS.config_class(
     "declared above; `StoBatchConfig(...).as_options()` is a `TrainConfig.options` mapping.")
 StoBatchConfig.__module__ = __name__
 
-# Default generic flags: MNIST's paper values (§4.2).
+# Default generic flags: the StoBatch paper's MNIST values.
 _DEFAULTS = {"epochs": 1, "batch_size": 2499, "learning_rate": 1e-4, "optimizer": "adam",
              "epsilon": 1.0, "delta": 0.0}
 
 
 @dataclasses.dataclass
 class Budget:
-    """The solved budget split of StoBatch §2.9 and the constants behind it."""
+    """The solved budget split of StoBatch Theorem 4 and the constants behind it."""
 
     epsilon: float
     eps1: float
@@ -162,7 +162,7 @@ class Budget:
 
     @property
     def a22_term(self) -> float:
-        """eps1 Delta_g / Delta_R with Delta_g = 3 beta (§7 A22), dropped by the paper."""
+        """eps1 Delta_g / Delta_R with Delta_g = 3 beta (Theorem 1's proof), dropped."""
         return self.eps1 * 3.0 * self.beta / self.delta_r
 
     def to_dict(self) -> dict:
@@ -177,7 +177,7 @@ class Budget:
 def solve_budget(*, epsilon: float, eps2: float, fan_in: int, beta: int, m: int,
                  first_layer_norm: float, norm_mode: str = "paper_l1",
                  hidden_units: int = 256) -> Budget:
-    """Solves eps = eps1 + eps1/gamma_x + eps1/gamma + eps2 for eps1 (StoBatch §2.9, App. P).
+    """Solves eps = eps1 + eps1/gamma_x + eps1/gamma + eps2 for eps1 (StoBatch Theorem 4, App. P).
 
     Args:
         epsilon: target total eps.
@@ -185,7 +185,7 @@ def solve_budget(*, epsilon: float, eps2: float, fan_in: int, beta: int, m: int,
         fan_in: d of Lemma 2 (k*k*C_in).
         beta: neurons of one h1 feature map.
         m: DP batch size.
-        first_layer_norm: Delta_h1 of theta1_0 (§7 A2).
+        first_layer_norm: Delta_h1 of theta1_0 (Lemma 3).
         norm_mode: which norm `first_layer_norm` is (recorded).
         hidden_units: |h_pi| (Delta_L2 = 2 |h_pi|, Lemma 4).
 
@@ -216,21 +216,22 @@ _NOTE_SHARED = (
     "The paper's argument (Lemma 3, Theorems 1-4, App. J) treats this noise as a "
     "functional-mechanism perturbation of batch-summed coefficients and everything else as "
     "post-processing. The noise is ONE draw shared by every example and reused at every step "
-    "(spec §7 A6): x_bar_i - x_bar_j = x_i - x_j exactly, and the network's per-example "
-    "nonlinear computations (BN, ReLU, the attacks) are not functions of the noisy sums, so "
-    "the post-processing step does not hold and no finite bound follows from the paper's "
-    "proof; the sound value is therefore inf. ")
+    "(docs/stobatch.md, \"Privacy ledger\"): x_bar_i - x_bar_j = x_i - x_j exactly, and the "
+    "network's per-example nonlinear computations (BN, ReLU, the attacks) are not functions "
+    "of the noisy sums, so the post-processing step does not hold and no finite bound "
+    "follows from the paper's proof; the sound value is therefore inf. ")
 _NOTE_MAPS = ("Conv layers: Delta_R is computed for ONE feature map while all C maps read the "
-              "same inputs (spec §7 A5); the claimed value follows the paper and is not "
+              "same inputs; the claimed value follows the paper and is not "
               "independently verified. ")
 
 
 def add_ledger_entries(ledger, budget: Budget) -> None:
     """Records the paper's claimed eps (Theorem 4) beside the sound accounting.
 
-    Every entry's sound epsilon is inf (see the notes: the shared-noise argument of §7 A6
-    supports no finite bound); the claimed epsilons sum to Theorem 4's total. The A22 entry
-    carries the gradient term the paper drops (claimed 0 as in the paper) and its value.
+    Every entry's sound epsilon is inf (see the notes: the shared-noise argument above
+    supports no finite bound); the claimed epsilons sum to Theorem 4's total. The Theorem 1
+    gradient-term entry carries the term the paper drops (claimed 0 as in the paper) and its
+    value.
     """
     b = budget
     ledger.add("stobatch_input_perturbation", mechanism="laplace_shared_input_noise",
@@ -243,12 +244,13 @@ def add_ledger_entries(ledger, budget: Budget) -> None:
                protects="training records",
                note=_NOTE_SHARED + _NOTE_MAPS + f"Claimed eps1/gamma (Lemma 3) with gamma = "
                f"2 Delta_R/(m Delta_h1) = {b.gamma:.6g}, Delta_h1 = {b.first_layer_norm:.6g} "
-               f"({b.norm_mode} norm of theta1 at initialisation; spec §7 A2).")
+               f"({b.norm_mode} norm of theta1 at initialisation).")
     ledger.add("stobatch_autoencoder", mechanism="functional_mechanism_laplace",
                epsilon=math.inf, claimed_epsilon=b.eps1, protects="training records",
                note=_NOTE_SHARED + _NOTE_MAPS + "Claimed eps1 (Theorem 1, Delta_R = d(beta+2) "
                f"= {b.delta_r:.6g}). The objective optimised has a per-element absolute value "
-               "(spec §7 A3), so it is not the linear perturbed polynomial the proof covers.")
+               "(as in the code release), so it is not the linear perturbed polynomial the proof "
+               "covers.")
     ledger.add("stobatch_output_coefficients", mechanism="functional_mechanism_laplace",
                epsilon=math.inf, claimed_epsilon=b.eps2, protects="training labels",
                note=_NOTE_SHARED + "Claimed eps2 (Theorem 3, Delta_L2 = 2|h_pi| = "
@@ -260,7 +262,7 @@ def add_ledger_entries(ledger, budget: Budget) -> None:
                note=(f"Theorem 1's proof adds eps1*Delta_g/Delta_R with Delta_g = 3 beta, i.e. "
                      f"{b.a22_term:.6g} (factor {3.0 * b.beta / b.delta_r:.4f}); the paper drops "
                      "it (claimed 0). Theorem 4 total with this term: "
-                     f"{b.to_dict()['theorem4_total_with_a22']:.6g} (spec §7 A22)."))
+                     f"{b.to_dict()['theorem4_total_with_a22']:.6g}."))
 
 
 def draw_laplace(rng: np.random.Generator, scale: float, shape) -> np.ndarray:
@@ -372,7 +374,7 @@ class StoBatch(Method):
         if self.bn_stats == "global" and self.micro > 1:
             raise ValueError("--stobatch_micro_batches: gradient accumulation normalises each "
                              "micro-batch alone; use --stobatch_bn_stats=per_microbatch "
-                             "(spec §3.5 item 11)")
+                             "(docs/stobatch.md, \"Distribution\")")
         if cfg.epsilon is None:
             raise ValueError("--epsilon: StoBatch needs a total privacy budget")
         if not (math.isfinite(self.eps2) and self.eps2 > 0):
@@ -392,14 +394,14 @@ class StoBatch(Method):
                       rng: np.random.Generator) -> list:
         """One epoch of `per_epoch_random` steps: [benign batch, adversarial-source batch].
 
-        StoBatch spec §3.2 (the reference code's pairing): the data are cut ONCE into
+        The reference code's pairing (docs/stobatch.md): the data are cut ONCE into
         n_b = floor(N/m) fixed batches of m (`fixed_seed`, the same for every epoch). Each
         step draws its benign batch and then its adversarial-source batch without
         replacement from one shared pool of the n_b batches, which is refilled (a fresh
         permutation from `rng`) when it is empty. One epoch is n_b steps, i.e. exactly two
         pool cycles, so every batch serves twice per epoch in random roles. When the pool is
         refilled between the two draws of a step, the adversarial source is drawn from the
-        refilled pool minus that step's benign batch (spec §3.2 [rec]; the benign batch stays
+        refilled pool minus that step's benign batch (tfdp's one change; the benign batch stays
         in the pool), so no step uses one batch in both roles.
 
         Args:
@@ -471,7 +473,7 @@ class StoBatch(Method):
         spec = models.encoder_spec(arch, input_shape)
         self._spec = dict(spec, architecture=arch)
         k, c, f = spec["kernel_size"], input_shape[-1], spec["filters"]
-        theta1_0 = models.glorot_uniform((k, k, c, f), rng)  # §3.6 init_first_layer(rng)
+        theta1_0 = models.glorot_uniform((k, k, c, f), rng)  # Glorot uniform, on the host
         norms = models.first_layer_norms(theta1_0)
         s1 = norms["l1_rows"] if self.norm_mode == "paper_l1" else norms["spectral"]
         self.budget = solve_budget(epsilon=float(self.config.epsilon), eps2=self.eps2,
@@ -479,7 +481,7 @@ class StoBatch(Method):
                                    first_layer_norm=s1, norm_mode=self.norm_mode,
                                    hidden_units=self.hidden_units)
         b = self.budget
-        # §2.2: chi1, chi2 ~ Lap(Delta_R/eps1), chi3 ~ Lap(Delta_L2/eps2), each drawn ONCE
+        # Alg. 1 line 1: chi1, chi2 ~ Lap(Delta_R/eps1), chi3 ~ Lap(Delta_L2/eps2), each drawn ONCE
         chi1 = draw_laplace(rng, b.delta_r / b.eps1, input_shape)
         chi2 = draw_laplace(rng, b.delta_r / b.eps1, spec["h1_shape"])
         # chi3's shape needs K, known when the model is built: its draw uses a seed taken
@@ -489,7 +491,7 @@ class StoBatch(Method):
         self._theta1_0 = theta1_0
         self._col_norm = norms["l1_cols"]
         self._noise = {"chi1": chi1, "chi2": chi2}
-        # §2.3: x_bar = x + chi1/m, once, in place: only x_bar reaches the training loop
+        # Lemma 3: x_bar = x + chi1/m, once, in place: only x_bar reaches the training loop
         x_train += (chi1 / np.float32(self.m))[None]
         add_ledger_entries(ledger, b)
         if self.adv_source == "raw":
@@ -501,7 +503,7 @@ class StoBatch(Method):
                             "argument (Alg. 1 crafts from x_bar) does not cover this path.")
 
     def draw_chi3(self, num_classes: int) -> np.ndarray:
-        """chi3 ~ Lap(Delta_L2/eps2)^{|h_pi| x K} (§2.2, §7 A25) from the seed set in setup."""
+        """chi3 ~ Lap(Delta_L2/eps2)^{|h_pi| x K} (Alg. 1; code's shape) from setup's seed."""
         b = self.budget
         rng = np.random.default_rng(self._chi3_seed)
         return draw_laplace(rng, b.delta_l2 / b.eps2, (self.hidden_units, int(num_classes)))
@@ -522,7 +524,7 @@ class StoBatch(Method):
         if self.bn_stats == "per_microbatch" and self.m % groups:
             raise loop.SetupError(
                 f"--stobatch_bn_stats=per_microbatch: m = {self.m} must be divisible by "
-                f"replicas x micro-batches = {groups} (equal micro-batches, spec §3.5 item 11)")
+                f"replicas x micro-batches = {groups} (equal micro-batches, docs/stobatch.md)")
         b = self.budget
         bound = b.first_layer_norm if (self.enforce_norm_bound and self.norm_mode == "paper_l1") \
             else None
@@ -549,11 +551,11 @@ class StoBatch(Method):
 
     def certification_config(self) -> dict:
         b = self.budget
-        d_cert = float(np.prod(self._noise["chi1"].shape[:2]))  # H*W (code; spec §7 A23)
+        d_cert = float(np.prod(self._noise["chi1"].shape[:2]))  # H*W (as in the code release)
         return {
             "mechanism": "stobatch", "sensitivity": b.delta_r, "batch_size": self.m,
             "epsilon1": b.eps1, "d_cert": d_cert,
-            # Delta_r^h = beta * max column l1 norm of theta1 (§7 A2); updated after training
+            # Delta_r^h = beta * max column l1 norm of theta1 (Eq. 13); updated after training
             "delta_rh": float(b.beta * self._col_norm),
             "psi": self.psi, "delta_rx_mode": self.delta_rx_mode,
             "radius_psi_correction": self.radius_psi_correction,
@@ -582,13 +584,13 @@ class StoBatch(Method):
 
     def _attack_logits(self, model):
         def fn(x):
-            # §2.6 [rec]: f with chi2, BN in inference mode, input already x_bar
+            # Alg. 1: f with chi2, BN in inference mode, input already x_bar
             return model.forward(x, training=False, input_noise=False, latent_noise=True)
         return fn
 
     def craft_adversarial(self, model, xs: tf.Tensor, mu: tf.Tensor, positions: tf.Tensor,
                           start_noise: tf.Tensor) -> tf.Tensor:
-        """x_bar_adv from the adversarial-source rows at global `positions` (§2.6).
+        """x_bar_adv from the adversarial-source rows at global `positions` (Eq. 7-8).
 
         Takes no labels: the attacks move away from the model's own predictions, so the
         true labels are never read while crafting (Eq. 7-8, no label leaking). The attack
@@ -636,7 +638,7 @@ class StoBatch(Method):
     def chi3_term_gradient(self, model) -> tuple:
         """This replica's share of the chi3 term and its gradient w.r.t. W_pi.
 
-        StoBatch §2.7 / §3.5 item 5: -(1/m) sum_k chi3[:, k] . W_pi[:, k] enters the global
+        StoBatch Theorem 3: -(1/m) sum_k chi3[:, k] . W_pi[:, k] enters the global
         objective once per update, so it is added on replica 0 only; summed over replicas
         its gradient is -chi3/m whatever the replica count.
 
@@ -673,7 +675,7 @@ class StoBatch(Method):
         parts = []
         for t in range(n_tr):
             base = 2 * m * t
-            # §3.5 item 6: mu_t from the step seed, identical on every replica
+            # mu_t from the step seed, identical on every replica
             u = tf.random.stateless_uniform([], step_ctx.step_seed(1 + t), dtype=tf.float32)
             mu = self.mu_max * (1.0 - u)  # U(0, mu_max]
             mu_log += mu
@@ -712,10 +714,10 @@ class StoBatch(Method):
                 r_bar = (losses.stobatch_reconstruction_loss(model.reconstruct(hb), xb)
                          + losses.stobatch_reconstruction_loss(model.reconstruct(ha), xa))
                 r_bar = r_bar / float(m * n_tr)
-                # theta2 never back-propagates into theta1 (§3.5 item 10)
+                # theta2 never back-propagates into theta1
                 zb = model.classify(tf.stop_gradient(hb), True)
                 za = model.classify(tf.stop_gradient(ha), True)
-                # Eq. 9 with the global normaliser m (1 + xi) N_tr (§3.5 item 4)
+                # Eq. 9 with the global normaliser m (1 + xi) N_tr
                 l_bar = losses.stobatch_adversarial_objective(zb, yb1, za, ys1, xi=xi,
                                                               m=m * n_tr)
             for acc, grads in ((g1, tape.gradient(r_bar, theta1)),
