@@ -56,6 +56,8 @@ SKIP = {
     "--strategy=multi_worker": "needs a TF_CONFIG cluster of several processes or hosts",
     "TF_CONFIG=": "needs a TF_CONFIG cluster of several processes or hosts",
     "hist_full.flags": "the full DP-hist grid: CPU hours",
+    "dpsgd_mnist_abadi_adlm.flags": "DP-SGD until the budget is spent: 20-30 CPU minutes "
+                                    "(the adlm.mnist.dpsgd.*.paper_settings reproduction rows)",
     "mnist_lenet5.flags": "pretrains LeNet-5 for 20 epochs and plays 100 games per cell",
     "tfdp-bench all": "every benchmark: CPU hours",
     "results/hgm/run_reduced_small.sh": "reduced-scale HGM grid: CPU hours",

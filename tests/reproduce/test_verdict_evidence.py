@@ -73,7 +73,18 @@ def test_reasons_are_generated_from_the_data():
         "flags/baselines/dpsgd_mnist_reduced.flags"))
     reason = extract.verdict(row, extract.Value(92.4, "", [92.4]), [m])[1]
     assert "AdLM's MNIST CNN" in reason and "optimizer adam (paper sgd)" in reason
-    assert "batch_size 256 (paper 600)" in reason and "--dpsgd_model=cnn|mlp" in reason
+    assert "batch_size 256 (paper 600)" in reason and "paper_settings rows" in reason
+    # The paper-settings row runs the paper's network and settings: no deviation named.
+    row = registry.ROWS_BY_ID["adlm.mnist.dpsgd.eps0.25.paper_settings"]
+    job = row.jobs["reduced"]["run"]
+    assert job.flagfile == "flags/baselines/dpsgd_mnist_abadi_adlm.flags"
+    assert row.jobs["full"]["run"].flagfile == job.flagfile
+    cfg = registry.settings(job.flagfile, job.args)
+    assert cfg["dpsgd_model"] == "adlm_cnn" and cfg["epsilon"] in (0.25, "0.25")
+    reason = extract.verdict(row, extract.Value(85.0, "", [85.0]), [_model(
+        method="dpsgd", accuracy=85.0, config=cfg)])[1]
+    assert "without its batch norm" in reason and "[adlm_cnn]" in reason, reason
+    assert "differs in" not in reason and "substitute" not in reason, reason
 
 
 def test_band_accounts_for_the_seed_spread():

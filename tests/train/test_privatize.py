@@ -141,7 +141,7 @@ class ChannelScale(keras.layers.Layer):
 
 
 @pytest.mark.parametrize("kind,shape", [("cnn", (28, 28, 1)), ("cnn", (32, 32, 3)),
-                                        ("mlp", (28, 28, 1))])
+                                        ("mlp", (28, 28, 1)), ("adlm_cnn", (28, 28, 1))])
 def test_baseline_models(kind, shape):
     keras.utils.set_random_seed(4)
     model = build_baseline_model(kind, shape, 10)
@@ -351,3 +351,22 @@ def test_dpsgd_flag_selects_the_path():
 
     for r, g in zip(one_step("vectorized"), one_step("auto")):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
+
+
+def test_adlm_cnn_is_adlms_mnist_network_without_batch_norm():
+    """--dpsgd_model=adlm_cnn: AdLM's conv 5x5/32, conv 5x5/64, fc 25 layers, per-example only."""
+    model = build_baseline_model("adlm_cnn", (28, 28, 1), 10)
+    kinds = [type(layer).__name__ for layer in model.layers]
+    assert kinds.count("Conv2D") == 2 and kinds.count("Dense") == 2
+    assert not any("Norm" in k for k in kinds), kinds  # nothing mixes the examples of a batch
+    convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
+    assert [c.filters for c in convs] == [32, 64] and all(c.kernel_size == (5, 5) for c in convs)
+    assert model.layers[-2].units == 25
+    # As many weights as AdLM's paper network (paper_lrn_minmax: its LRN and min-max bounding
+    # have none), 50 fewer than the code release's (batch norm's gamma and beta).
+    from tfdp.models import adlm  # pylint: disable=import-outside-toplevel
+    paper = adlm.mnist_model((28, 28, 1), 10, bound_mode="paper_lrn_minmax")
+    assert model.count_params() == paper.count_params() == 130_781
+    assert model.count_params() == 32 * 26 + 64 * (32 * 25 + 1) + (7 * 7 * 64 + 1) * 25 + 26 * 10
+    with pytest.raises(ValueError, match="adlm_cnn"):
+        build_baseline_model("adlm", (28, 28, 1), 10)

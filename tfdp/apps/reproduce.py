@@ -116,6 +116,7 @@ def main(argv) -> None:
 def run() -> None:
     """Console entry point (tfdp-reproduce)."""
     cli.handle_help(sys.argv, lambda kind: cli.app_help(__doc__, OWN_FLAGS, kind))
+    cli.quiet_start(sys.argv)  # the registry reads trainer options, which import TensorFlow
     app.run(main)
 
 

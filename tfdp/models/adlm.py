@@ -43,12 +43,12 @@ def mnist_model(input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
                 bound_mode: str = "bn_clip", hidden_units: int = 25, output_bias: bool = True,
                 bias_noise: bool = False, bn_momentum: float = 0.9, bn_eval: str = "moving",
                 name: str = "adlm_mnist") -> keras.Model:
-    """AdLM's MNIST network (AdLM §4.1 and its code release, MNIST/AdLM.py).
+    """AdLM's MNIST network (the AdLM paper and its code release, MNIST/AdLM.py).
 
     conv 5x5/32 SAME -> ReLU -> [bounded LRN] -> max-pool 2 -> conv 5x5/64 SAME -> ReLU ->
     [bounded LRN] -> max-pool 2 -> flatten -> FC hidden_units -> bounding -> FC num_classes.
     Bounding of the hidden FC layer: "bn_clip" = batch norm -> ReLU -> clip [0, 1] (code
-    release, 130,831 parameters); "paper_lrn_minmax" = ReLU -> per-batch min-max (AdLM §3.5,
+    release, 130,831 parameters); "paper_lrn_minmax" = ReLU -> per-batch min-max (AdLM paper,
     130,781 parameters) with the bounded LRN (Eq. 22) after each convolution.
     Weights start from a truncated normal with sd 0.1 and biases at 0.1 (code release).
 
@@ -58,7 +58,7 @@ def mnist_model(input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
         bound_mode: one of BOUND_MODES.
         hidden_units: |h_(k)| (25 in the paper).
         output_bias: whether the output layer has a bias (the code release has one).
-        bias_noise: insert a BiasNoise layer after the first convolution (spec E11).
+        bias_noise: insert a BiasNoise layer after the first convolution (no privacy role).
         bn_momentum: batch-norm moving-average momentum (bn_eval="moving").
         bn_eval: "moving" (Keras batch norm, moving statistics at inference) or "batch"
             (batch statistics also at inference, as the code release).
@@ -92,7 +92,7 @@ def mnist_model(input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
     h = keras.layers.Dense(int(hidden_units), **_dense_init(0.1))(h)
     if paper:
         h = keras.layers.ReLU()(h)
-        h = tfdp_layers.MinMaxBound(name=HIDDEN_LAYER)(h)  # AdLM §3.5 per-batch min-max
+        h = tfdp_layers.MinMaxBound(name=HIDDEN_LAYER)(h)  # AdLM per-batch min-max
     else:
         # AdLM code release: batch norm (eps 1e-3) -> ReLU -> clip to [0, 1].
         h = _batch_norm(bn_eval, bn_momentum)(h)
@@ -107,7 +107,7 @@ def cifar10_model(input_shape: Sequence[int] = (32, 32, 3), num_classes: int = 1
                   bound_mode: str = "bn_clip", hidden_units: int = 30, crop: int = 20,
                   output_bias: bool = True, bias_noise: bool = False, bn_momentum: float = 0.9,
                   bn_eval: str = "moving", seed: int | None = None, name: str = "adlm_cifar10") -> keras.Model:
-    """AdLM's CIFAR-10 network (AdLM §4.2 and its code release, Cifar10/AdLMCNN_CIFAR.py).
+    """AdLM's CIFAR-10 network (the AdLM paper and its code release, Cifar10/AdLMCNN_CIFAR.py).
 
     (noisy 32x32 input) -> crop to crop x crop (random while training, central at
     inference) and per-image standardisation -> conv 3x3/128 stride 2 -> ReLU -> BN ->
@@ -181,6 +181,35 @@ def cifar10_model(input_shape: Sequence[int] = (32, 32, 3), num_classes: int = 1
     return keras.Model(inputs, logits, name=name)
 
 
+def mnist_per_example_model(input_shape: Sequence[int] = (28, 28, 1), num_classes: int = 10,
+                             *, hidden_units: int = 25, name: str = "adlm_mnist_per_example"
+                             ) -> keras.Model:
+    """AdLM's MNIST network with per-example layers only: the pSGD baseline's network.
+
+    The AdLM paper trains its pSGD baseline (DP-SGD) on the same network as AdLM. That
+    network's batch normalisation mixes the examples of a batch, which per-example clipping
+    forbids, so this variant drops it: conv 5x5/32 SAME -> ReLU -> max-pool 2 -> conv 5x5/64
+    SAME -> ReLU -> max-pool 2 -> flatten -> FC hidden_units -> ReLU -> FC num_classes, with
+    the code release's initialisation (truncated normal sd 0.1, biases 0.1).
+    `--dpsgd_model=adlm_cnn` selects it.
+
+    Raises:
+        ValueError: on a bad argument.
+    """
+    shape = checks.check_shape(input_shape, "input_shape (height, width, channels)", rank=3)
+    checks.check_int(num_classes, "num_classes", minimum=2, allow_integral_float=True)
+    checks.check_int(hidden_units, "hidden_units", minimum=1)
+    inputs = keras.Input(shape=shape)
+    h = keras.layers.Conv2D(32, 5, padding="same", activation="relu", **_dense_init(0.1))(inputs)
+    h = keras.layers.MaxPooling2D(2)(h)
+    h = keras.layers.Conv2D(64, 5, padding="same", activation="relu", **_dense_init(0.1))(h)
+    h = keras.layers.MaxPooling2D(2)(h)
+    h = keras.layers.Flatten()(h)
+    h = keras.layers.Dense(int(hidden_units), activation="relu", **_dense_init(0.1))(h)
+    logits = keras.layers.Dense(int(num_classes), name="logits", **_dense_init(0.1))(h)
+    return keras.Model(inputs, logits, name=name)
+
+
 def architecture_for(dataset: str, input_shape: Sequence[int]) -> str:
     """"cifar10" for colour 32x32 inputs (cifar10), else "mnist" (MNIST-like grey images)."""
     shape = tuple(int(d) for d in input_shape)
@@ -205,7 +234,7 @@ def build(architecture: str, input_shape: Sequence[int], num_classes: int, **kwa
 
 def auxiliary_model(input_shape: Sequence[int], num_classes: int, *, kind: str = "same",
                     architecture: str = "mnist", hidden: int = 256) -> keras.Model:
-    """A noise-free chain model for the relevance step (AdLM §3.1 step 1a).
+    """A noise-free chain model for the relevance step (AdLM's auxiliary model).
 
     "same": the private network's convolutional structure without bounding layers
     (conv-ReLU-pool blocks, FC, logits; for CIFAR-10 a chain of the three convolutions);

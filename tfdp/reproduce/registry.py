@@ -1,7 +1,7 @@
 """Registry of the papers' published numbers and of the runs that reproduce them.
 
 A `Row` is one published number (or one published ordering): its paper, figure/table, setting,
-metric, the published value, a pass criterion taken from the spec's reproducibility section,
+metric, the published value, a pass criterion (tfdp's choice where the paper gives no tolerance),
 and, per scale, the jobs that measure it. A `Job` is one tfdp-train / tfdp-evaluate /
 tfdp-audit / tfdp-bench command (or an in-process closed-form computation); rows share jobs.
 
@@ -105,7 +105,7 @@ class Job:
       depends: evaluate jobs: the id of the train job whose run directory is evaluated.
       func: python jobs: "module:function"; kwargs: its keyword arguments.
       est_seconds: CPU seconds estimate on 2 cores (progress ETA and --dry_run).
-      compute: the spec's compute-budget note for --dry_run (full scale).
+      compute: tfdp's compute-budget estimate for --dry_run (full scale).
       adopt: a result file of an earlier run of exactly this command (results/adlm/*.json);
         its metrics are reused when its recorded configuration matches.
     """
@@ -154,7 +154,7 @@ class Baseline:
 
     Attributes:
       method: the baseline's training method (dpsgd, secure_sgd, secure_sgd_agm, ...).
-      paper_network: the network the paper (or, where it does not say, the spec) names.
+      paper_network: the network the paper (or, where it does not say, its code release) names.
       tfdp_network: what tfdp runs: the paper's network or the stated substitute.
       network_flag: the option naming the network in the job's settings (e.g. dpsgd_model),
         read from its flagfile and overrides, or None.
@@ -178,7 +178,7 @@ class Row:
     Attributes:
       id: stable identifier (file name of the row's JSON).
       paper: adlm | hgm | stobatch | gpm.
-      source: figure/table and the spec section that quotes it.
+      source: the paper's figure/table (or "text") that states it.
       setting: the paper's setting in words.
       metric: what is measured.
       published: the published number (None for a qualitative claim).
@@ -247,10 +247,7 @@ def _adlm_mnist(method: str, eps: float, scale: str) -> Job | None:
                      0.5: "results/adlm/mnist_reduced_dpsgd_eps0.5.json"}.get(eps)
             return Job(tag, "train", (e,), "flags/baselines/dpsgd_mnist_reduced.flags",
                        "dpsgd", needs_data=True, seeded=True, est_seconds=300, adopt=adopt)
-        return Job(tag, "train", (e,), "flags/baselines/dpsgd_mnist_abadi.flags", "dpsgd",
-                   needs_data=True, seeded=True, est_seconds=3 * 3600,
-                   compute="DP-SGD until the budget is spent: minutes on a GPU, 1-3 CPU hours "
-                           "(docs/hgm.md)")
+        return _adlm_psgd_paper(eps, scale, tag)
     base = ("--dataset=mnist", e)
     if scale == "smoke":
         return Job(tag, "train", (f"--method={method}", "--dataset=sample", e, "--epochs=2"),
@@ -268,6 +265,21 @@ def _adlm_mnist(method: str, eps: float, scale: str) -> Job | None:
     return Job(tag, "train", (f"--method={method}",) + base, "flags/adlm/mnist_full.flags",
                method, needs_data=True, seeded=True, est_seconds=40 * 3600,
                compute="0.1-1 GPU-hour (500-2,400 epochs at 0.5-3 s each; docs/adlm.md)")
+
+
+def _adlm_psgd_paper(eps: float, scale: str, tag: str = "") -> Job | None:
+    """pSGD as the AdLM paper ran it: Abadi et al.'s settings and recipe on AdLM's network.
+
+    Cheap enough for the reduced scale (the recipe stops when the budget is spent: about 700
+    lots of 600 at eps 0.25), so the reduced and full scales run the same command.
+    """
+    if scale not in ("reduced", "full"):
+        return None
+    steps = 700 if eps <= 0.25 else 2500
+    return Job(tag or f"train.dpsgd_paper.mnist.eps{eps:g}", "train", (f"--epsilon={eps:g}",),
+               "flags/baselines/dpsgd_mnist_abadi_adlm.flags", "dpsgd", needs_data=True,
+               seeded=True, est_seconds=2 * steps,
+               compute="DP-SGD until the budget is spent: minutes on a GPU")
 
 
 def _adlm_cifar(method: str, eps: float, scale: str) -> Job | None:
@@ -320,7 +332,7 @@ def _python(job_id: str, func: str, **kwargs) -> dict[str, dict[str, Job]]:
 def _gpm_hist(scale: str) -> Job:
     """GPM DP-hist game (Figure 5, Table 4)."""
     if scale == "smoke":
-        # The spec's R1 tolerance, max(3 binomial SE, 0.02), is stated for 1000 trials.
+        # tfdp's tolerance, max(3 binomial SE, 0.02), is set for 1000 trials.
         return Job("audit.gpm.hist", "audit", ("gpm-hist", "--audit_trials=1000"),
                    "flags/gpm/hist_smoke.flags", est_seconds=30)
     if scale == "short":
@@ -584,18 +596,18 @@ _EOT_ARGS = ("--attacks=madry", "--attack_preset=strong", "--eot_draws=8", "--ce
 
 # The unit of every row's attack sizes (issue 29 item 1): HGM's MNIST sizes are fractions of
 # [0, 1] (its code's MNIST pixels), its CIFAR-10 sizes and all of StoBatch's of [-1, 1]
-# (StoBatch §6.2: every method on [-1, 1]).
+# (StoBatch's experiments: every method on [-1, 1]).
 SIZE_UNITS = {("hgm", "mnist"): "0,1", ("hgm", "cifar10"): "-1,1", ("stobatch", "mnist"): "-1,1",
               ("stobatch", "cifar10"): "-1,1", ("stobatch", "tiny_imagenet"): "-1,1"}
 # Methods with a robustness noise layer, scored by their noisy expectation (Monte-Carlo
-# prediction; HGM §4.5, StoBatch §6.1), never by the noise-free network.
+# prediction; the HGM and StoBatch metrics), never by the noise-free network.
 NOISY_METHODS = ("stobatch", "secure_sgd", "secure_sgd_agm")
 
 
 def _hgm(method: str, dataset: str, eps: float | None, sizes: str, certify: bool,
          eps_r: float | None = None, eval_args: tuple[str, ...] | None = None,
          scales: tuple[str, ...] = SCALES) -> dict[str, Job]:
-    # HGM §4.5: Secure-SGD (and its AGM variant) predict with the expectation over the
+    # HGM metrics: Secure-SGD (and its AGM variant) predict with the expectation over the
     # robustness noise: --certify (Monte-Carlo prediction), as StoBatch's baselines.
     certify = certify or method in NOISY_METHODS
     return {scale: _trainer_jobs("hgm", method, dataset, eps, scale,
@@ -633,8 +645,9 @@ def _combine(**per_role: dict[str, Job]) -> dict[str, dict[str, Job]]:
 # Baselines as their papers ran them (issue 29 item 1). Where tfdp's trainer does not offer the
 # paper's network, the row names the substitute and why.
 
-_DPSGD_NOTE = ("the dpsgd trainer offers only --dpsgd_model=cnn|mlp; the paper's network is "
-               "not available to it, so tfdp's small CNN is the substitute")
+_DPSGD_NOTE = ("these rows keep tfdp's small CNN and their committed settings; the "
+               "adlm.mnist.dpsgd.*.paper_settings rows run the paper's network and settings "
+               "(--dpsgd_model=adlm_cnn)")
 ADLM_PSGD = Baseline(
     "dpsgd", paper_network="AdLM's MNIST CNN (2 conv + max-pool, fc 25; the AdLM paper runs "
     "pSGD on the same network) with Abadi et al.'s settings (lot 600, sigma 4, C 4, SGD lr 0.05)",
@@ -646,7 +659,9 @@ HGM_DPSGD = Baseline(
     "same architecture; MNIST conv32-pool-conv64-pool-fc256, CIFAR-10 AdLM's 3-conv network)",
     tfdp_network="tfdp's small CNN (substitute)", network_flag="dpsgd_model",
     paper_settings=(("optimizer", "sgd"), ("batch_size", "128"), ("learning_rate", "0.1"),
-                    ("dpsgd_l2_clip", "1.0")), note=_DPSGD_NOTE)
+                    ("dpsgd_l2_clip", "1.0")),
+    note="the dpsgd trainer does not offer HGM's network (--dpsgd_model=cnn|mlp|adlm_cnn), so "
+         "tfdp's small CNN is the substitute")
 HGM_AGM = Baseline(
     "secure_sgd_agm", paper_network="Secure-SGD's network (the HGM paper)",
     tfdp_network="Secure-SGD's network of the same flagfile", network_flag="hgm_model")
@@ -692,6 +707,18 @@ def _adlm_rows() -> list[Row]:
             extractor="accuracy", jobs={s: {"run": j} for s, j in
                                         _per_scale(_adlm_mnist, method, eps).items()},
             note=note, figure="adlm_acc_vs_eps", unit="%"))
+    for eps in (0.25, 0.5):
+        value = published[("dpsgd", eps)]
+        rows.append(Row(
+            id=f"adlm.mnist.dpsgd.eps{eps:g}.paper_settings", paper="adlm",
+            source=f"{'Fig. 4a' if eps == 0.25 else 'Fig. 4b'}; text",
+            setting=f"MNIST, pSGD with Abadi et al.'s settings and recipe (lot 600, sigma 4, "
+                    f"C 4, SGD lr 0.05, stop when the budget is spent) on AdLM's network "
+                    f"without batch norm, eps = {eps:g}",
+            metric=acc, published=value, published_text=f"{value:g}%",
+            criterion=Criterion("band", tol=4.0), extractor="accuracy",
+            jobs={s: {"run": j} for s, j in _per_scale(_adlm_psgd_paper, eps).items()},
+            unit="%", note="the paper's own pSGD setting; the reduced scale runs it in full"))
     grid = (0.2, 0.25, 0.3, 0.4, 0.5)
     for method, value, tol in (("adlm", 91.62, 2.5), ("dpsgd", 83.93, 4.0)):
         roles = {f"eps{e:g}": (_adlm_mnist, method, e) for e in grid}
@@ -784,7 +811,7 @@ def _hgm_rows() -> list[Row]:
         published_text="sqrt(2/pi) e^(-1/2) ~ 0.48",
         criterion=Criterion("relerr", tol=1e-9, smoke_meaningful=True),
         extractor="closed", params=(("key", "delta_threshold"),), jobs=cf))
-    # Certified accuracy, HGM_PixelDP vs PixelDP (Figures 2, 3 R1-R3).
+    # Certified accuracy, HGM_PixelDP vs PixelDP (Figures 2, 3).
     mnist_sizes = "0.05,0.1,0.2,0.3"
     rows.append(Row(
         id="hgm.fig3.mnist_hgm_pixeldp_minus_pixeldp", paper="hgm",
@@ -828,7 +855,7 @@ def _hgm_rows() -> list[Row]:
         jobs={s: {"run": j} for s, j in _hgm(
             "hgm_pixeldp", "mnist", None, "", True, eps_r=4,
             eval_args=_EOT_ARGS + ("--attack_sizes=0.05,0.1",)).items()}))
-    # Conventional accuracy under attack vs eps (Figures 4, 5; R4-R6).
+    # Conventional accuracy under attack vs eps (Figures 4, 5).
     for dataset, mu, fig, gains, eps_grid in (
             ("mnist", "0.1", "Fig. 5", (("secure_sgd_agm", 2.9, None), ("dpsgd", 10.74, (4, 20))),
              (0.2, 0.5, 1.0, 2.0)),
@@ -1014,7 +1041,7 @@ def _stobatch_rows() -> list[Row]:
             jobs={s: {"run": j} for s, j in
                   _stobatch("stobatch", "mnist", 1.0, "0.05,0.6", True).items()},
             figure="certified_vs_mu", unit="%",
-            note="expected only with the reference radius scaling (stobatch.md A1); with "
+            note="expected only with the reference radius scaling (docs/stobatch.md); with "
                  "paper-literal scaling about 0 for mu_a >= 0.1"))
     for eps, value in ((2.0, 42.02), (10.0, 46.76)):
         rows.append(Row(
@@ -1043,7 +1070,7 @@ def _stobatch_rows() -> list[Row]:
         jobs={s: {"run": j} for s, j in
               _stobatch("stobatch", "tiny_imagenet", 5.0, "0.2", False).items()
               if s in ("reduced", "full")},
-        note="only with ImageNet-pretrained initialisation (stobatch.md A12)", unit="%"))
+        note="only with ImageNet-pretrained initialisation (the authors' code)", unit="%"))
     return rows
 
 
@@ -1176,7 +1203,7 @@ def _gpm_rows() -> list[Row]:
                                                  ("low", low), ("high", high)),
             jobs=lenet, figure="gpm_success_vs_beta",
             note="our converged model is less confident than the authors' 20-epoch one at "
-                 "short/reduced scale: larger ||dq||, higher success (gpm.md A3)"
+                 "short/reduced scale: larger ||dq||, higher success (docs/gpm.md)"
             if phase == "converged" else ""))
     rows.append(Row(
         id="gpm.fig6.converged_below_not_converged", paper="gpm",
@@ -1238,12 +1265,17 @@ def row_models(row: Row) -> list[tuple[str, Job]]:
     return out
 
 
-def _baseline_for(paper: str, method: str, dataset: str) -> Baseline | None:
+def _baseline_for(paper: str, method: str, cfg: dict) -> Baseline | None:
+    dataset = cfg.get("dataset", "")
     if paper == "adlm" and method == "dpsgd":
         if dataset == "cifar10":
             return dataclasses.replace(
                 ADLM_PSGD, paper_network="AdLM's CIFAR-10 network (the AdLM paper runs pSGD on "
                 "the same network)", paper_settings=())
+        if cfg.get("dpsgd_model") == "adlm_cnn":
+            return dataclasses.replace(
+                ADLM_PSGD, tfdp_network="AdLM's MNIST network without its batch norm (which "
+                "per-example clipping forbids)", note="")
         return ADLM_PSGD
     if paper == "hgm":
         return {"dpsgd": HGM_DPSGD, "secure_sgd_agm": HGM_AGM, "pixeldp": HGM_PIXELDP,
@@ -1259,7 +1291,7 @@ def _decorate(row: Row) -> Row:
     for _, train in row_models(row):
         cfg = settings(train.flagfile, train.args)
         dataset = cfg.get("dataset", "")
-        spec = _baseline_for(row.paper, train.method or "", dataset)
+        spec = _baseline_for(row.paper, train.method or "", cfg)
         if spec is not None and spec not in baselines:
             baselines.append(spec)
         if (row.paper, dataset) in SIZE_UNITS:

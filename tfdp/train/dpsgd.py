@@ -18,7 +18,9 @@ SAMPLINGS = privatize.SAMPLINGS
 OPTIONS = options.OptionSet("dpsgd_")  # every dpsgd_* setting: name, default, help
 
 privatize.declare_dpsgd_options(OPTIONS, "dpsgd_", "DP-SGD")
-OPTIONS.enum("dpsgd_model", "cnn", ["cnn", "mlp"], "DP-SGD: baseline architecture.")
+OPTIONS.enum("dpsgd_model", "cnn", ["cnn", "mlp", "adlm_cnn"],
+             "DP-SGD: architecture: cnn (a small CNN), mlp, or adlm_cnn (AdLM's MNIST "
+             "network without batch norm: the AdLM paper's pSGD network).")
 OPTIONS.enum("dpsgd_clipping", "auto", list(privatize.CLIPPING_METHODS),
              "DP-SGD: how per-example gradient norms are computed; all give the same "
              "clipped sum. vectorized: per-example gradients of the whole model "
@@ -60,11 +62,11 @@ def clipped_sum(per_example_grads, l2_clip: float) -> list:
 
 
 class DPSGD(Method):
-    """DP-SGD with vectorised per-example gradients (AdLM spec §5 item 1, HGM spec §3.5).
+    """DP-SGD with vectorised per-example gradients (the AdLM and HGM papers' baseline).
 
     Per lot: per-example gradients (tf.vectorized_map), each clipped to L2 norm C (Abadi et
     al. 2016 Alg. 1: g / max(1, ||g||_2 / C)), summed, Gaussian noise N(0, sigma^2 C^2 I) added
-    ONCE to the sum (AdLM spec §5: once per lot, not per example), divided by the expected
+    ONCE to the sum (once per lot, not per example), divided by the expected
     lot size, then an optimizer step.
 
     Under MirroredStrategy each replica sums its own clipped gradients; the optimizer sums
@@ -108,8 +110,9 @@ class DPSGD(Method):
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"--dpsgd_sampling: expected one of {SAMPLINGS}, got "
                              f"{self.sampling!r}")
-        if self.model_kind not in ("cnn", "mlp"):
-            raise ValueError(f"--dpsgd_model: expected cnn or mlp, got {self.model_kind!r}")
+        if self.model_kind not in ("cnn", "mlp", "adlm_cnn"):
+            raise ValueError(f"--dpsgd_model: expected cnn, mlp or adlm_cnn, got "
+                             f"{self.model_kind!r}")
         clipping = OPTIONS.get(cfg.options, "dpsgd_clipping")
         if clipping not in privatize.CLIPPING_METHODS:
             raise ValueError(f"--dpsgd_clipping: expected one of {privatize.CLIPPING_METHODS}, "
@@ -138,7 +141,7 @@ class DPSGD(Method):
 
         note = ""
         if self.noise_multiplier is None:
-            # Fixed-epoch schedule, sigma solved from the budget (HGM spec §5.5).
+            # Fixed-epoch schedule, sigma solved from the budget (the HGM experiments).
             self.noise_multiplier = accounting.dpsgd_noise_multiplier(
                 target_epsilon=cfg.epsilon, num_examples=n, batch_size=batch, steps=planned,
                 delta=cfg.delta, accountant=self.accountant, sampling=self._account_sampling())

@@ -1,4 +1,4 @@
-"""Non-private training (the upper-bound sanity baseline, AdLM spec §5 item 3)."""
+"""Non-private training (the upper-bound sanity baseline; docs/paper-to-code.md)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from tfdp import options
 from tfdp.certify import smoothing
+from tfdp.models import adlm as adlm_models
 from tfdp.models import common
 from tfdp.train.base import Method
 
@@ -42,8 +43,12 @@ def step_metrics(loss: tf.Tensor, logits: tf.Tensor, y: tf.Tensor, global_batch_
     return {"loss": loss, "accuracy": tf.reduce_sum(correct) / float(global_batch_size)}
 
 
+BASELINE_MODELS = ("cnn", "mlp", "adlm_cnn")
+
+
 def build_baseline_model(kind: str, input_shape, num_classes: int) -> keras.Model:
-    """The generic model used by the baselines ("cnn" or "mlp").
+    """The model of a baseline: "cnn" (a small CNN), "mlp", or "adlm_cnn" (AdLM's MNIST
+    network with per-example layers only, the AdLM paper's pSGD network).
 
     Raises:
       ValueError: if `kind` is unknown.
@@ -52,7 +57,9 @@ def build_baseline_model(kind: str, input_shape, num_classes: int) -> keras.Mode
         return common.small_cnn(input_shape, num_classes)
     if kind == "mlp":
         return common.mlp(input_shape, num_classes, hidden=(128,))
-    raise ValueError(f"model: unknown baseline model {kind!r}; choose 'cnn' or 'mlp'")
+    if kind == "adlm_cnn":
+        return adlm_models.mnist_per_example_model(input_shape, num_classes)
+    raise ValueError(f"model: unknown baseline model {kind!r}; choose one of {BASELINE_MODELS}")
 
 
 class NonPrivate(Method):
@@ -83,7 +90,7 @@ class NonPrivate(Method):
         x = smoothing.training_noise(ctx, x, self.config.options.get("smoothing_sigma"))
         with tf.GradientTape() as tape:
             logits = model(x, training=True)
-            # The replica's share of the global mean loss (notes-deps §3(b)).
+            # The replica's share of the global mean loss (tf.nn.compute_average_loss).
             loss = tf.nn.compute_average_loss(per_example_cross_entropy(y, logits),
                                               global_batch_size=global_batch_size)
         grads = tape.gradient(loss, model.trainable_variables)
