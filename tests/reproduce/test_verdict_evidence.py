@@ -97,6 +97,25 @@ def test_band_accounts_for_the_seed_spread():
     assert spread.sd == pytest.approx(4.0) and extract.Value(1.0, "", [1.0]).sd is None
 
 
+def test_difference_rows_pair_seeds_and_do_not_claim_a_sign_the_seeds_cannot_decide():
+    row = registry.ROWS_BY_ID["adlm.mnist.adlm_minus_ilm.eps0.25"]  # AdLM - ILM > 0
+    out = lambda acc: {"metrics": {"test_accuracy": acc}}  # noqa: E731
+    outs = {"a": [out(0.84), out(0.85), out(0.86)], "b": [out(0.86), out(0.845), out(0.85)]}
+    value = extract.accuracy_diff(outs, row)
+    assert value.per_seed == pytest.approx([-2.0, 0.5, 1.0])  # paired by seed
+    assert value.value == pytest.approx(-0.5 / 3) and value.sd == pytest.approx(1.6073, abs=1e-3)
+    verdict, reason = extract.verdict(row, value)
+    assert verdict == extract.INCONCLUSIVE and "do not decide the sign" in reason
+    # A mean difference beyond 2 SE of zero is decided either way.
+    assert extract.verdict(row, extract.Value(2.0, "", [1.9, 2.0, 2.1]))[0] == "ordering holds"
+    assert extract.verdict(row, extract.Value(-2.0, "", [-1.9, -2.0, -2.1]))[0] == (
+        "not reproduced")
+    # One seed: the sign is taken as measured (and the reason says the spread is unknown).
+    one = extract.accuracy_diff({"a": [out(0.85)], "b": [out(0.84)]}, row)
+    assert one.per_seed == pytest.approx([1.0]) and one.sd is None
+    assert extract.verdict(row, one)[0] == "ordering holds"
+
+
 def test_rows_whose_jobs_changed_are_marked_stale(tmp_path):
     row = registry.ROWS_BY_ID["stobatch.mnist.secure_sgd.eps0.2"]
     res = str(tmp_path)
@@ -188,3 +207,18 @@ def test_no_committed_row_passes_on_a_model_at_chance_or_too_few_certificates():
         assert extract.inconclusive(row, models) is None, (scale, rid)
         checked += 1
     assert checked > 10
+
+
+# The reduced-scale MNIST rows the AdLM conclusions rest on (REPRODUCTION.md, "Discriminating
+# runs"): at least three seeds each, with the spread recorded.
+_SEEDED_REDUCED = ("adlm.mnist.adlm.eps0.25", "adlm.mnist.ilm.eps0.25", "adlm.mnist.dpsgd.eps0.25",
+                   "adlm.mnist.adlm_minus_ilm.eps0.25", "adlm.mnist.adlm_minus_psgd.eps0.25")
+
+
+@pytest.mark.parametrize("row_id", _SEEDED_REDUCED)
+def test_reduced_adlm_rows_rest_on_three_seeds(row_id):
+    with open(os.path.join(_RESULTS, "reduced", row_id + ".json"), encoding="utf-8") as f:
+        rec = json.load(f)
+    assert len(rec["seeds"]) >= 3 and len(rec["per_seed"]) == len(rec["seeds"]), rec["seeds"]
+    assert rec["value_sd"] is not None and rec["value_sd"] >= 0
+    assert rec["value"] == pytest.approx(sum(rec["per_seed"]) / len(rec["per_seed"]))

@@ -43,6 +43,8 @@ class Value:
       per_seed: the value of each seed (several seeds), else [value].
       ok: the extractor's own pass/fail for `check` criteria, else None.
       detail: a short explanation (which cells failed, the spread, ...).
+      cells: per_seed holds the values of a grid's cells (sizes, eps, d), not of seeds:
+        their spread is not a seed spread (sd is None).
     """
 
     value: float | None
@@ -50,10 +52,13 @@ class Value:
     per_seed: list[float] = dataclasses.field(default_factory=list)
     ok: bool | None = None
     detail: str = ""
+    cells: bool = False
 
     @property
     def sd(self) -> float | None:
-        """Sample standard deviation over seeds (None with fewer than 2 seeds)."""
+        """Sample standard deviation over seeds (None with fewer than 2 seeds, or cells)."""
+        if self.cells:
+            return None
         vals = [v for v in self.per_seed if v is not None and math.isfinite(v)]
         return float(statistics.stdev(vals)) if len(vals) >= 2 else None
 
@@ -148,10 +153,20 @@ def accuracy_mean(outs, row: Row) -> Value:
 
 
 def accuracy_diff(outs, row: Row) -> Value:
-    """Accuracy of role a minus role b (points), seeds averaged first."""
-    a = _mean([_acc(o) for o in outs["a"]])
-    b = _mean([_acc(o) for o in outs["b"]])
-    return Value(a - b, f"{a - b:+.2f} pts ({a:.2f}% vs {b:.2f}%)", [a - b])
+    """Accuracy of role a minus role b (points), mean over seeds.
+
+    With several seeds of both roles the differences are paired by seed (both runs of a
+    seed share the data order), so `per_seed` holds one difference per seed and the row's
+    spread is the spread of the differences.
+    """
+    pa, pb = [_acc(o) for o in outs["a"]], [_acc(o) for o in outs["b"]]
+    a, b = _mean(pa), _mean(pb)
+    per = ([x - y for x, y in zip(pa, pb)] if len(pa) == len(pb) and len(pa) > 1
+           else [a - b])
+    spread = ""
+    if len(per) > 1:
+        spread = f", seed sd {statistics.stdev(per):.2f} over {len(per)} seeds"
+    return Value(a - b, f"{a - b:+.2f} pts ({a:.2f}% vs {b:.2f}%{spread})", per)
 
 
 def closed(outs, row: Row) -> Value:
@@ -200,7 +215,7 @@ def gpm_hist_cell(outs, row: Row) -> Value | None:
     text = (f"{min(rates):.3f}-{max(rates):.3f}" if len(rates) > 1 else f"{rates[0]:.3f}")
     text += f" (d = {ds}; oracle {float(cells[0]['oracle_exact']):.3f}, " \
             f"{int(float(cells[0]['trials']))} trials)"
-    return Value(_mean(rates), text, rates, ok=not bad, detail="; ".join(bad))
+    return Value(_mean(rates), text, rates, ok=not bad, detail="; ".join(bad), cells=True)
 
 
 def gpm_hist_l2(outs, row: Row) -> Value | None:
@@ -238,7 +253,7 @@ def gpm_dpsgd_cells(outs, row: Row) -> Value | None:
     oracle = [float(r["oracle_mean"]) for r in cells]
     return Value(_mean(rates), f"{min(rates):.2f}-{max(rates):.2f} ({len(cells)} cells, "
                  f"{trials} trials each; oracle {min(oracle):.2f}-{max(oracle):.2f})", rates,
-                 ok=ok)
+                 ok=ok, cells=True)
 
 
 def gpm_dpsgd_gap(outs, row: Row) -> Value | None:
@@ -352,13 +367,13 @@ def _gap(outs, sizes: list[str], field: str) -> tuple[float, list[float]]:
 def attack_gap(outs, row: Row) -> Value:
     """Mean over paired roles (a*, b*) of the accuracy-under-attack difference (points)."""
     gap, diffs = _gap(outs, [row.param["size"]], "accuracy")
-    return Value(gap, f"{gap:+.2f} pts over {len(diffs)} cells", diffs)
+    return Value(gap, f"{gap:+.2f} pts over {len(diffs)} cells", diffs, cells=True)
 
 
 def certified_gap(outs, row: Row) -> Value:
     """Mean over attack sizes of the certified-accuracy difference a - b (points)."""
     gap, diffs = _gap(outs, row.param["sizes"].split(","), "certified_accuracy")
-    return Value(gap, f"{gap:+.2f} pts over {len(diffs)} cells", diffs)
+    return Value(gap, f"{gap:+.2f} pts over {len(diffs)} cells", diffs, cells=True)
 
 
 def eot_soundness(outs, row: Row) -> Value:
@@ -591,6 +606,14 @@ def _criterion_verdict(row: Row, value: Value) -> tuple[str, str]:
             return ("reproduced" if row.published is None else "within band"), c.describe(unit)
         return "not reproduced", f"fails: {c.describe(unit)} (ours {_fmt(v)}){note}"
     if c.kind == "positive":
+        sd, k = value.sd, len(value.per_seed)
+        if sd is not None and abs(v) <= 2.0 * sd / math.sqrt(k):
+            # Several seeds whose 95% interval of the mean difference contains zero: the
+            # seeds do not decide the sign, so neither "holds" nor "fails" is shown.
+            return INCONCLUSIVE, (f"difference {_fmt(v)}{unit} lies within 2 SE "
+                                  f"({2.0 * sd / math.sqrt(k):.2g}{unit}) of zero, seed sd "
+                                  f"{sd:.2g}{unit} over {k} seeds: the seeds do not decide "
+                                  f"the sign{note}")
         if v <= 0:
             return "not reproduced", f"ordering fails: difference {_fmt(v)}{unit}{note}"
         if (c.low is not None and v < c.low) or (c.high is not None and v > c.high):
