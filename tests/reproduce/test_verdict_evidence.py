@@ -84,6 +84,13 @@ def test_reasons_are_generated_from_the_data():
     reason = extract.verdict(row, extract.Value(85.0, "", [85.0]), [_model(
         method="dpsgd", accuracy=85.0, config=cfg)])[1]
     assert "without its batch norm" in reason and "[adlm_cnn]" in reason, reason
+    # A scale that ran the paper-scale command itself is not called a fraction of the paper.
+    ran = extract.verdict(row, extract.Value(85.0, "", [85.0]), [_model(
+        method="dpsgd", accuracy=85.0, config=cfg, epochs=8, steps=704, paper_epochs=100,
+        paper_command=True)])[1]
+    assert "with the paper-scale command itself" in ran and "% of the paper" not in ran, ran
+    with open(os.path.join(_RESULTS, "reduced", row.id + ".json"), encoding="utf-8") as f:
+        assert "paper-scale command itself" in json.load(f)["reason"]
     assert "differs in" not in reason and "substitute" not in reason, reason
 
 
@@ -212,7 +219,8 @@ def test_no_committed_row_passes_on_a_model_at_chance_or_too_few_certificates():
 # The reduced-scale MNIST rows the AdLM conclusions rest on (REPRODUCTION.md, "Discriminating
 # runs"): at least three seeds each, with the spread recorded.
 _SEEDED_REDUCED = ("adlm.mnist.adlm.eps0.25", "adlm.mnist.ilm.eps0.25", "adlm.mnist.dpsgd.eps0.25",
-                   "adlm.mnist.adlm_minus_ilm.eps0.25", "adlm.mnist.adlm_minus_psgd.eps0.25")
+                   "adlm.mnist.adlm_minus_ilm.eps0.25", "adlm.mnist.adlm_minus_psgd.eps0.25",
+                   "adlm.mnist.dpsgd.eps0.25.paper_settings")
 
 
 @pytest.mark.parametrize("row_id", _SEEDED_REDUCED)

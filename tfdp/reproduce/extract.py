@@ -76,6 +76,8 @@ class Model:
       epochs, steps: training length run (mean over seeds), or None.
       paper_epochs, paper_steps: the paper-scale flagfile's length (steps estimated for the
         same data-set size and batch), or None.
+      paper_command: this scale ran the paper-scale training command itself (e.g. a recipe
+        that stops when its budget is spent), so its length is the paper's.
       claimed_epsilon, sound_epsilon: the ledger's claimed and sound epsilon (None if absent).
       certified: certified examples at each of the row's attack sizes (certificate rows).
       claimed_certificates: the evaluation reported the paper's claimed (unsound)
@@ -91,6 +93,7 @@ class Model:
     steps: float | None = None
     paper_epochs: float | None = None
     paper_steps: float | None = None
+    paper_command: bool = False
     claimed_epsilon: float | None = None
     sound_epsilon: float | None = None
     certified: list[int] = dataclasses.field(default_factory=list)
@@ -449,6 +452,9 @@ def _length_fact(models: list[Model]) -> str:
         text = f"{_name(m)} trained {m.epochs:g} epochs"
         if m.steps is not None:
             text += f" ({m.steps:g} steps)"
+        if m.paper_command:
+            out.append(text + " with the paper-scale command itself (the paper's length)")
+            continue
         text += f" vs the paper-scale {m.paper_epochs:g} epochs"
         if m.paper_steps:
             text += f" (about {m.paper_steps:.0f} steps)"

@@ -477,6 +477,12 @@ def row_models(row: Row, scale: str, records: dict[str, list[dict]],
         epochs = _mean_or_none([_float(t.get("metrics", {}).get("epochs_completed"))
                                 for t in trains])
         p_epochs, p_steps = _paper_length(row, role, steps, epochs, cfg)
+        full = row.jobs.get("full", {}).get(role)
+        full_train = (registry.train_job("full", full.depends) if full is not None
+                      and full.depends else full)
+        paper_command = (scale != "full" and full_train is not None
+                         and (full_train.flagfile, full_train.args) == (train.flagfile,
+                                                                        train.args))
         ledger = (trains[0].get("ledger") or {}) if trains else {}
         counts, claimed = [], False
         if row.extractor in extract.CERTIFIED_EXTRACTORS:
@@ -487,7 +493,7 @@ def row_models(row: Row, scale: str, records: dict[str, list[dict]],
         out.append(extract.Model(
             role=role, method=train.method or "", dataset=dataset,
             accuracy=None if acc is None else 100.0 * acc, epochs=epochs, steps=steps,
-            paper_epochs=p_epochs, paper_steps=p_steps,
+            paper_epochs=p_epochs, paper_steps=p_steps, paper_command=paper_command,
             claimed_epsilon=_float(ledger.get("claimed_epsilon")),
             sound_epsilon=_float(ledger.get("epsilon")), certified=counts,
             claimed_certificates=claimed, config=cfg))
