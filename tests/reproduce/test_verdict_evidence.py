@@ -220,7 +220,9 @@ def test_no_committed_row_passes_on_a_model_at_chance_or_too_few_certificates():
 # runs"): at least three seeds each, with the spread recorded.
 _SEEDED_REDUCED = ("adlm.mnist.adlm.eps0.25", "adlm.mnist.ilm.eps0.25", "adlm.mnist.dpsgd.eps0.25",
                    "adlm.mnist.adlm_minus_ilm.eps0.25", "adlm.mnist.adlm_minus_psgd.eps0.25",
-                   "adlm.mnist.dpsgd.eps0.25.paper_settings")
+                   "adlm.mnist.dpsgd.eps0.25.paper_settings") + tuple(
+    f"adlm.mnist.{m}.eps0.5" for m in ("adlm", "ilm", "dpsgd", "adlm_minus_ilm",
+                                       "adlm_minus_psgd"))
 
 
 @pytest.mark.parametrize("row_id", _SEEDED_REDUCED)
