@@ -11,14 +11,15 @@ from tfdp import accounting, options
 from tfdp.certify import smoothing
 from tfdp.train import privatize
 from tfdp.train.base import Method
-from tfdp.train.nonprivate import build_baseline_model, per_example_cross_entropy
+from tfdp.train.nonprivate import (BASELINE_MODELS, build_baseline_model,
+                                   per_example_cross_entropy)
 
 SAMPLINGS = privatize.SAMPLINGS
 
 OPTIONS = options.OptionSet("dpsgd_")  # every dpsgd_* setting: name, default, help
 
 privatize.declare_dpsgd_options(OPTIONS, "dpsgd_", "DP-SGD")
-OPTIONS.enum("dpsgd_model", "cnn", ["cnn", "mlp", "adlm_cnn"],
+OPTIONS.enum("dpsgd_model", "cnn", list(BASELINE_MODELS),
              "DP-SGD: architecture: cnn (a small CNN), mlp, or adlm_cnn (AdLM's MNIST "
              "network without batch norm: the AdLM paper's pSGD network).")
 OPTIONS.enum("dpsgd_clipping", "auto", list(privatize.CLIPPING_METHODS),
@@ -110,8 +111,8 @@ class DPSGD(Method):
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"--dpsgd_sampling: expected one of {SAMPLINGS}, got "
                              f"{self.sampling!r}")
-        if self.model_kind not in ("cnn", "mlp", "adlm_cnn"):
-            raise ValueError(f"--dpsgd_model: expected cnn, mlp or adlm_cnn, got "
+        if self.model_kind not in BASELINE_MODELS:
+            raise ValueError(f"--dpsgd_model: expected one of {BASELINE_MODELS}, got "
                              f"{self.model_kind!r}")
         clipping = OPTIONS.get(cfg.options, "dpsgd_clipping")
         if clipping not in privatize.CLIPPING_METHODS:
