@@ -3,7 +3,7 @@
 from layers.adlm import BatchStatNorm, BiasNoise, CropStandardize
 from layers.autoencoder import DPAutoEncoderConv
 from layers.bounding import BoundedLRN, Clip, MinMaxBound
-from layers.control import set_inference_noise, set_noise_seeds
+from layers.control import noise_layers, set_inference_noise, set_noise_seeds
 from layers.noise import (NOISE_KERNELS, NOISE_MODES, GaussianNoise,
                           HeterogeneousGaussianNoise, LaplaceNoise, get_noise_kernel,
                           noise_kernel, set_noise_kernel)
@@ -23,6 +23,7 @@ __all__ = [
     "MinMaxBound",
     "get_noise_kernel",
     "noise_kernel",
+    "noise_layers",
     "set_inference_noise", "set_noise_seeds",
     "set_noise_kernel",
 ]

@@ -1,8 +1,8 @@
 """AdLM's Keras layers: the first layer's bias offset, crop + standardise, batch-statistics norm.
 
 The registered names stay `tfdp_adlm>BiasNoise`, `tfdp_adlm>CropStandardize` and
-`tfdp_adlm>BatchStatNorm`, so models saved when these classes lived in `tfdp.models.adlm`
-load unchanged (that module still imports them for the configs' `module` entry).
+`tfdp_adlm>BatchStatNorm`, so models saved when these classes lived in `tfdp.models.adlm` (AdLM's models now live in
+`tfdp.papers.adlm.models`) load unchanged: Keras finds them by their registered names.
 
 BiasNoise draws no noise itself: the AdLM trainer draws its offset once, at setup, with
 `tfdp.mechanisms.sample_laplace` from the run's setup generator and keeps it in the setup

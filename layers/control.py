@@ -26,6 +26,12 @@ def _walk(layer: Any, seen: set) -> list:
     return out
 
 
+def noise_layers(model_or_layer: Any) -> list:
+    """Every tfdp noise layer inside a model or layer (itself included): nested models and
+    layers' own sublayers, each once. The one walker the evaluation and the export use."""
+    return [layer for layer in _walk(model_or_layer, set()) if isinstance(layer, _NoiseLayer)]
+
+
 def _reset_cached_functions(model_or_layer: Any) -> None:
     """Drops Keras' cached predict/test/train functions of every model found, so they retrace
     (noise settings and seeds are read when a graph is traced)."""

@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfdp import checks, mechanisms
+from tfdp import checks, kernels, mechanisms
 
 NOISE_MODES = ("per_example", "per_batch", "once")
 
@@ -106,43 +106,12 @@ def unit_laplace(shape: Any, seed: tf.Tensor) -> tf.Tensor:
 # from the portable one in its last few bits), scale and add in the same pass. The kernel
 # is read when a layer is traced: set it before building a training step.
 
-NOISE_KERNELS = ("portable", "fused")
-_KERNEL = {"mode": "portable"}
-
-
-def set_noise_kernel(mode: str) -> None:
-    """Selects how fresh noise is drawn from now on: "portable" or "fused".
-
-    Args:
-        mode: one of NOISE_KERNELS. "fused" builds the compiled kernel now (once per
-            machine; a few seconds) so that a missing compiler fails here, before any work.
-
-    Raises:
-        ValueError: if mode is unknown.
-        tfdp.kernels.KernelUnavailable: if mode is "fused" and the kernel cannot be built.
-    """
-    checks.check_choice(mode, "noise kernel", NOISE_KERNELS)
-    if mode == "fused":
-        from tfdp import kernels  # pylint: disable=import-outside-toplevel
-
-        kernels.load()
-    _KERNEL["mode"] = mode
-
-
-def get_noise_kernel() -> str:
-    """The noise kernel layers use when traced now."""
-    return _KERNEL["mode"]
-
-
-@contextlib.contextmanager
-def noise_kernel(mode: str) -> Iterator[None]:
-    """Context manager form of `set_noise_kernel` (restores the previous kernel on exit)."""
-    previous = _KERNEL["mode"]
-    set_noise_kernel(mode)
-    try:
-        yield
-    finally:
-        _KERNEL["mode"] = previous
+# The kernel choice and its state live in tfdp.kernels (below the layers); these names stay
+# importable from here and from `layers`.
+NOISE_KERNELS = kernels.NOISE_KERNELS
+set_noise_kernel = kernels.set_noise_kernel
+get_noise_kernel = kernels.get_noise_kernel
+noise_kernel = kernels.noise_kernel
 
 
 @contextlib.contextmanager
@@ -416,7 +385,7 @@ class _NoiseLayer(keras.layers.Layer):
         never inside example_index_scope (per-example calls under tf.vectorized_map, which
         has no rule for the compiled op).
         """
-        return (_KERNEL["mode"] == "fused" and inputs.dtype == tf.float32
+        return (kernels.get_noise_kernel() == "fused" and inputs.dtype == tf.float32
                 and self._fused_distribution() is not None
                 and getattr(_EXAMPLE, "index", None) is None
                 and tuple(inputs.shape[1:]) == self._feature_shape)
@@ -434,8 +403,6 @@ class _NoiseLayer(keras.layers.Layer):
         """inputs + a fresh per-example draw (scaled by `factor`)."""
         if not self._fused_applies(inputs):
             return inputs + self._fresh_per_example(inputs, tag, factor)
-        from tfdp import kernels  # pylint: disable=import-outside-toplevel
-
         seed = self._next_seed(tag, per_replica=True)
         key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=seed)
         scale = self._noise_scale * factor

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any, Iterable, Optional
@@ -560,6 +561,15 @@ def segments_epsilon(segments: list, *, delta: float, accountant: str = "rdp",
         raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}")
     if sampling not in SAMPLINGS:
         raise ValueError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
+    events = _segment_events(segs, sampling)
+    if not events:
+        return 0.0
+    return float(_make_accountant(accountant).compose(
+        dp_accounting.ComposedDpEvent(events)).get_epsilon(dlt))
+
+
+def _segment_events(segs: list, sampling: str) -> list:
+    """One dp_accounting event per executed segment (see `segments_epsilon`)."""
     events = []
     for seg in segs:
         if seg["steps"] == 0:
@@ -573,10 +583,83 @@ def segments_epsilon(segments: list, *, delta: float, accountant: str = "rdp",
             events.append(dp_accounting.SelfComposedDpEvent(
                 dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)),
                 seg["steps"]))
-    if not events:
-        return 0.0
-    return float(_make_accountant(accountant).compose(
-        dp_accounting.ComposedDpEvent(events)).get_epsilon(dlt))
+    return events
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpend:
+    """The privacy a per-step method (DP-SGD, Secure-SGD) spends at every training step.
+
+    A method returns one from `Method.step_spend()`; the run charges the steps that executed,
+    segment by segment, to the ledger entry `name` (`record`), and `dp_event` gives the
+    dp_accounting event of those segments.
+
+    Attributes:
+      name: the ledger entry's name.
+      noise_multiplier: sigma of the Gaussian noise, in units of the clipping norm.
+      sampling: "poisson" (Poisson lots) or "shuffle" (shuffled fixed-size batches: the
+        sound value is the per-pass bound without amplification).
+      delta: target delta in (0, 1).
+      accountant: "rdp" or "pld".
+      protects: what the entry protects.
+      note: appended to the ledger entry's generated note.
+      unbounded: the steps do not bound one record's influence: the sound epsilon is
+        infinite and the accountant's value is only claimed (`note` says why).
+    """
+
+    name: str
+    noise_multiplier: float
+    sampling: str
+    delta: float
+    accountant: str = "rdp"
+    protects: str = "training records"
+    note: str = ""
+    unbounded: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"StepSpend.name must be a non-empty string, got {self.name!r}")
+        checks.check_positive(self.noise_multiplier, "StepSpend.noise_multiplier")
+        if self.sampling not in ("poisson", "shuffle"):
+            raise ValueError(f"StepSpend.sampling must be 'poisson' or 'shuffle', got "
+                             f"{self.sampling!r}")
+        _validate.check_delta(self.delta)
+        if self.accountant not in ACCOUNTANTS:
+            raise ValueError(f"StepSpend.accountant must be one of {ACCOUNTANTS}, got "
+                             f"{self.accountant!r}")
+
+    def segment(self, start_step: int, steps: int, passes: int, num_examples: int,
+                batch_size: int) -> dict:
+        """One executed segment of this spend (`SEGMENT_KEYS`)."""
+        return {"start_step": int(start_step), "steps": int(steps), "passes": int(passes),
+                "num_examples": int(num_examples), "batch_size": int(batch_size),
+                "noise_multiplier": float(self.noise_multiplier)}
+
+    def dp_event(self, segments: list, *, sound: bool = True) -> dp_accounting.DpEvent:
+        """The dp_accounting event of the executed `segments`.
+
+        Args:
+          segments: executed segments (`SEGMENT_KEYS`).
+          sound: for sampling "shuffle", the event of the sound bound (no amplification);
+            False gives the Poisson analysis the "shuffle" entry records as claimed.
+
+        Raises:
+          ValueError: on invalid segments, or for an unbounded spend asked for a sound event
+            (it has none: one record's influence is not bounded).
+        """
+        if sound and self.unbounded:
+            raise ValueError(f"{self.name}: an unbounded spend has no sound event")
+        segs = [_check_segment(seg, i) for i, seg in enumerate(segments)]
+        sampling = ("shuffle_no_amplification" if sound and self.sampling == "shuffle"
+                    else self.sampling)
+        return dp_accounting.ComposedDpEvent(_segment_events(segs, sampling))
+
+    def record(self, ledger: "PrivacyLedger", segments: list) -> dict:
+        """Creates or extends this spend's ledger entry (`PrivacyLedger.record_steps`)."""
+        return ledger.record_steps(self.name, segments=segments, delta=self.delta,
+                                   sampling=self.sampling, accountant=self.accountant,
+                                   protects=self.protects, note=self.note,
+                                   unbounded=self.unbounded)
 
 
 def epsilon_value(value: Any) -> float:
@@ -869,6 +952,7 @@ __all__ = [
     "RELATIONS",
     "SAMPLINGS",
     "SEGMENT_KEYS",
+    "StepSpend",
     "segments_epsilon",
     "dpsgd_epsilon",
     "dpsgd_noise_multiplier",

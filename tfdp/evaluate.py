@@ -31,7 +31,7 @@ from absl import logging
 
 import attacks
 from tfdp import certify as certify_lib
-from tfdp import checks, rundir
+from tfdp import checks, export, run_model, rundir
 
 PLOT_FILE = "accuracy_vs_attack_size.png"
 TSV_COLUMNS = ("attack", "attack_size", "index", "label", "prediction", "radius", "correct",
@@ -266,114 +266,10 @@ def size_key(size: float) -> str:
     return repr(float(size))
 
 
-def load_run(model_dir: str) -> tuple[Any, dict]:
-    """Loads a run directory's model and config.
-
-    Args:
-        model_dir: the run directory.
-
-    Returns:
-        (keras model, config dict).
-
-    Raises:
-        ValueError: if the directory lacks config.json or model.keras.
-    """
-    rd = rundir.RunDir(model_dir)
-    for name in (rundir.CONFIG_FILE, rundir.MODEL_FILE):
-        if not rd.exists(name):
-            raise ValueError(f"model_dir: {rd.path} has no {name}; is it a finished run?")
-    import keras  # pylint: disable=import-outside-toplevel
-    import layers  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-    import tfdp.models  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-    config = rd.read_json(rundir.CONFIG_FILE)
-    model = keras.saving.load_model(rd.file(rundir.MODEL_FILE), compile=False)
-    return model, config
-
-
-@contextlib.contextmanager
-def _noise(model: Any, enabled: bool, fresh_layers: Optional[Sequence[str]] = None
-           ) -> Iterator[None]:
-    """Sets the inference noise of the model's noise layers for the enclosed calls.
-
-    Noise layers read their switch when a graph is traced, so this wraps the model call
-    inside the traced function. With `fresh_layers`, only the named layers draw fresh noise;
-    the others keep their stored noise ("once" mode) without a fresh draw (StoBatch
-    Corollary 1: each pass randomises one mechanism, the other keeps its fixed noise).
-    """
-    import layers as layers_lib  # pylint: disable=import-outside-toplevel
-    noise_layers = _noise_layers(model)
-    saved = [(l, l.inference_noise, l.inference_fresh_scale) for l in noise_layers]
-    try:
-        layers_lib.set_inference_noise(model, enabled)
-        if enabled and fresh_layers is not None:
-            wanted = set(fresh_layers)
-            for layer in noise_layers:
-                if layer.name not in wanted:
-                    layer.inference_fresh_scale = 0.0
-        yield
-    finally:
-        for layer, on, scale in saved:
-            layer.inference_noise = on
-            layer.inference_fresh_scale = scale
-
-
-def _noise_layers(model: Any) -> list:
-    """The tfdp noise layers inside a (nested) Keras model, each once."""
-    import layers as layers_lib  # pylint: disable=import-outside-toplevel
-    kinds = (layers_lib.LaplaceNoise, layers_lib.GaussianNoise,
-             layers_lib.HeterogeneousGaussianNoise)
-    found, seen, stack = [], set(), [model]
-    while stack:
-        layer = stack.pop()
-        if id(layer) in seen:
-            continue
-        seen.add(id(layer))
-        if isinstance(layer, kinds):
-            found.append(layer)
-        stack.extend(getattr(layer, "layers", []) or [])
-    return found
-
-
-def model_functions(model: Any, certification: Optional[Mapping[str, Any]]
-                    ) -> tuple[Callable, Callable, bool]:
-    """The noise-free logits function, the noisy score function and whether it is logits.
-
-    Args:
-        model: a Keras model built from tfdp layers.
-        certification: the run's certification dict (or None).
-
-    Returns:
-        (noise_free_fn, noisy_score_fn, noisy_fn_returns_logits).
-    """
-    def noise_free(x):
-        with _noise(model, False):
-            return model(x, training=False)
-
-    def noisy(x):
-        with _noise(model, True):
-            return model(x, training=False)
-
-    from tfdp.certify import smoothing  # pylint: disable=import-outside-toplevel
-    if smoothing.is_smoothing(certification):
-        # Randomized smoothing (Cohen et al. 2019): noise on the input of the base classifier.
-        return noise_free, smoothing.smoothed_score(noise_free, float(certification["sigma"])), True
-    passes = (certification or {}).get("passes")
-    if passes:
-        known = {layer.name for layer in _noise_layers(model)}
-        for names in passes:
-            missing = set(names) - known
-            if missing:
-                raise ValueError(f"certification['passes'] names {sorted(missing)}, which are "
-                                 f"not noise layers of the model (it has {sorted(known)})")
-
-        def make_pass(names):
-            def fn(x):
-                with _noise(model, True, fresh_layers=names):
-                    return model(x, training=False)
-            return fn
-        # StoBatch Theorem 5 / Corollary 1: product of the passes' softmax outputs
-        return noise_free, certify_lib.product_of_softmax([make_pass(p) for p in passes]), False
-    return noise_free, noisy, True
+# A run's model and its noise-free / noisy / score functions live in tfdp.run_model, below
+# this module and tfdp.export (both use them); the names stay importable from here.
+load_run = run_model.load_run
+model_functions = run_model.model_functions
 
 
 def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Sequence[float],
@@ -614,7 +510,6 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
 
 def _is_exported(model: Any) -> bool:
     """Whether `model` is an exported SavedModel (tfdp.export.ExportedModel)."""
-    from tfdp import export  # pylint: disable=import-outside-toplevel
     return isinstance(model, export.ExportedModel)
 
 
@@ -862,7 +757,6 @@ def evaluate_saved_model(saved_model: str, options: EvalOptions,
             fit the export's input shape; before any work.
     """
     opts = validate_options(options)
-    from tfdp import export  # pylint: disable=import-outside-toplevel
     model = export.ExportedModel(saved_model)
     check_certificate_norm(opts, model.certification)
     card = model.card

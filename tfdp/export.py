@@ -50,9 +50,10 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+import layers as layers_lib
 from layers import noise as noise_layers
 from tfdp import certify as certify_lib
-from tfdp import accounting, checks, rundir, serving_inputs
+from tfdp import accounting, checks, run_model, rundir, serving_inputs
 from tfdp.certify import graph as certify_graph
 from tfdp.certify import smoothing as certify_smoothing
 from tfdp.train import registry
@@ -233,7 +234,7 @@ def _seeded_noise(model: Any, key: tf.Tensor) -> Iterator[None]:
     read or advanced, and the exported signatures are stateless).
     """
     sites = _DrawSites(key)
-    noise_layers = _all_noise_layers(model)
+    noise_layers = layers_lib.noise_layers(model)
 
     def next_seed(tag: int, per_replica: bool) -> tf.Tensor:
         del tag, per_replica
@@ -250,28 +251,10 @@ def _seeded_noise(model: Any, key: tf.Tensor) -> Iterator[None]:
                 object.__delattr__(layer, "_next_seed")
 
 
-def _all_noise_layers(model: Any) -> list:
-    """Every tfdp noise layer inside a model: nested models and layers' own sublayers."""
-    from layers.noise import _NoiseLayer  # pylint: disable=import-outside-toplevel
-    found, seen, stack = [], set(), [model]
-    while stack:
-        layer = stack.pop()
-        if id(layer) in seen:
-            continue
-        seen.add(id(layer))
-        if isinstance(layer, _NoiseLayer):
-            found.append(layer)
-        stack.extend(getattr(layer, "layers", None) or [])
-        if hasattr(layer, "_flatten_layers"):
-            stack.extend(layer._flatten_layers(  # pylint: disable=protected-access
-                include_self=False, recursive=False))
-    return found
-
-
 @contextlib.contextmanager
 def _all_noise_off(model: Any) -> Iterator[None]:
     """Switches the inference noise of every noise layer off for the enclosed trace."""
-    noise_layers = _all_noise_layers(model)
+    noise_layers = layers_lib.noise_layers(model)
     saved = [(layer, layer.inference_noise) for layer in noise_layers]
     try:
         for layer in noise_layers:
@@ -313,9 +296,8 @@ class _Functions:
 
 
 def _model_functions(model: Any, certification: Optional[Mapping[str, Any]]) -> _Functions:
-    from tfdp import evaluate as evaluate_lib  # pylint: disable=import-outside-toplevel
-    noise_free, noisy, _ = evaluate_lib.model_functions(model, None)
-    _, score, score_is_logits = evaluate_lib.model_functions(model, certification)
+    noise_free, noisy, _ = run_model.model_functions(model, None)
+    _, score, score_is_logits = run_model.model_functions(model, certification)
 
     def seeded(fn: Callable) -> Callable:
         def g(x, key):
@@ -328,7 +310,7 @@ def _model_functions(model: Any, certification: Optional[Mapping[str, Any]]) -> 
         with _all_noise_off(model):
             return noise_free(x)
 
-    has_noise = bool(evaluate_lib._noise_layers(model))  # pylint: disable=protected-access
+    has_noise = bool(layers_lib.noise_layers(model))
     if certify_smoothing.is_smoothing(certification):
         # Randomized smoothing: the noise is on the input, one stateless draw per key.
         sigma = float(certification["sigma"])
@@ -792,8 +774,7 @@ def export_run(model_dir: str, export_dir: str, *, overwrite: bool = False,
         if not config.get(key):
             raise ValueError(f"model_dir: config.json has no {key!r}")
 
-    from tfdp import evaluate as evaluate_lib  # pylint: disable=import-outside-toplevel
-    model, _ = evaluate_lib.load_run(run.path)
+    model, _ = run_model.load_run(run.path)
     module, signatures = build_module(model, cert, config["input_shape"],
                                       config["num_classes"], bound=bound,
                                       draws_per_step=draws_per_step,

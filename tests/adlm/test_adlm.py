@@ -9,8 +9,8 @@ import scipy.stats
 import tensorflow as tf
 
 from tfdp import accounting, losses
-from tfdp.models import adlm as models
-from tfdp.train import adlm
+from tfdp.papers.adlm import models
+from tfdp.papers.adlm import method as adlm
 from tfdp.train.base import DataSpec, StepContext, TrainConfig
 
 

@@ -1,11 +1,11 @@
-"""Tests of tfdp.relevance: LRP (epsilon rule), normalisation, private average, budgets (AdLM)."""
+"""Tests of tfdp.papers.adlm.relevance: LRP (epsilon rule), normalisation, private average, budgets (AdLM)."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdp import relevance
+from tfdp.papers.adlm import relevance
 
 
 def _dense_chain(widths, *, bias, seed=0, input_dim=12):

@@ -9,7 +9,7 @@ from absl.testing import flagsaver
 
 from tfdp.apps import audit as audit_app
 
-pytestmark = pytest.mark.filterwarnings("ignore::tfdp.gpm.pancake.GPMResearchWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::tfdp.papers.gpm.pancake.GPMResearchWarning")
 
 
 def _run(argv):

@@ -7,7 +7,7 @@ import pytest
 
 from tfdp.audit import dp_suite, empirical
 
-pytestmark = pytest.mark.filterwarnings("ignore::tfdp.gpm.pancake.GPMResearchWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::tfdp.papers.gpm.pancake.GPMResearchWarning")
 
 
 def test_clopper_pearson_and_eps_conversion():

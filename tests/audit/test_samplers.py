@@ -7,9 +7,9 @@ import pytest
 
 from tfdp import mechanisms
 from tfdp.audit import DISCLAIMER, samplers
-from tfdp.gpm import pancake
+from tfdp.papers.gpm import pancake
 
-pytestmark = pytest.mark.filterwarnings("ignore::tfdp.gpm.pancake.GPMResearchWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::tfdp.papers.gpm.pancake.GPMResearchWarning")
 
 
 def _gm(sigma, d):

@@ -60,7 +60,7 @@ SKIP = {
                                     "(the adlm.mnist.dpsgd.*.paper_settings reproduction rows)",
     "mnist_lenet5.flags": "pretrains LeNet-5 for 20 epochs and plays 100 games per cell",
     "tfdp-bench all": "every benchmark: CPU hours",
-    "results/hgm/run_reduced_small.sh": "reduced-scale HGM grid: CPU hours",
+    "tools/hgm/run_reduced_small.sh": "reduced-scale HGM grid: CPU hours",
     "-m pytest": "runs part of this test suite (from the repository, not a scratch folder)",
     "runs/sto_epsEPS": "a template over the eps grid of the table below it (one ~30-minute "
                        "run per eps)",

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from tfdp import rundir
-from tfdp.models import adlm as adlm_models
+from tfdp.papers.adlm import models as adlm_models
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

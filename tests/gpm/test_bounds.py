@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import special
 
-from tfdp.gpm import pancake
+from tfdp.papers.gpm import pancake
 
-pytestmark = pytest.mark.filterwarnings("ignore::tfdp.gpm.pancake.GPMResearchWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::tfdp.papers.gpm.pancake.GPMResearchWarning")
 
 
 @pytest.mark.parametrize("beta,expected", [(1e-5, 4.90874e8), (1e-4, 4.90875e6),

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from scipy import special
 
-from tfdp.gpm import defences
-from tfdp.gpm import pancake
+from tfdp.papers.gpm import defences
+from tfdp.papers.gpm import pancake
 
-pytestmark = pytest.mark.filterwarnings("ignore::tfdp.gpm.pancake.GPMResearchWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::tfdp.papers.gpm.pancake.GPMResearchWarning")
 
 D, SIGMA, BETA, GAMMA, N = 64, 2.0, 1e-3, 16.0, 20000
 SE4 = 4 * math.sqrt(0.25 / N)  # 4 binomial standard errors at p = 1/2

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from tfdp.gpm import dpsgd as gpm_dpsgd
+from tfdp.papers.gpm import dpsgd as gpm_dpsgd
 
-pytestmark = pytest.mark.filterwarnings("ignore::tfdp.gpm.pancake.GPMResearchWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::tfdp.papers.gpm.pancake.GPMResearchWarning")
 
 
 def test_lenet5_has_paper_size():

@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from tfdp.gpm import experiments as gpm
+from tfdp.papers.gpm import experiments as gpm
 from tfdp.bench import gpm as bench_gpm
 
-pytestmark = pytest.mark.filterwarnings("ignore::tfdp.gpm.pancake.GPMResearchWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::tfdp.papers.gpm.pancake.GPMResearchWarning")
 
 
 @pytest.mark.parametrize("eps,beta,target", [(0.125, 1e-2, 0.850), (0.125, 1e-1, 0.562),

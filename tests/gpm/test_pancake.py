@@ -9,9 +9,9 @@ import pytest
 from scipy import special, stats
 
 from tfdp import mechanisms
-from tfdp.gpm import pancake
+from tfdp.papers.gpm import pancake
 
-pytestmark = pytest.mark.filterwarnings("ignore::tfdp.gpm.pancake.GPMResearchWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::tfdp.papers.gpm.pancake.GPMResearchWarning")
 
 _TABLE = {0.125: 50.969205977598364, 0.25: 25.52372208700381, 0.5: 12.800801910640576,
           1.0: 6.438992798538109}
@@ -108,7 +108,7 @@ def test_use_warns_research_code():
 
 def test_not_exported_from_mechanisms():
     assert not hasattr(mechanisms, "gpm") and "pancake" not in mechanisms.__all__
-    # GPM lives in tfdp.gpm; tfdp.mechanisms holds no copy of it.
+    # GPM lives in tfdp.papers.gpm; tfdp.mechanisms holds no copy of it.
     assert not (pathlib.Path(mechanisms.__file__).parent / "pancake.py").exists()
     assert pathlib.Path(pancake.__file__).parent.name == "gpm"
 
@@ -329,7 +329,7 @@ def test_mechanism_class_round_trip():
 # ---------------------------------------------------------------- 13. precision regression
 
 def test_precision_float64_vs_float32():
-    from tfdp.gpm import experiments as gpm_audit
+    from tfdp.papers.gpm import experiments as gpm_audit
 
     res = gpm_audit.precision_check(trials=20, seed=0)
     assert res["success_float64"] == 1.0

@@ -5,7 +5,7 @@ import csv
 import numpy as np
 import pytest
 
-from tfdp import hgm_figure
+from tfdp.papers.hgm import figure as hgm_figure
 
 # HGM Figure 1 values (Delta = 1, delta = 1e-5): eps, HGM, classical GM (None if invalid), AGM.
 TABLE = [(0.05, 95.1299, 96.8961, 57.7707), (0.5, 9.6066, 9.6896, 7.0318),

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdp import certify, mechanisms, redistribution
-from tfdp.models import hgm as hgm_models
+from tfdp import certify, mechanisms
+from tfdp.papers.hgm import redistribution
+from tfdp.papers.hgm import models as hgm_models
 
 
 def _power_iteration(kernel, n, stride, steps=150):

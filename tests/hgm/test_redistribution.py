@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdp import mechanisms, redistribution
-from tfdp.models import hgm as hgm_models
+from tfdp import mechanisms
+from tfdp.papers.hgm import redistribution
+from tfdp.papers.hgm import models as hgm_models
 
 
 def _linear_head(w):

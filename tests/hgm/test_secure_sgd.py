@@ -9,11 +9,11 @@ import tensorflow as tf
 
 from tfdp import accounting, certify, data, evaluate, mechanisms
 from tfdp.apps import train as train_app
-from tfdp.models import hgm as hgm_models
+from tfdp.papers.hgm import models as hgm_models
 from tfdp.train import loop
 from tfdp.train.base import DataSpec, StepContext, TrainConfig
-from tfdp.train import secure_sgd
-from tfdp.train.secure_sgd import PixelDP, SecureSGD, SecureSGDAGM, HGMPixelDP
+from tfdp.papers.hgm import method as secure_sgd
+from tfdp.papers.hgm.method import PixelDP, SecureSGD, SecureSGDAGM, HGMPixelDP
 
 
 @pytest.fixture(scope="module")

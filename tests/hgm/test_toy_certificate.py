@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import layers as tfdp_layers
 from tfdp import certify, mechanisms
-from tfdp.models import hgm as hgm_models
+from tfdp.papers.hgm import models as hgm_models
 
 D, UNITS, N_CERT, DRAWS, ALPHA = 20, 16, 200, 5000, 0.05
 

@@ -8,7 +8,7 @@ import pytest
 
 import layers
 from layers import adlm as adlm_layers
-from tfdp.models import adlm as adlm_models
+from tfdp.papers.adlm import models as adlm_models
 
 _DATA = os.path.join(os.path.dirname(__file__), "data")
 
@@ -23,7 +23,8 @@ def test_exported_from_layers_with_the_earlier_registered_names():
 
 def test_model_saved_before_the_move_loads_and_predicts_the_same():
     # tests/layers/data/adlm_layers_before_move.{keras,npz} were written by the code that
-    # defined these layers in tfdp.models.adlm (module "tfdp.models.adlm" in the config):
+    # defined these layers in tfdp.models.adlm (module "tfdp.models.adlm" in the config), a module
+    # that no longer exists (AdLM's models are in tfdp.papers.adlm.models):
     # CropStandardize(6) -> Conv2D -> BiasNoise (offset 0.5, -1, 0.25, 2) -> BatchStatNorm.
     ref = np.load(os.path.join(_DATA, "adlm_layers_before_move.npz"))
     model = keras.saving.load_model(os.path.join(_DATA, "adlm_layers_before_move.keras"))

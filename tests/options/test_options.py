@@ -17,10 +17,10 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 # Every library module that declares options, with its config class (None: bench modules,
 # whose `run(**overrides)` takes the options without the prefix).
 METHOD_MODULES = {
-    "tfdp.train.adlm": "AdLMConfig",
+    "tfdp.papers.adlm.method": "AdLMConfig",
     "tfdp.train.dpsgd": "DPSGDConfig",
-    "tfdp.train.secure_sgd": "SecureSGDConfig",
-    "tfdp.train.stobatch": "StoBatchConfig",
+    "tfdp.papers.hgm.method": "SecureSGDConfig",
+    "tfdp.papers.stobatch.method": "StoBatchConfig",
     "tfdp.train.nonprivate": "NonPrivateConfig",
 }
 BENCH_MODULES = ("tfdp.bench.layers", "tfdp.bench.dpsgd", "tfdp.bench.stobatch",

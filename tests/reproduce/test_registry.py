@@ -1,9 +1,12 @@
 """The registry of published numbers: complete, well formed, runnable where trainers exist."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
+from tfdp import registry as papers_registry
 from tfdp.reproduce import extract, registry, runner
 
 
@@ -12,6 +15,49 @@ def test_every_paper_has_rows_and_ids_are_unique():
     assert len(ids) == len(set(ids))
     for paper in registry.PAPERS:
         assert any(r.paper == paper for r in registry.ROWS), paper
+
+
+def test_rows_come_from_the_papers_in_the_registrys_order():
+    """Each paper's rows are its rows target's (tfdp/papers/<paper>/rows.py), in order."""
+    papers = papers_registry.papers()
+    assert registry.PAPERS == tuple(papers)
+    assert registry.PAPER_TITLES == {name: p.title for name, p in papers.items()}
+    expected = []
+    for paper in papers.values():
+        if paper.rows is not None:
+            expected += [r.id for r in papers_registry.load(paper.rows)()]
+    assert [r.id for r in registry.ROWS] == expected
+
+
+def test_baselines_and_size_units_come_from_the_papers_rows_modules():
+    for name, paper in papers_registry.papers().items():
+        module = registry.rows_module(paper)
+        units = getattr(module, "SIZE_UNITS", {})
+        methods = tuple(getattr(module, "BASELINE_METHODS", ()))
+        assert registry.PAPER_BASELINES[name] == methods
+        for row in (r for r in registry.ROWS if r.paper == name):
+            assert row.size_unit is None or row.size_unit in units.values(), row.id
+            assert all(b.method in methods for b in row.baselines), row.id
+    assert not hasattr(registry.rows_module(papers_registry.papers()["gpm"]), "baseline_for")
+
+
+def test_reload_recomputes_the_rows_in_place():
+    rows, by_id, before = registry.ROWS, registry.ROWS_BY_ID, list(registry.ROWS)
+    registry.reload()
+    assert registry.ROWS is rows and registry.ROWS_BY_ID is by_id
+    assert rows == before and list(by_id) == [r.id for r in before]
+
+
+def test_a_papers_rows_module_can_be_imported_first():
+    """The papers import this registry and it loads them only through tfdp.registry."""
+    code = ("import tfdp.papers.stobatch.rows\n"
+            "from tfdp.reproduce import registry\n"
+            "print(len(registry.ROWS))")
+    env = dict(os.environ, PYTHONPATH=runner.REPO_ROOT)
+    env.pop("TFDP_PAPERS", None)
+    out = subprocess.run([sys.executable, "-c", code], cwd=runner.REPO_ROOT, env=env,
+                         capture_output=True, text=True, check=True)
+    assert int(out.stdout) == len(registry.ROWS)
 
 
 @pytest.mark.parametrize("row", registry.ROWS, ids=lambda r: r.id)

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdp.models import stobatch as models
+from tfdp.papers.stobatch import models
 from tfdp.reproduce import runner
-from tfdp.train import loop, stobatch
+from tfdp.train import loop
+from tfdp.papers.stobatch import method as stobatch
 from tfdp.train.base import TrainConfig
 
 SHAPE, K = (8, 8, 1), 3

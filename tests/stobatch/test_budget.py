@@ -7,8 +7,9 @@ import pytest
 import tensorflow as tf
 
 from tfdp import accounting, losses
-from tfdp.models import stobatch as models
-from tfdp.train import base, stobatch
+from tfdp.papers.stobatch import models
+from tfdp.train import base
+from tfdp.papers.stobatch import method as stobatch
 
 
 @pytest.mark.parametrize("arch,shape,fan_in,beta,delta_r", [

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdp.models import stobatch as models
+from tfdp.papers.stobatch import models
 
 
 def _direct(h, kernel, s, out_hw):

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from tfdp.train import loop, stobatch
+from tfdp.train import loop
+from tfdp.papers.stobatch import method as stobatch
 from tfdp.train.base import TrainConfig
 
 SHAPE, K = (8, 8, 1), 3

@@ -74,7 +74,8 @@ _MW_ARGS = ["tfdp.apps.train", "--method=stobatch", "--dataset=sample", "--seed=
 @pytest.mark.slow
 def test_multi_worker_two_processes_match_single_process(tmp_path):
     import keras
-    import tfdp.models  # noqa: F401  (registers StoBatchNet)
+    from tfdp import registry
+    registry.import_keras_objects()  # registers StoBatchNet
     cluster = {"worker": [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]}
     procs = []
     for index in (1, 0):
@@ -104,7 +105,8 @@ _FOUR_DEVICES = textwrap.dedent("""
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 4)
-    from tfdp.train import loop, stobatch
+    from tfdp.train import loop
+    from tfdp.papers.stobatch import method as stobatch
     from tfdp.train.base import TrainConfig
     m = 2499
     rng = np.random.default_rng(0)

@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 from tfdp import accounting, evaluate
-from tfdp.train import loop, stobatch
+from tfdp.train import loop
+from tfdp.papers.stobatch import method as stobatch
 from tfdp.train.base import DataSpec
 from tfdp.train.base import TrainConfig
 

@@ -29,10 +29,7 @@ def _charge_planned(m, ledger, n, batch=100):
     """Records the planned steps as the loop would after running them all."""
     spend = m.step_spend()
     steps = m.max_steps()
-    ledger.record_steps(spend["name"], segments=[dict(
-        start_step=0, steps=steps, passes=-(-steps // (n // batch)), num_examples=n,
-        batch_size=batch, noise_multiplier=spend["noise_multiplier"])],
-        delta=spend["delta"], sampling=spend["sampling"], accountant=spend["accountant"])
+    spend.record(ledger, [spend.segment(0, steps, -(-steps // (n // batch)), n, batch)])
 
 
 def test_clipped_sum_closed_form():

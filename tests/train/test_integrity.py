@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from tfdp import accounting, rundir
 from tfdp.apps import train as train_app
-from tfdp.train import adlm, dpsgd, loop, nonprivate
+from tfdp.train import dpsgd, loop, nonprivate
+from tfdp.papers.adlm import method as adlm
 from tfdp.train.base import Method, TrainConfig
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

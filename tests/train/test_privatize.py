@@ -6,7 +6,8 @@ import tensorflow as tf
 
 import keras
 import layers as tfdp_layers
-from tfdp.models import adlm, common
+from tfdp.models import common
+from tfdp.papers.adlm import models as adlm
 from tfdp.train import dpsgd, ghost, privatize
 from tfdp.train.base import StepContext, TrainConfig
 from tfdp.train.nonprivate import build_baseline_model, per_example_cross_entropy
@@ -364,7 +365,7 @@ def test_adlm_cnn_is_adlms_mnist_network_without_batch_norm():
     assert model.layers[-2].units == 25
     # As many weights as AdLM's paper network (paper_lrn_minmax: its LRN and min-max bounding
     # have none), 50 fewer than the code release's (batch norm's gamma and beta).
-    from tfdp.models import adlm  # pylint: disable=import-outside-toplevel
+    from tfdp.papers.adlm import models as adlm  # pylint: disable=import-outside-toplevel
     paper = adlm.mnist_model((28, 28, 1), 10, bound_mode="paper_lrn_minmax")
     assert model.count_params() == paper.count_params() == 130_781
     assert model.count_params() == 32 * 26 + 64 * (32 * 25 + 1) + (7 * 7 * 64 + 1) * 25 + 26 * 10

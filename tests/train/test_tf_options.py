@@ -20,7 +20,8 @@ from tensorflow.python.grappler import cluster as grappler_cluster
 from tensorflow.python.grappler import tf_optimizer
 
 from tfdp import tf_options
-from tfdp.train import loop, stobatch
+from tfdp.train import loop
+from tfdp.papers.stobatch import method as stobatch
 from tfdp.train.base import TrainConfig
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -130,7 +130,7 @@ def _floats(values: list[str]) -> list[float]:
 def _cmd_samplers(out: str) -> None:
     from tfdp import mechanisms  # pylint: disable=import-outside-toplevel
     from tfdp.audit import samplers  # pylint: disable=import-outside-toplevel
-    from tfdp.gpm import pancake  # pylint: disable=import-outside-toplevel
+    from tfdp.papers.gpm import pancake  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     n, seed = _N.value, _SEED.value
@@ -406,7 +406,7 @@ def _plot_hist(rows: list[dict], path: str) -> None:
 
 
 def _cmd_gpm_hist(out: str) -> None:
-    from tfdp.gpm import experiments as gpm  # pylint: disable=import-outside-toplevel
+    from tfdp.papers.gpm import experiments as gpm  # pylint: disable=import-outside-toplevel
 
     if _HIST_INPUTS.value:
         rows = [r for p in _HIST_INPUTS.value for r in _read_hist_csv(p)]
@@ -435,7 +435,7 @@ def _cmd_gpm_hist(out: str) -> None:
 
 def _cmd_gpm_dpsgd(out: str) -> None:
     import keras  # pylint: disable=import-outside-toplevel
-    from tfdp.gpm import dpsgd as gpm_dpsgd  # pylint: disable=import-outside-toplevel
+    from tfdp.papers.gpm import dpsgd as gpm_dpsgd  # pylint: disable=import-outside-toplevel
 
     trials = _TRIALS.value or 100
     betas = _floats(_BETAS.value or ["1e-5", "1e-4", "1e-3"])
@@ -500,7 +500,7 @@ def _cmd_gpm_dpsgd(out: str) -> None:
 
 
 def _cmd_gpm_bounds(out: str) -> None:
-    from tfdp.gpm import experiments as gpm  # pylint: disable=import-outside-toplevel
+    from tfdp.papers.gpm import experiments as gpm  # pylint: disable=import-outside-toplevel
 
     rows = gpm.bounds_curves()
     _write_csv(os.path.join(out, "gpm_bounds.csv"), rows)
@@ -526,7 +526,7 @@ def _cmd_gpm_bounds(out: str) -> None:
 
 
 def _cmd_gpm_precision(out: str) -> None:
-    from tfdp.gpm import experiments as gpm  # pylint: disable=import-outside-toplevel
+    from tfdp.papers.gpm import experiments as gpm  # pylint: disable=import-outside-toplevel
 
     res = gpm.precision_check(trials=_TRIALS.value or 40, seed=_SEED.value)
     print(json.dumps(res, indent=2))

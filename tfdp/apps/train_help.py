@@ -19,40 +19,32 @@ import textwrap
 from typing import Any, Optional, Sequence
 
 from tfdp.apps import cli
+from tfdp import registry as tfdp_registry
 from tfdp.train import registry
 
-# One line per method for --list_methods and the help (the paper and the section it follows).
-SUMMARIES = {
-    "nonprivate": "plain minibatch training, no privacy (the papers' non-private baseline)",
-    "dpsgd": "DP-SGD: per-example clipping + Gaussian noise (Abadi et al. 2016, Alg. 1)",
-    "adlm": "Adaptive Laplace Mechanism, AdLM (Phan et al., ICDM 2017), the corrected version",
-    "ilm": "Identical Laplace Mechanism: AdLM with uniform budgets and no relevance step",
-    "secure_sgd": "Secure-SGD: HGM robustness noise + DP-SGD (Phan et al., IJCAI 2019, Alg. 1)",
-    "secure_sgd_agm": "Secure-SGD with the analytic Gaussian mechanism (Balle & Wang 2018) and "
-                      "uniform r, an HGM baseline",
-    "pixeldp": "PixelDP (Lecuyer et al. 2019): classical Gaussian noise, eps_r <= 1, no DP",
-    "hgm_pixeldp": "HGM_PixelDP: non-private SGD with HGM robustness noise (Phan et al., "
-                   "IJCAI 2019)",
-    "stobatch": "StoBatch: DP + certified robustness with stochastic batches (Phan et al., "
-                "ICML 2020)",
-}
 
 _CATALOGUE_VERSION = 1
 
 
 def _source_hash() -> str:
-    """sha256 over every .py file of the installed tfdp package (and the Python version)."""
+    """sha256 over every .py file of the installed tfdp package and of the packages named in
+    TFDP_PAPERS (and the Python version)."""
     import tfdp  # pylint: disable=import-outside-toplevel
-    root = os.path.dirname(os.path.abspath(tfdp.__file__))
+    roots = [os.path.dirname(os.path.abspath(tfdp.__file__))]
+    for package in tfdp_registry.plugin_packages():
+        module = importlib.import_module(package)
+        roots.append(os.path.dirname(os.path.abspath(module.__file__)))
     h = hashlib.sha256(f"{_CATALOGUE_VERSION} {sys.version_info[:2]}".encode())
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            if name.endswith(".py"):
-                path = os.path.join(dirpath, name)
-                h.update(os.path.relpath(path, root).encode())
-                with open(path, "rb") as f:
-                    h.update(f.read())
+    for root in roots:
+        h.update(root.encode())
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames):
+                if name.endswith(".py"):
+                    path = os.path.join(dirpath, name)
+                    h.update(os.path.relpath(path, root).encode())
+                    with open(path, "rb") as f:
+                        h.update(f.read())
     return h.hexdigest()[:20]
 
 
@@ -139,9 +131,10 @@ def list_methods_lines(cat: Optional[dict] = None) -> list[str]:
     cat = cat if cat is not None else catalogue()
     width = max(len(n) for n in registry.METHODS)
     lines = ["Methods of tfdp-train --method (tfdp-train --method=NAME --help shows its flags):"]
+    summaries = registry.summaries()
     for name in registry.METHODS:
         prefix = _prefix(cat, cat["methods"][name]["module"])
-        lines.append(f"  {name:<{width}}  {SUMMARIES.get(name, '')}"
+        lines.append(f"  {name:<{width}}  {summaries[name]}"
                      + (f" [--{prefix}*]" if prefix else ""))
     return lines
 

@@ -3,9 +3,9 @@
 Submodules:
   samplers   black-box conformance suite for Gaussian and Laplace noise samplers
   empirical  empirical DP audit (plug-in attacker + Clopper-Pearson -> epsilon lower bound)
-  dp_suite   empirical audits of every shipped mechanism (and GPM, from `tfdp.gpm`)
+  dp_suite   empirical audits of every shipped mechanism (and GPM, from `tfdp.papers.gpm`)
 
-The GPM experiments and defences live in `tfdp.gpm`.
+The GPM experiments and defences live in `tfdp.papers.gpm`.
 """
 
 DISCLAIMER = ("PASS does not certify the absence of a cryptographic backdoor: a Gaussian "

@@ -11,8 +11,8 @@ import numpy as np
 from tfdp import mechanisms
 from tfdp.audit import empirical
 from tfdp.audit import gdp
-from tfdp.gpm import experiments as gpm_experiments
-from tfdp.gpm import pancake
+from tfdp.papers.gpm import experiments as gpm_experiments
+from tfdp.papers.gpm import pancake
 
 _D = 16  # dimension of the audited query outputs
 

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 from tfdp import options
 
-from tfdp.gpm import pancake
+from tfdp.papers.gpm import pancake
 
 OPTIONS = options.OptionSet("gpm_bench_")  # every gpm_bench_* setting: name, default, help
 
@@ -95,7 +95,7 @@ def benchmark(d: int = 65536, samples: int = 32, repeats: int = 30, backend: str
             "d": d, "samples_per_call": samples, "repeats": repeats, "backend": backend,
             # Principle 9: which path the timings measure.
             "measured_path": "component",
-            "measured_path_description": ("tfdp.gpm.pancake's samplers called directly (the "
+            "measured_path_description": ("tfdp.papers.gpm.pancake's samplers called directly (the "
                                           "calls tfdp-audit's GPM experiments make)")}
 
 

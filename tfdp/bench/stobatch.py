@@ -1,6 +1,6 @@
 """Benchmark `tfdp-bench stobatch`: one StoBatch step vs. plain adversarial training.
 
-Candidate: one StoBatch training step (`tfdp.train.stobatch.StoBatch.train_step`: the
+Candidate: one StoBatch training step (`tfdp.papers.stobatch.method.StoBatch.train_step`: the
 ensemble attack on the adversarial-source batch, the auto-encoder objective with its own
 optimizer, the Taylor objective of Eq. 9 and the chi3 term). Reference: the same network's
 plain (non-private) adversarial-training step with the same attacks (same batched loop,
@@ -44,7 +44,8 @@ _SEED = OPTIONS.integer("stobatch_bench_seed", 0, "Seed of data, weights and noi
 
 def _method(m: int, iters: int, seed: int):
     from tfdp import accounting  # pylint: disable=import-outside-toplevel
-    from tfdp.train import base, stobatch  # pylint: disable=import-outside-toplevel
+    from tfdp.train import base  # pylint: disable=import-outside-toplevel
+    from tfdp.papers.stobatch import method as stobatch  # pylint: disable=import-outside-toplevel
     cfg = base.TrainConfig(method="stobatch", dataset="synthetic", model_dir="/nonexistent",
                            batch_size=m, learning_rate=1e-3, optimizer="adam", seed=seed,
                            epsilon=1.0,

@@ -132,6 +132,47 @@ def available() -> bool:
         return False
 
 
+# "portable" draws with TensorFlow ops (any device; the default of the layers). "fused" adds
+# the fresh per-example/inference draws with the compiled CPU op of this module. The noise
+# layers (layers.noise) read the choice when they are traced: set it before building a
+# training step.
+NOISE_KERNELS = ("portable", "fused")
+_KERNEL = {"mode": "portable"}
+
+
+def set_noise_kernel(mode: str) -> None:
+    """Selects how fresh noise is drawn from now on: "portable" or "fused".
+
+    Args:
+        mode: one of NOISE_KERNELS. "fused" builds the compiled kernel now (once per
+            machine; a few seconds) so that a missing compiler fails here, before any work.
+
+    Raises:
+        ValueError: if mode is unknown.
+        KernelUnavailable: if mode is "fused" and the kernel cannot be built.
+    """
+    checks.check_choice(mode, "noise kernel", NOISE_KERNELS)
+    if mode == "fused":
+        load()
+    _KERNEL["mode"] = mode
+
+
+def get_noise_kernel() -> str:
+    """The noise kernel layers use when traced now."""
+    return _KERNEL["mode"]
+
+
+@contextlib.contextmanager
+def noise_kernel(mode: str) -> Iterator[None]:
+    """Context manager form of `set_noise_kernel` (restores the previous kernel on exit)."""
+    previous = _KERNEL["mode"]
+    set_noise_kernel(mode)
+    try:
+        yield
+    finally:
+        _KERNEL["mode"] = previous
+
+
 def check_noise_kernel(kernel: str, flag: str = "--noise_kernel") -> str:
     """Checks a noise kernel name; for "fused", builds the kernel now, before any work.
 
@@ -141,9 +182,7 @@ def check_noise_kernel(kernel: str, flag: str = "--noise_kernel") -> str:
     Raises:
         ValueError: naming `flag`, for an unknown kernel or one that cannot be built here.
     """
-    from layers import noise  # pylint: disable=import-outside-toplevel
-
-    checks.check_choice(kernel, flag, noise.NOISE_KERNELS)
+    checks.check_choice(kernel, flag, NOISE_KERNELS)
     if kernel == "fused":
         try:
             load()
@@ -185,7 +224,5 @@ def noise_kernel_flag(kernel: str, flag: str = "--noise_kernel") -> Iterator[Non
     Raises:
         ValueError: naming `flag`, for an unknown kernel or one that cannot be built here.
     """
-    from layers import noise  # pylint: disable=import-outside-toplevel
-
-    with noise.noise_kernel(check_noise_kernel(kernel, flag)):
+    with noise_kernel(check_noise_kernel(kernel, flag)):
         yield

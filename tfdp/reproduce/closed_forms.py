@@ -70,7 +70,7 @@ def gpm_figure4() -> dict:
       gamma = 1e2 and 1e4: the larger of the two relative spreads is reported too),
       upper_b1e-3_g1e2_s{sigma}, upper_b1e-5_g1e4_s{sigma}.
     """
-    from tfdp.gpm import pancake  # pylint: disable=import-outside-toplevel
+    from tfdp.papers.gpm import pancake  # pylint: disable=import-outside-toplevel
 
     out = {}
     with warnings.catch_warnings():
@@ -96,7 +96,7 @@ def gpm_table4_expect() -> dict:
     Returns:
       dict expect_d{d}_e{eps} -> sigma sqrt(d).
     """
-    from tfdp.gpm import pancake  # pylint: disable=import-outside-toplevel
+    from tfdp.papers.gpm import pancake  # pylint: disable=import-outside-toplevel
 
     out = {}
     for d in (256, 4096, 65536):

@@ -413,6 +413,14 @@ class Method(abc.ABC):
         """What `tfdp.certify` needs to certify this model (None if it cannot be certified)."""
         return None
 
+    def epoch_config_updates(self) -> dict | None:
+        """Entries of config.json to refresh after each epoch (after `after_epoch`), or None.
+
+        The run owns the run directory: a method never writes config.json itself; the run
+        writes these entries (chief only, atomically).
+        """
+        return None
+
     def max_steps(self) -> int | None:
         """Hard cap on training steps (e.g. DP-SGD's budget); None for no cap."""
         return None
@@ -447,16 +455,17 @@ class Method(abc.ABC):
         """Restores what `setup_state` returned, instead of re-running `setup` on resume."""
         del state
 
-    def step_spend(self) -> dict | None:
+    def step_spend(self):
         """The privacy spent by every training step, for methods that spend per step.
 
         Return None (default) when the method's privacy is spent in `setup` (its ledger
-        entries are final there). A per-step method (DP-SGD, Secure-SGD) returns a dict with
-        keys "name" (ledger entry name), "noise_multiplier" (sigma), "sampling" ("poisson" or
-        "shuffle"), "accountant" ("rdp" or "pld"), "delta" and optionally "protects" and
-        "note"; the run then keeps the ledger entry equal to the composition of the steps that
-        actually executed, segment by segment across resumes (`PrivacyLedger.record_steps`;
-        docs/ledger.md), charging each epoch before running it.
+        entries are final there). A per-step method (DP-SGD, Secure-SGD) returns a
+        `tfdp.accounting.StepSpend` (entry name, noise multiplier, sampling, accountant,
+        delta, what it protects, a note, whether it is unbounded); the run then keeps the
+        ledger entry equal to the composition of the steps that actually executed, segment by
+        segment across resumes (`StepSpend.record`; docs/ledger.md), charging each epoch
+        before running it. `StepSpend.dp_event(segments)` is the dp_accounting event of what
+        ran.
         """
         return None
 

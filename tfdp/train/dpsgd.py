@@ -163,11 +163,12 @@ class DPSGD(Method):
         del ledger  # the loop charges the steps that execute (step_spend)
         self._note = note
 
-    def step_spend(self) -> dict:
+    def step_spend(self) -> accounting.StepSpend:
         """Per-step Gaussian spend; the loop records the executed segments in the ledger."""
-        return {"name": "dpsgd", "noise_multiplier": self.noise_multiplier,
-                "sampling": self._account_sampling(), "accountant": self.accountant,
-                "delta": self.config.delta, "note": getattr(self, "_note", "")}
+        return accounting.StepSpend(
+            name="dpsgd", noise_multiplier=self.noise_multiplier,
+            sampling=self._account_sampling(), accountant=self.accountant,
+            delta=self.config.delta, note=getattr(self, "_note", ""))
 
     def max_steps(self) -> int | None:
         return self._steps

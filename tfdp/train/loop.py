@@ -380,7 +380,7 @@ class Run:
         self.start_time = time.time()
         self.history: dict = {"segments": [], "last_stats": {}}
         self.stored_config: dict = {}
-        self.spend: dict | None = None
+        self.spend = None  # the method's accounting.StepSpend, if it spends per step
         self.prior_segments: list = []
         self.latest_checkpoint: str | None = None
         self._pending_config: dict | None = None
@@ -411,10 +411,10 @@ class Run:
         if self.resume:
             self._check_ledger_against_checkpoint(accounting)
         if self.spend is not None:
-            if self.spend["name"] in self.ledger:
+            if self.spend.name in self.ledger:
                 self.prior_segments = list(
-                    self.ledger.get(self.spend["name"]).get("segments") or [])
-            _record_spend(self.ledger, self.spend, self.prior_segments)
+                    self.ledger.get(self.spend.name).get("segments") or [])
+            self.spend.record(self.ledger, self.prior_segments)
         # The certification entry may depend on setup's results (e.g. HGM's redistribution r).
         config["certification"] = self.method.certification_config()
         self._write_config(config)
@@ -569,6 +569,14 @@ class Run:
             return
         self.ledger.save(rd.file(rundir.LEDGER_FILE))
 
+    def _refresh_config(self, updates: dict | None) -> None:
+        """Writes a method's per-epoch config.json entries (chief only; the run's file)."""
+        if not updates or not self.chief or not self.rd.exists(rundir.CONFIG_FILE):
+            return
+        config = self.rd.read_json(rundir.CONFIG_FILE)
+        config.update(updates)
+        self.rd.write_json(rundir.CONFIG_FILE, config)
+
     def _flush_pending(self) -> None:
         """Writes the resume's config.json update and ledger (before its first step)."""
         if self._pending_config is not None and self.chief:
@@ -600,7 +608,7 @@ class Run:
         charged = _charged_steps(file_dict, self.spend)
         if self.spend is not None and charged < ran:
             raise ValueError(
-                f"resume: {path} charges {charged} steps of {self.spend['name']!r} but the "
+                f"resume: {path} charges {charged} steps of {self.spend.name!r} but the "
                 f"checkpoint {latest} has run {ran} steps; the ledger does not match what ran "
                 "(restore the run's own ledger.json)")
         if "ledger_state" not in names:
@@ -662,9 +670,8 @@ class Run:
             return
         seg["steps"] += n_steps
         seg["passes"] += 1
-        _record_spend(self.ledger, self.spend, self.prior_segments + [_spend_segment(
-            self.spend, seg["start_step"], seg["steps"], seg["passes"], num_train,
-            self.cfg.batch_size)])
+        self.spend.record(self.ledger, self.prior_segments + [self.spend.segment(
+            seg["start_step"], seg["steps"], seg["passes"], num_train, self.cfg.batch_size)])
         if self.chief:
             self.ledger.save(self.rd.file(rundir.LEDGER_FILE))
 
@@ -753,6 +760,7 @@ class Run:
                 stopped = True
             if method.after_epoch(epoch, self.ledger):
                 stopped = True
+            self._refresh_config(method.epoch_config_updates())
             self.epoch_var.assign(epoch + 1)
             reporter.end_epoch(epoch, epoch_means, int(self.step_var.numpy()))
             last = epoch + 1 == cfg.epochs or stopped
@@ -964,12 +972,12 @@ def _ledger_digest(ledger_dict: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(ledger_dict, sort_keys=True).encode()).hexdigest()
 
 
-def _charged_steps(ledger_dict: Mapping[str, Any], spend: Mapping[str, Any] | None) -> int:
+def _charged_steps(ledger_dict: Mapping[str, Any], spend: Any) -> int:
     """Steps the per-step entry of `spend` has charged (0 without one)."""
     if spend is None:
         return 0
     for e in ledger_dict.get("entries", []):
-        if e.get("name") == spend["name"]:
+        if e.get("name") == spend.name:
             return sum(int(seg["steps"]) for seg in e.get("segments") or [])
     return 0
 
@@ -994,17 +1002,3 @@ def _ledger_extends(saved: Mapping[str, Any], current: Mapping[str, Any]) -> boo
 def _first_line(e: BaseException) -> str:
     text = str(getattr(e, "message", None) or e).strip()
     return text.splitlines()[0] if text else type(e).__name__
-
-
-def _spend_segment(spend: Mapping[str, Any], start_step: int, steps: int, passes: int,
-                   num_examples: int, batch_size: int) -> dict:
-    return {"start_step": int(start_step), "steps": int(steps), "passes": int(passes),
-            "num_examples": int(num_examples), "batch_size": int(batch_size),
-            "noise_multiplier": float(spend["noise_multiplier"])}
-
-
-def _record_spend(ledger, spend: Mapping[str, Any], segments: list) -> None:
-    ledger.record_steps(spend["name"], segments=segments, delta=spend["delta"],
-                        sampling=spend["sampling"], accountant=spend.get("accountant", "rdp"),
-                        protects=spend.get("protects", "training records"),
-                        note=spend.get("note", ""), unbounded=bool(spend.get("unbounded")))

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from tfdp import options
 from tfdp.certify import smoothing
-from tfdp.models import adlm as adlm_models
+from tfdp.papers.adlm import models as adlm_models
 from tfdp.models import common
 from tfdp.train.base import Method
 

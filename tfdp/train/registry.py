@@ -1,22 +1,31 @@
-"""Registry of training methods: name -> "module:Class", imported when needed."""
+"""Registry of training methods: name -> Method subclass, imported when needed.
+
+The methods are declared by the papers (`tfdp.registry`); this module resolves them.
+"""
 
 from __future__ import annotations
 
-import importlib
-
+from tfdp import registry as _papers
 from tfdp.train.base import Method
 
-METHODS = {
-    "nonprivate": "tfdp.train.nonprivate:NonPrivate",
-    "dpsgd": "tfdp.train.dpsgd:DPSGD",
-    "adlm": "tfdp.train.adlm:AdLM",
-    "ilm": "tfdp.train.adlm:ILM",
-    "secure_sgd": "tfdp.train.secure_sgd:SecureSGD",
-    "secure_sgd_agm": "tfdp.train.secure_sgd:SecureSGDAGM",
-    "pixeldp": "tfdp.train.secure_sgd:PixelDP",
-    "hgm_pixeldp": "tfdp.train.secure_sgd:HGMPixelDP",
-    "stobatch": "tfdp.train.stobatch:StoBatch",
-}
+# name -> "module:Class"; rebuilt by reload() (for papers added through TFDP_PAPERS).
+METHODS: dict[str, str] = {}
+
+
+def reload() -> None:
+    """Re-reads the papers' declarations (`tfdp.registry.reload`) and refreshes METHODS."""
+    _papers.reload()
+    _refresh()
+
+
+def _refresh() -> None:
+    METHODS.clear()
+    METHODS.update({name: spec.target for name, spec in _papers.methods().items()})
+
+
+def summaries() -> dict[str, str]:
+    """name -> one-line summary, for --list_methods and the help."""
+    return {name: spec.summary for name, spec in _papers.methods().items()}
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -44,7 +53,7 @@ def get_method_class(name: str) -> type[Method]:
       TypeError: if the registered object is not a Method subclass.
     """
     module, cls = _split(name)
-    obj = getattr(importlib.import_module(module), cls)
+    obj = _papers.load(f"{module}:{cls}")
     if not (isinstance(obj, type) and issubclass(obj, Method)):
         raise TypeError(f"METHODS[{name!r}] = {METHODS[name]!r} is not a tfdp Method subclass")
     return obj
@@ -64,5 +73,8 @@ def import_method_modules(names=None) -> list[str]:
     """
     modules = sorted({method_module(n) for n in (METHODS if names is None else names)})
     for module in modules:
-        importlib.import_module(module)
+        _papers.load(module + ":__name__")
     return modules
+
+
+_refresh()

@@ -1,0 +1,75 @@
+"""accounting.StepSpend: the typed per-step spend a method returns, its ledger entry and its
+dp_accounting event."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import dp_accounting
+import pytest
+
+from tfdp import accounting
+
+
+def _spend(**kw):
+    args = dict(name="dpsgd", noise_multiplier=1.1, sampling="poisson", delta=1e-5)
+    args.update(kw)
+    return accounting.StepSpend(**args)
+
+
+def _eps(event, delta=1e-5):
+    return dp_accounting.rdp.RdpAccountant().compose(event).get_epsilon(delta)
+
+
+def test_the_event_of_the_executed_segments_gives_the_ledger_epsilon():
+    spend = _spend()
+    segs = [spend.segment(0, 300, 5, 6000, 100), spend.segment(300, 120, 2, 6000, 50)]
+    ledger = accounting.PrivacyLedger()
+    entry = spend.record(ledger, segs)
+    assert entry["name"] == "dpsgd" and entry["segments"] == segs
+    assert math.isclose(_eps(spend.dp_event(segs)), entry["epsilon"], rel_tol=1e-12)
+    # by hand: two self-composed Poisson-subsampled Gaussians
+    by_hand = dp_accounting.ComposedDpEvent([
+        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+            100 / 6000, dp_accounting.GaussianDpEvent(1.1)), 300),
+        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+            50 / 6000, dp_accounting.GaussianDpEvent(1.1)), 120)])
+    assert math.isclose(_eps(by_hand), entry["epsilon"], rel_tol=1e-12)
+
+
+def test_shuffled_batches_sound_event_is_per_pass_without_amplification():
+    spend = _spend(sampling="shuffle")
+    segs = [spend.segment(0, 180, 3, 6000, 100)]
+    entry = spend.record(accounting.PrivacyLedger(), segs)
+    sound = _eps(spend.dp_event(segs))
+    assert math.isclose(sound, entry["epsilon"], rel_tol=1e-12)
+    assert math.isclose(sound, _eps(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.GaussianDpEvent(1.1 / 2.0), 3)), rel_tol=1e-12)
+    claimed = _eps(spend.dp_event(segs, sound=False))
+    assert claimed < sound
+    assert math.isclose(claimed, entry["claimed_epsilon"], rel_tol=1e-12)
+
+
+def test_an_unbounded_spend_has_no_sound_event_and_an_infinite_ledger_epsilon():
+    spend = dataclasses.replace(_spend(), unbounded=True, note="batch-mean clipping")
+    segs = [spend.segment(0, 10, 1, 1000, 100)]
+    with pytest.raises(ValueError, match="unbounded"):
+        spend.dp_event(segs)
+    entry = spend.record(accounting.PrivacyLedger(), segs)
+    assert accounting.epsilon_value(entry["epsilon"]) == math.inf
+    assert "batch-mean clipping" in entry["note"]
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(name=""), "name"), (dict(noise_multiplier=0.0), "noise_multiplier"),
+    (dict(sampling="uniform"), "sampling"), (dict(delta=1.5), "delta"),
+    (dict(accountant="moments"), "accountant")])
+def test_bad_fields_are_refused_naming_the_field(kw, match):
+    with pytest.raises(ValueError, match=match):
+        _spend(**kw)
+
+
+def test_the_spend_is_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        _spend().name = "other"

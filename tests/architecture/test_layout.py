@@ -1,0 +1,77 @@
+"""The tree's shape: one package per paper, no import cycles, tools apart from results."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from tests.architecture import imports
+
+ROOT = imports.ROOT
+
+
+def _describe(graph, cycle):
+    lines = []
+    for a in cycle:
+        for b, linenos in sorted(graph[a].items()):
+            if b in cycle:
+                lines.append(f"  {a} -> {b} (line {', '.join(map(str, linenos))})")
+    return "\n".join(lines)
+
+
+def test_no_import_cycle_among_tfdp_layers_and_attacks_counting_function_level_imports():
+    graph = imports.edges()
+    assert len(graph) > 100  # every module was read
+    found = imports.cycles(graph)
+    assert not found, "import cycles:\n" + "\n\n".join(_describe(graph, c) for c in found)
+
+
+def test_the_cycle_finder_sees_an_import_hidden_in_a_function(tmp_path):
+    pkg = tmp_path / "tfdp"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from tfdp import b\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "c.py").write_text("from tfdp.a import x\n")
+    (pkg / "b.py").write_text("def f():\n    from .sub import c  # hidden\n    return c\n")
+    known = imports.modules(str(tmp_path), ("tfdp",))
+    graph = imports.edges(known)
+    assert graph["tfdp.b"] == {"tfdp.sub.c": [2]}
+    assert imports.cycles(graph) == [["tfdp.a", "tfdp.b", "tfdp.sub.c"]]
+
+
+def test_paper_helpers_live_in_their_paper_packages():
+    for name in ("relevance.py", "redistribution.py", "hgm_figure.py"):
+        assert not os.path.exists(os.path.join(ROOT, "tfdp", name)), name
+    for paper, files in {"adlm": ("method.py", "models.py", "relevance.py"),
+                         "hgm": ("method.py", "models.py", "redistribution.py", "figure.py"),
+                         "stobatch": ("method.py", "models.py"),
+                         "gpm": ("pancake.py", "experiments.py")}.items():
+        for name in ("__init__.py",) + files:
+            assert os.path.exists(os.path.join(ROOT, "tfdp", "papers", paper, name)), \
+                f"tfdp/papers/{paper}/{name}"
+
+
+def test_results_hold_data_only():
+    try:
+        listed = subprocess.run(["git", "ls-files", "results"], cwd=ROOT, check=True,
+                                capture_output=True, text=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: walk the tree
+        listed = [os.path.relpath(os.path.join(d, f), ROOT)
+                  for d, _, fs in os.walk(os.path.join(ROOT, "results")) for f in fs]
+    assert listed, "results/ is empty or unreadable"
+    scripts = [p for p in listed if p.endswith((".py", ".sh"))]
+    assert not scripts, f"scripts under results/ (move them to tools/): {scripts}"
+
+
+def test_every_builtin_paper_declares_itself_and_the_registry_imports_no_paper():
+    from tfdp import registry  # pylint: disable=import-outside-toplevel
+    assert list(registry.papers()) == ["adlm", "hgm", "stobatch", "gpm"]
+    for paper in registry.papers().values():
+        for m in paper.methods:
+            assert m.module.startswith(f"tfdp.papers.{paper.name}."), m
+        assert paper.rows == f"tfdp.papers.{paper.name}.rows:rows"
+    graph = imports.edges()
+    assert not [m for m in graph["tfdp.registry"] if m.startswith("tfdp.papers")]
+    assert not [m for m in graph["tfdp.reproduce.registry"] if m.startswith("tfdp.papers")]
+    assert not [m for m in graph["tfdp.train.registry"] if m.startswith("tfdp.papers")]

@@ -1,0 +1,25 @@
+"""AdLM: the Adaptive Laplace Mechanism (Phan et al., ICDM 2017).
+
+Modules:
+  method     the AdLM and ILM trainers (Algorithm 1; ILM: uniform budgets, no relevance)
+  models     the MNIST and CIFAR-10 networks (Section 5)
+  relevance  layer-wise relevance propagation and its private average (Eq. 4-12, 16)
+  rows       the reproduction rows (Section 5's figures)
+"""
+
+from tfdp import registry
+
+PAPER = registry.Paper(
+    name="adlm",
+    title="AdLM (Phan et al., ICDM 2017)",
+    methods=(
+        registry.MethodSpec("adlm", "tfdp.papers.adlm.method:AdLM",
+                            "Adaptive Laplace Mechanism, AdLM (Phan et al., ICDM 2017), the "
+                            "corrected version"),
+        registry.MethodSpec("ilm", "tfdp.papers.adlm.method:ILM",
+                            "Identical Laplace Mechanism: AdLM with uniform budgets and no "
+                            "relevance step"),
+    ),
+    keras_modules=("tfdp.papers.adlm.models",),
+    rows="tfdp.papers.adlm.rows:rows",
+)

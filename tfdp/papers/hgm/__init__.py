@@ -1,0 +1,33 @@
+"""HGM: the Heterogeneous Gaussian Mechanism and Secure-SGD (Phan et al., IJCAI 2019).
+
+Modules:
+  method          Secure-SGD, Secure-SGD-AGM, PixelDP and HGM_PixelDP trainers (Algorithm 1)
+  models          the MNIST / CIFAR-10 networks with the noised first layer
+  redistribution  the noise redistribution r (Eq. 7) and the noised layer's sensitivity (Eq. 6)
+  figure          Figure 1 (the HGM noise against the classical Gaussian mechanism)
+  rows            the reproduction rows (Figures 3-5)
+The mechanism itself is shared: `tfdp.mechanisms.heterogeneous`.
+"""
+
+from tfdp import registry
+
+PAPER = registry.Paper(
+    name="hgm",
+    title="HGM / Secure-SGD (Phan et al., IJCAI 2019)",
+    methods=(
+        registry.MethodSpec("secure_sgd", "tfdp.papers.hgm.method:SecureSGD",
+                            "Secure-SGD: HGM robustness noise + DP-SGD (Phan et al., IJCAI "
+                            "2019, Alg. 1)"),
+        registry.MethodSpec("secure_sgd_agm", "tfdp.papers.hgm.method:SecureSGDAGM",
+                            "Secure-SGD with the analytic Gaussian mechanism (Balle & Wang "
+                            "2018) and uniform r, an HGM baseline"),
+        registry.MethodSpec("pixeldp", "tfdp.papers.hgm.method:PixelDP",
+                            "PixelDP (Lecuyer et al. 2019): classical Gaussian noise, eps_r <= "
+                            "1, no DP"),
+        registry.MethodSpec("hgm_pixeldp", "tfdp.papers.hgm.method:HGMPixelDP",
+                            "HGM_PixelDP: non-private SGD with HGM robustness noise (Phan et "
+                            "al., IJCAI 2019)"),
+    ),
+    keras_modules=("tfdp.papers.hgm.models",),
+    rows="tfdp.papers.hgm.rows:rows",
+)

@@ -1,0 +1,21 @@
+"""StoBatch: DP adversarial learning with certified robustness (Phan et al., ICML 2020).
+
+Modules:
+  method  the StoBatch trainer (Algorithms 1-2; one or many replicas)
+  models  the auto-encoder and the network above it (Section 6)
+  rows    the reproduction rows (Figures 2-4)
+"""
+
+from tfdp import registry
+
+PAPER = registry.Paper(
+    name="stobatch",
+    title="StoBatch (Phan et al., ICML 2020)",
+    methods=(
+        registry.MethodSpec("stobatch", "tfdp.papers.stobatch.method:StoBatch",
+                            "StoBatch: DP + certified robustness with stochastic batches (Phan "
+                            "et al., ICML 2020)"),
+    ),
+    keras_modules=("tfdp.papers.stobatch.models",),
+    rows="tfdp.papers.stobatch.rows:rows",
+)
