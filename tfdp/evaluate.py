@@ -17,12 +17,11 @@ one forward pass of the noise-free network. A run whose `config.json` has
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
 import time
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import scipy.stats

@@ -40,7 +40,6 @@ import datetime
 import hashlib
 import importlib
 import json
-import math
 import os
 import platform
 import shutil

@@ -180,3 +180,20 @@ def test_reduced_monte_carlo_evaluations_of_cifar10_models_are_sized_for_a_cpu()
     assert "--num_examples=200" in fig4["a2"].args and "--certify" in fig4["a2"].args
     mnist = registry.ROWS_BY_ID["stobatch.mnist.stobatch.eps2"].jobs["reduced"]["run"].args
     assert "--num_examples=1000" in mnist and not any("draws_per_step" in a for a in mnist)
+
+
+def test_gap_rows_pair_seeds_when_every_role_has_them():
+    row = registry.ROWS_BY_ID["stobatch.mnist.stobatch_eps_rise"]
+    size = row.param["size"]
+    a = [_evaluation(x, None, (size,)) for x in (0.80, 0.75, 0.82)]
+    b = [_evaluation(x, None, (size,)) for x in (0.25, 0.20, 0.26)]
+    v = extract.extract(row, {"a": a, "b": b})
+    assert v.per_seed == pytest.approx([55.0, 55.0, 56.0])
+    assert v.value == pytest.approx(55.0 + 1.0 / 3.0)
+    assert not v.cells and "over 3 seeds, paired" in v.text
+    # One seed: the single difference, as a cell (no seed spread to report).
+    one = extract.extract(row, {"a": a[:1], "b": b[:1]})
+    assert one.per_seed == pytest.approx([55.0]) and one.cells
+    # Roles with different seed counts cannot be paired: the means' difference.
+    uneven = extract.extract(row, {"a": a, "b": b[:1]})
+    assert uneven.value == pytest.approx(100 * (0.79 - 0.25)) and uneven.cells

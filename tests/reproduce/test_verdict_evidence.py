@@ -216,17 +216,19 @@ def test_no_committed_row_passes_on_a_model_at_chance_or_too_few_certificates():
     assert checked > 10
 
 
-# The reduced-scale MNIST rows the AdLM conclusions rest on (REPRODUCTION.md, "Discriminating
-# runs"): at least three seeds each, with the spread recorded.
+# The reduced-scale MNIST rows the AdLM and StoBatch conclusions rest on (REPRODUCTION.md,
+# "Discriminating runs"): at least three seeds each, with the spread recorded.
 _SEEDED_REDUCED = ("adlm.mnist.adlm.eps0.25", "adlm.mnist.ilm.eps0.25", "adlm.mnist.dpsgd.eps0.25",
                    "adlm.mnist.adlm_minus_ilm.eps0.25", "adlm.mnist.adlm_minus_psgd.eps0.25",
                    "adlm.mnist.dpsgd.eps0.25.paper_settings") + tuple(
     f"adlm.mnist.{m}.eps0.5" for m in ("adlm", "ilm", "dpsgd", "adlm_minus_ilm",
-                                       "adlm_minus_psgd"))
+                                       "adlm_minus_psgd")) + tuple(
+    f"stobatch.mnist.stobatch{r}{path}" for path in ("", ".authors_path")
+    for r in (".eps0.2", ".eps2", "_eps_rise"))
 
 
 @pytest.mark.parametrize("row_id", _SEEDED_REDUCED)
-def test_reduced_adlm_rows_rest_on_three_seeds(row_id):
+def test_reduced_rows_behind_the_conclusions_rest_on_three_seeds(row_id):
     with open(os.path.join(_RESULTS, "reduced", row_id + ".json"), encoding="utf-8") as f:
         rec = json.load(f)
     assert len(rec["seeds"]) >= 3 and len(rec["per_seed"]) == len(rec["seeds"]), rec["seeds"]

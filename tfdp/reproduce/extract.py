@@ -357,26 +357,45 @@ def attack_drop(outs, row: Row) -> Value:
     return Value(drop, f"{drop:.2f} pts", [drop])
 
 
-def _gap(outs, sizes: list[str], field: str) -> tuple[float, list[float]]:
+def _gap(outs, sizes: list[str], field: str) -> tuple[float, list[float], bool]:
+    """(mean a - b over paired roles and sizes, the values behind it, whether they are seeds).
+
+    With several seeds of every role (the same number each), the differences are paired by
+    seed, as in `accuracy_diff`: one value per seed (the mean over roles and sizes of that
+    seed's differences), so the spread is the seeds'. Otherwise one value per (role pair,
+    size) cell.
+    """
     a_roles = sorted(r for r in outs if r.startswith("a"))
-    diffs = []
-    for ra in a_roles:
-        rb = "b" + ra[1:]
-        for s in sizes:
-            diffs.append(_role_mean(outs, ra, s, field) - _role_mean(outs, rb, s, field))
-    return _mean(diffs), diffs
+    pairs = [(ra, "b" + ra[1:]) for ra in a_roles]
+    counts = {len(outs[r]) for pair in pairs for r in pair}
+    if len(counts) == 1 and counts.pop() > 1:
+        n = len(outs[pairs[0][0]])
+        per = [_mean([_attack_mean(outs[ra][i]["evaluation"], s, field)
+                      - _attack_mean(outs[rb][i]["evaluation"], s, field)
+                      for ra, rb in pairs for s in sizes]) for i in range(n)]
+        return _mean(per), per, True
+    diffs = [_role_mean(outs, ra, s, field) - _role_mean(outs, rb, s, field)
+             for ra, rb in pairs for s in sizes]
+    return _mean(diffs), diffs, False
+
+
+def _gap_value(gap: float, values: list[float], seeded: bool) -> Value:
+    if seeded:
+        return Value(gap, f"{gap:+.2f} pts (seed sd {statistics.stdev(values):.2f} over "
+                          f"{len(values)} seeds, paired)", values)
+    return Value(gap, f"{gap:+.2f} pts over {len(values)} cells", values, cells=True)
 
 
 def attack_gap(outs, row: Row) -> Value:
-    """Mean over paired roles (a*, b*) of the accuracy-under-attack difference (points)."""
-    gap, diffs = _gap(outs, [row.param["size"]], "accuracy")
-    return Value(gap, f"{gap:+.2f} pts over {len(diffs)} cells", diffs, cells=True)
+    """Mean over paired roles (a*, b*) of the accuracy-under-attack difference (points);
+    paired by seed when every role has the same several seeds."""
+    return _gap_value(*_gap(outs, [row.param["size"]], "accuracy"))
 
 
 def certified_gap(outs, row: Row) -> Value:
-    """Mean over attack sizes of the certified-accuracy difference a - b (points)."""
-    gap, diffs = _gap(outs, row.param["sizes"].split(","), "certified_accuracy")
-    return Value(gap, f"{gap:+.2f} pts over {len(diffs)} cells", diffs, cells=True)
+    """Mean over attack sizes of the certified-accuracy difference a - b (points); paired by
+    seed when every role has the same several seeds."""
+    return _gap_value(*_gap(outs, row.param["sizes"].split(","), "certified_accuracy"))
 
 
 def eot_soundness(outs, row: Row) -> Value:

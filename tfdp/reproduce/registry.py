@@ -522,6 +522,23 @@ def row_models(row: Row) -> list[tuple[str, Job]]:
     return out
 
 
+def eot_soundness_row(row_id: str, paper: str, setting: str,
+                      jobs: Mapping[str, Job]) -> Row:
+    """A certificate soundness row (issue 13 item 5): EOT PGD (strong) on the Monte-Carlo
+    classifier must not beat the certified accuracy beyond the slack, and
+    `tfdp-evaluate --soundness_check` must pass. `jobs`: scale -> the evaluation job."""
+    return Row(
+        id=row_id, paper=paper, source="certificate soundness check (issue 13 item 5)",
+        setting=setting,
+        metric="accuracy under attack minus (certified accuracy - slack)", published=None,
+        published_text="certified accuracy is a lower bound",
+        criterion=Criterion("check", text="accuracy under the EOT attack >= certified "
+                            "accuracy - (alpha + 3 binomial SE) at every size, and "
+                            "tfdp-evaluate --soundness_check passes (flips consistent with "
+                            "2 alpha)"),
+        extractor="eot_soundness", jobs={s: {"run": j} for s, j in jobs.items()})
+
+
 def rows_module(paper: _papers.Paper) -> types.ModuleType | None:
     """The module of a paper's rows target (it also holds the optional `baseline_for`,
     `SIZE_UNITS` and `BASELINE_METHODS`), or None for a paper without rows."""

@@ -8,7 +8,8 @@ fractions of (`tfdp.reproduce.registry` reads both through `tfdp.registry`).
 from __future__ import annotations
 
 from tfdp.reproduce.registry import (EOT_ARGS, NOISY_METHODS, SCALES, Baseline, Criterion, Job,
-                                     Row, combine, eval_args, python, trainer_jobs)
+                                     Row, combine, eot_soundness_row, eval_args, python,
+                                     trainer_jobs)
 
 # --------------------------------------------------------------------------------------------
 # Jobs
@@ -146,21 +147,12 @@ def _hgm_rows() -> list[Row]:
                              eps_r=8),
                       b=_hgm("pixeldp", "cifar10", None, cifar_sizes, True)),
         headline=True, figure="certified_vs_mu", unit=" pts"))
-    rows.append(Row(
-        id="hgm.mnist.hgm_pixeldp.eot_soundness", paper="hgm",
-        source="certificate soundness check (issue 13 item 5)",
-        setting="MNIST, HGM_PixelDP (eps_r = 4): EOT PGD (strong) on the Monte-Carlo "
-                "classifier at mu_a in {0.05, 0.1}",
-        metric="accuracy under attack minus (certified accuracy - slack)", published=None,
-        published_text="certified accuracy is a lower bound",
-        criterion=Criterion("check", text="accuracy under the EOT attack >= certified "
-                            "accuracy - (alpha + 3 binomial SE) at every size, and "
-                            "tfdp-evaluate --soundness_check passes (flips consistent with "
-                            "2 alpha)"),
-        extractor="eot_soundness",
-        jobs={s: {"run": j} for s, j in _hgm(
-            "hgm_pixeldp", "mnist", None, "", True, eps_r=4,
-            args=EOT_ARGS + ("--attack_sizes=0.05,0.1",)).items()}))
+    rows.append(eot_soundness_row(
+        "hgm.mnist.hgm_pixeldp.eot_soundness", "hgm",
+        "MNIST, HGM_PixelDP (eps_r = 4): EOT PGD (strong) on the Monte-Carlo classifier at "
+        "mu_a in {0.05, 0.1}",
+        _hgm("hgm_pixeldp", "mnist", None, "", True, eps_r=4,
+             args=EOT_ARGS + ("--attack_sizes=0.05,0.1",))))
     # Conventional accuracy under attack vs eps (Figures 4, 5).
     for dataset, mu, fig, gains, eps_grid in (
             ("mnist", "0.1", "Fig. 5", (("secure_sgd_agm", 2.9, None), ("dpsgd", 10.74, (4, 20))),

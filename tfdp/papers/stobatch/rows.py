@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 from tfdp.reproduce.registry import (EOT_ARGS, NOISY_METHODS, SCALES, Baseline, Criterion, Job,
-                                     MonteCarloEval, Row, combine, eval_args, trainer_jobs)
+                                     MonteCarloEval, Row, combine, eot_soundness_row,
+                                     eval_args, trainer_jobs)
 
 # --------------------------------------------------------------------------------------------
 # Jobs
@@ -166,21 +167,12 @@ def _stobatch_rows() -> list[Row]:
             jobs={s: {"run": j} for s, j in
                   _stobatch("stobatch", "mnist", eps, "0.2", False, preset="strong").items()},
             unit="%"))
-    rows.append(Row(
-        id="stobatch.mnist.eot_soundness", paper="stobatch",
-        source="certificate soundness check (issue 13 item 5)",
-        setting="MNIST, StoBatch, eps = 1.0: EOT PGD (strong) on the Monte-Carlo classifier "
-                "at mu_a in {0.05, 0.1}",
-        metric="accuracy under attack minus (certified accuracy - slack)", published=None,
-        published_text="certified accuracy is a lower bound",
-        criterion=Criterion("check", text="accuracy under the EOT attack >= certified "
-                            "accuracy - (alpha + 3 binomial SE) at every size, and "
-                            "tfdp-evaluate --soundness_check passes (flips consistent with "
-                            "2 alpha)"),
-        extractor="eot_soundness",
-        jobs={s: {"run": j} for s, j in _stobatch(
-            "stobatch", "mnist", 1.0, "", True,
-            args=EOT_ARGS + ("--attack_sizes=0.05,0.1",)).items()}))
+    rows.append(eot_soundness_row(
+        "stobatch.mnist.eot_soundness", "stobatch",
+        "MNIST, StoBatch, eps = 1.0: EOT PGD (strong) on the Monte-Carlo classifier at mu_a "
+        "in {0.05, 0.1}",
+        _stobatch("stobatch", "mnist", 1.0, "", True,
+                  args=EOT_ARGS + ("--attack_sizes=0.05,0.1",))))
     rows.append(Row(
         id="stobatch.mnist.stobatch_minus_secure_sgd.eps0.2", paper="stobatch",
         source="Fig. 2", setting="MNIST, eps = 0.2, mu_a = 0.2",
