@@ -4,7 +4,8 @@ Issue 28 (the paper-packages redesign) must keep every behaviour: the committed 
 rerun, give the same values. For each job key given, this finds the job in the current
 registry, runs it again into a scratch folder (no adoption of earlier runs), and compares
 every output value with the committed job file, except wall-clock times. The record goes to
-results/architecture/rerun_check.json.
+results/architecture/rerun_check.json (checks of earlier invocations are kept; a job checked
+again replaces its entry).
 
 Run from the repository root with real data in TFDP_DATA_DIR:
     python tools/architecture/rerun_check.py SCALE:JOB_KEY [SCALE:JOB_KEY ...]
@@ -93,9 +94,16 @@ def main(argv: list[str]) -> int:
                 f"\n    {d}" for d in diffs), flush=True)
     out = os.path.join(_ROOT, "results", "architecture", "rerun_check.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    record = {"commands": [], "checks": []}
+    if os.path.exists(out):  # earlier checks stay; a job checked again replaces its entry
+        with open(out, encoding="utf-8") as f:
+            record = json.load(f)
+    done = {(c["scale"], c["key"]) for c in checks}
+    record["checks"] = [c for c in record["checks"]
+                        if (c["scale"], c["key"]) not in done] + checks
+    record["commands"].append("python tools/architecture/rerun_check.py " + " ".join(argv))
     with open(out + ".tmp", "w", encoding="utf-8") as f:
-        json.dump({"command": "python tools/architecture/rerun_check.py " + " ".join(argv),
-                   "checks": checks}, f, indent=1)
+        json.dump(record, f, indent=1)
     os.replace(out + ".tmp", out)
     print(f"wrote {os.path.relpath(out, _ROOT)}")
     return 0 if all(c["same"] for c in checks) else 1
