@@ -127,3 +127,33 @@ def test_a_toy_paper_trains_and_reproduces_from_the_command_line(toy_paper, tmp_
     assert "--method=toy_sgd" in job["command"]
     report = (results / "REPRODUCTION.md").read_text()
     assert "A toy paper" in report and "toy.sample.toy_sgd" in report
+
+
+@pytest.mark.parametrize("body, kind, match", [
+    (None, ImportError, "TFDP_PAPERS: cannot import paper package 'nopaper_pkg'"),
+    ("X = 1\n", TypeError, "has no PAPER"),
+    ("from tfdp import registry\nPAPER = registry.Paper(name='adlm', title='again')\n",
+     ValueError, "paper 'adlm' declared twice"),
+])
+def test_a_bad_plugin_is_refused_naming_it(tmp_path, monkeypatch, body, kind, match):
+    from tfdp import registry  # pylint: disable=import-outside-toplevel
+    before = dict(registry.papers())
+    if body is not None:
+        (tmp_path / "nopaper_pkg").mkdir()
+        (tmp_path / "nopaper_pkg" / "__init__.py").write_text(body)
+        monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "nopaper_pkg", raising=False)  # each case its own module
+    monkeypatch.setenv("TFDP_PAPERS", "nopaper_pkg")
+    with pytest.raises(kind, match=match):
+        registry.reload()
+    assert registry.papers() == before  # a refused reload changes nothing
+    monkeypatch.delenv("TFDP_PAPERS")
+    registry.reload()
+
+
+def test_a_method_target_that_is_not_module_colon_class_is_refused():
+    from tfdp import registry  # pylint: disable=import-outside-toplevel
+    with pytest.raises(ValueError, match="target 'tfdp.train.dpsgd.DPSGD' is not"):
+        registry.MethodSpec("x", "tfdp.train.dpsgd.DPSGD", "summary")
+    with pytest.raises(ValueError, match="method name 'Bad-Name'"):
+        registry.MethodSpec("Bad-Name", "a:B", "summary")
