@@ -11,7 +11,11 @@ never drift from the library's.
 from __future__ import annotations
 
 import dataclasses
+import math
+import typing
 from typing import Any, Iterator, Mapping, Optional, Sequence
+
+import numpy as np
 
 KINDS = ("float", "integer", "bool", "string", "enum", "list")
 
@@ -181,3 +185,180 @@ class OptionSet:  # pylint: disable=redefined-builtin
             namespace={"as_options": as_options, "from_options": classmethod(from_options),
                        "__post_init__": post_init, "__doc__": doc or f"{prefix}* options."})
         return cls
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed configs: a frozen dataclass with typed fields is the single declaration of a method's
+# settings. `declare` derives the OptionSet (flags, help, choices) from the fields, checks each
+# value when a config is made, then runs the class's own `validate` (its cross-field rules).
+
+
+_META_KEY = "tfdp_option"
+
+
+def field(default: Any, help: str, *, choices: Optional[Sequence[str]] = None,
+          check: Optional[Any] = None) -> Any:
+    """One typed setting of a `declare`d config class.
+
+    Args:
+      default: the default (None: unset, the method chooses; lists are given as tuples).
+      help: the help text of its flag.
+      choices: for a `str` field, the allowed values (the flag is then an enum).
+      check: a per-value rule, e.g. `options.positive` (a callable returning None when the
+        value is acceptable, else what was expected); not applied to None.
+
+    Returns:
+      A dataclasses.field carrying the declaration.
+    """
+    meta = {"help": help, "choices": None if choices is None else tuple(choices),
+            "check": check}
+    return dataclasses.field(default=default, metadata={_META_KEY: meta})
+
+
+def _rule(expected: str, ok) -> Any:
+    def check(value):
+        try:
+            good = ok(value)
+        except (TypeError, ValueError):
+            good = False
+        return None if good else expected
+    check.expected = expected
+    return check
+
+
+def _finite(value) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+positive = _rule("a finite number > 0", lambda v: _finite(v) and v > 0)
+nonnegative = _rule("a finite number >= 0", lambda v: _finite(v) and v >= 0)
+open_unit = _rule("a number in (0, 1)", lambda v: _finite(v) and 0 < v < 1)
+unit_interval = _rule("a number in [0, 1]", lambda v: _finite(v) and 0 <= v <= 1)
+
+
+def at_least(bound: int) -> Any:
+    """The rule 'an integer >= bound'."""
+    return _rule(f"an integer >= {bound}", lambda v: isinstance(v, int) and v >= bound)
+
+
+def _kind_of(annotation) -> tuple[str, Any]:
+    """(OptionSet kind, element type for lists) of a field annotation."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is typing.Union:
+        if len(args) != 1:
+            raise TypeError(f"unsupported option annotation {annotation!r}")
+        return _kind_of(args[0])
+    if annotation is bool:
+        return "bool", None
+    if annotation is int:
+        return "integer", None
+    if annotation is float:
+        return "float", None
+    if annotation is str:
+        return "string", None
+    if typing.get_origin(annotation) is tuple and args:
+        return "list", args[0]
+    raise TypeError(f"unsupported option annotation {annotation!r}")
+
+
+def _coerce(kind: str, element, value, flag: str):
+    """value converted to the field's type (int -> float, list/str -> tuple), or ValueError."""
+    if value is None:
+        return None
+    if kind == "float":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(
+                value, (int, float, np.integer, np.floating)):
+            raise ValueError(f"{flag}: expected a number, got {value!r}")
+        return float(value)
+    if kind == "integer":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"{flag}: expected an integer, got {value!r}")
+        return int(value)
+    if kind == "bool":
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{flag}: expected true or false, got {value!r}")
+        return bool(value)
+    if kind in ("string", "enum"):
+        if not isinstance(value, str):
+            raise ValueError(f"{flag}: expected a string, got {value!r}")
+        return value
+    items = value.split(",") if isinstance(value, str) else list(value)
+    if element is float:
+        try:
+            return tuple(float(v) for v in items)
+        except (TypeError, ValueError):
+            raise ValueError(f"{flag}: expected comma-separated numbers, got {value!r}") from None
+    return tuple(str(v) for v in items)
+
+
+def declare(prefix: str) -> Any:
+    """Class decorator: a class of typed `field`s becomes a frozen dataclass of a method's settings.
+
+    The class gets `OPTIONS` (the OptionSet its flags and help are made from: one option per
+    field, named prefix + field, kind from the annotation: float, int, bool, str (an enum with
+    `choices`), tuple[...] (a comma-separated list)), `as_options()` and
+    `from_options(mapping)` (the `TrainConfig.options` form; None or an absent name gives the
+    default). Making an instance converts each value to its type, checks it (choices, the
+    field's `check`) with a ValueError naming the flag, then calls the class's `validate()`
+    (cross-field rules) if it has one.
+
+    Args:
+      prefix: the flags' prefix, e.g. "dpsgd_".
+    """
+    def wrap(cls):
+        specs: list = []  # (field, flag name, kind, list element type, declaration)
+        own_validate = cls.__dict__.get("validate")
+
+        def post_init(cfg) -> None:
+            for short, name, kind, element, meta in specs:
+                flag = "--" + name
+                value = _coerce(kind, element, getattr(cfg, short), flag)
+                object.__setattr__(cfg, short, value)
+                if value is None:
+                    continue
+                if kind == "enum" and value not in meta["choices"]:
+                    raise ValueError(f"{flag}: expected one of {list(meta['choices'])}, "
+                                     f"got {value!r}")
+                if meta["check"] is not None:
+                    expected = meta["check"](value)
+                    if expected is not None:
+                        raise ValueError(f"{flag}: expected {expected}, got {value!r}")
+            if own_validate is not None:
+                own_validate(cfg)
+
+        def as_options(cfg) -> dict[str, Any]:
+            out = {}
+            for short, name, *_ in specs:
+                value = getattr(cfg, short)
+                out[name] = list(value) if isinstance(value, tuple) else value
+            return out
+
+        def from_options(klass, mapping: Mapping[str, Any]):
+            return klass(**{short: mapping[name] for short, name, *_ in specs
+                            if mapping.get(name) is not None})
+
+        cls.__post_init__ = post_init  # set before dataclass(), whose __init__ then calls it
+        cls.as_options = as_options
+        cls.from_options = classmethod(from_options)
+        cls = dataclasses.dataclass(frozen=True)(cls)
+        hints = typing.get_type_hints(cls)
+        option_set = OptionSet(prefix)
+        for f in dataclasses.fields(cls):
+            meta = f.metadata.get(_META_KEY)
+            if meta is None:
+                raise TypeError(f"{cls.__name__}.{f.name}: declare it with tfdp.options.field")
+            kind, element = _kind_of(hints[f.name])
+            name = prefix + f.name
+            if meta["choices"] is not None:
+                if kind != "string":
+                    raise TypeError(f"{cls.__name__}.{f.name}: choices need a str field")
+                kind = "enum"
+                option_set.enum(name, f.default, meta["choices"], meta["help"])
+            else:
+                getattr(option_set, kind)(name, f.default, meta["help"])
+            specs.append((f.name, name, kind, element, meta))
+        cls.OPTIONS = option_set
+        cls.PREFIX = prefix
+        return cls
+    return wrap

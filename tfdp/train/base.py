@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from typing import Any, ClassVar, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -281,15 +281,37 @@ class Method(abc.ABC):
     # Per-method defaults of the generic flags (epochs, batch_size, learning_rate, optimizer,
     # epsilon, delta) used when the flag is not given on the command line.
     default_flags: ClassVar[dict] = {}
+    # The method's typed settings class (a `tfdp.options.declare`d frozen dataclass, e.g.
+    # `tfdp.train.dpsgd.DPSGDConfig`): the single declaration of its flags, defaults, help and
+    # checks. `self.settings` is the instance made from `config.options`.
+    settings_class: ClassVar[Optional[type]] = None
 
     def __init__(self, config: TrainConfig):
         self.config = config
+        self._settings = None
+        self._settings_of = None
+        if self.settings_class is not None:
+            self.settings  # pylint: disable=pointless-statement  # checks them, naming the flag
         self.data_spec: DataSpec | None = None
         self.strategy = None
         self.layout_seed: int | None = None
         self.layer_seed: int | None = None
         self.model = None  # set by the default `build`
         self.optimizer = None
+
+    @property
+    def settings(self) -> Any:
+        """The typed settings of this run (`settings_class` made from `config.options`).
+
+        Raises:
+          ValueError: naming the flag, when a setting or a combination of them is unusable.
+        """
+        if self.settings_class is None:
+            raise AttributeError(f"{type(self).__name__} declares no settings_class")
+        if self._settings_of is not self.config:  # made again if the run replaced the config
+            self._settings = self.settings_class.from_options(self.config.options)
+            self._settings_of = self.config
+        return self._settings
 
     def attach(self, data_spec: DataSpec, strategy: Any = None, layout_seed: int = 0,
                layer_seed: int | None = None) -> None:

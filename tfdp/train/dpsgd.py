@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import tensorflow as tf
@@ -16,31 +15,32 @@ from tfdp.train.nonprivate import (BASELINE_MODELS, build_baseline_model,
 
 SAMPLINGS = privatize.SAMPLINGS
 
-OPTIONS = options.OptionSet("dpsgd_")  # every dpsgd_* setting: name, default, help
+@options.declare("dpsgd_")
+class DPSGDConfig(privatize.DPSGDSettings):
+    """DP-SGD settings (the dpsgd_* flags without the prefix): the single declaration of their
+    types, defaults, help and checks. `DPSGDConfig(...).as_options()` is a
+    `TrainConfig.options` mapping."""
 
-privatize.declare_dpsgd_options(OPTIONS, "dpsgd_", "DP-SGD")
-OPTIONS.enum("dpsgd_model", "cnn", list(BASELINE_MODELS),
-             "DP-SGD: architecture: cnn (a small CNN), mlp, or adlm_cnn (AdLM's MNIST "
-             "network without batch norm: the AdLM paper's pSGD network).")
-OPTIONS.enum("dpsgd_clipping", "auto", list(privatize.CLIPPING_METHODS),
-             "DP-SGD: how per-example gradient norms are computed; all give the same "
-             "clipped sum. vectorized: per-example gradients of the whole model "
-             "(tf.vectorized_map); ghost: norms from each layer's inputs and output "
-             "gradients, one batched re-weighted gradient; auto: ghost, with each "
-             "Dense/Conv2D layer taking the cheaper of the ghost norm and per-example "
-             "kernel gradients from image patches. Unsupported layers (and models with "
-             "batch-mixing layers) use the vectorized path. auto (the default) is several "
-             "times faster than vectorized and agrees with it to float rounding; with "
-             "Poisson lots, ghost and auto pad each lot to a few static sizes (padding rows "
-             "add nothing). Results made before auto became the default pin "
-             "--dpsgd_clipping=vectorized in their flagfiles. A resumed run is "
-             "bit-identical to an uninterrupted one with every path.")
+    model: str = options.field(
+        "cnn", "DP-SGD: architecture: cnn (a small CNN), mlp, or adlm_cnn (AdLM's MNIST "
+        "network without batch norm: the AdLM paper's pSGD network).", choices=BASELINE_MODELS)
+    clipping: str = options.field(
+        "auto", "DP-SGD: how per-example gradient norms are computed; all give the same "
+        "clipped sum. vectorized: per-example gradients of the whole model "
+        "(tf.vectorized_map); ghost: norms from each layer's inputs and output "
+        "gradients, one batched re-weighted gradient; auto: ghost, with each "
+        "Dense/Conv2D layer taking the cheaper of the ghost norm and per-example "
+        "kernel gradients from image patches. Unsupported layers (and models with "
+        "batch-mixing layers) use the vectorized path. auto (the default) is several "
+        "times faster than vectorized and agrees with it to float rounding; with "
+        "Poisson lots, ghost and auto pad each lot to a few static sizes (padding rows "
+        "add nothing). Results made before auto became the default pin "
+        "--dpsgd_clipping=vectorized in their flagfiles. A resumed run is "
+        "bit-identical to an uninterrupted one with every path.",
+        choices=privatize.CLIPPING_METHODS)
 
-DPSGDConfig = OPTIONS.config_class(
-    "DPSGDConfig",
-    "DP-SGD settings: the dpsgd_* options without the prefix, with the defaults "
-    "declared above; `DPSGDConfig(...).as_options()` is a `TrainConfig.options` mapping.")
-DPSGDConfig.__module__ = __name__
+
+OPTIONS = DPSGDConfig.OPTIONS  # the dpsgd_* flags (tfdp-train defines them from this)
 
 
 def _max_steps_within(target: float, planned: int, eps_of) -> int:
@@ -82,49 +82,28 @@ class DPSGD(Method):
     default_flags = {"epochs": 5, "batch_size": 128, "learning_rate": 3e-3, "optimizer": "adam",
                      "epsilon": 2.0, "delta": 1e-5}
 
+    settings_class = DPSGDConfig
+
     def __init__(self, config):
         super().__init__(config)
-        opts = config.options
-        self.l2_clip = float(OPTIONS.get(opts, "dpsgd_l2_clip"))
-        sigma = opts.get("dpsgd_noise_multiplier")
-        self.noise_multiplier = None if sigma is None else float(sigma)
-        self.accountant = OPTIONS.get(opts, "dpsgd_accountant")
-        self.sampling = OPTIONS.get(opts, "dpsgd_sampling")
-        self.model_kind = OPTIONS.get(opts, "dpsgd_model")
+        # sigma: the flag's value, or solved from --epsilon in `setup` (run state, checkpointed).
+        self.noise_multiplier = self.settings.noise_multiplier
         self._steps: int | None = None
 
     def validate(self) -> None:
-        cfg = self.config
-        if not (math.isfinite(self.l2_clip) and self.l2_clip > 0):
-            raise ValueError(f"--dpsgd_l2_clip: expected a positive number, got {self.l2_clip!r}")
-        if self.noise_multiplier is not None and not (
-                math.isfinite(self.noise_multiplier) and self.noise_multiplier > 0):
-            raise ValueError("--dpsgd_noise_multiplier: expected a positive number, got "
-                             f"{self.noise_multiplier!r}")
-        if self.noise_multiplier is None and cfg.epsilon is None:
-            raise ValueError("--epsilon: DP-SGD needs --epsilon or --dpsgd_noise_multiplier")
+        cfg, settings = self.config, self.settings
+        if settings.noise_multiplier is None and cfg.epsilon is None:
+            raise ValueError(f"--epsilon: DP-SGD needs --epsilon or --{settings.PREFIX}"
+                             "noise_multiplier")
         if not 0.0 < cfg.delta < 1.0:
             raise ValueError(f"--delta: DP-SGD needs 0 < delta < 1, got {cfg.delta!r}")
-        if self.accountant not in accounting.ACCOUNTANTS:
-            raise ValueError(f"--dpsgd_accountant: expected one of {accounting.ACCOUNTANTS}, "
-                             f"got {self.accountant!r}")
-        if self.sampling not in SAMPLINGS:
-            raise ValueError(f"--dpsgd_sampling: expected one of {SAMPLINGS}, got "
-                             f"{self.sampling!r}")
-        if self.model_kind not in BASELINE_MODELS:
-            raise ValueError(f"--dpsgd_model: expected one of {BASELINE_MODELS}, got "
-                             f"{self.model_kind!r}")
-        clipping = OPTIONS.get(cfg.options, "dpsgd_clipping")
-        if clipping not in privatize.CLIPPING_METHODS:
-            raise ValueError(f"--dpsgd_clipping: expected one of {privatize.CLIPPING_METHODS}, "
-                             f"got {clipping!r}")
 
     def batch_schedule(self) -> str:
-        return self.sampling
+        return self.settings.sampling
 
     def _account_sampling(self) -> str:
         # The Poisson analysis of dp_accounting; for shuffled batches it is the claimed value.
-        return "poisson" if self.sampling == "poisson" else "shuffle"
+        return "poisson" if self.settings.sampling == "poisson" else "shuffle"
 
     def setup(self, data_spec, ledger, rng, strategy=None) -> None:
         del rng, strategy
@@ -137,7 +116,7 @@ class DPSGD(Method):
                 return 0.0
             return accounting.dpsgd_epsilon(
                 num_examples=n, batch_size=batch, noise_multiplier=self.noise_multiplier,
-                steps=steps, delta=cfg.delta, accountant=self.accountant,
+                steps=steps, delta=cfg.delta, accountant=self.settings.accountant,
                 sampling=self._account_sampling())
 
         note = ""
@@ -145,7 +124,8 @@ class DPSGD(Method):
             # Fixed-epoch schedule, sigma solved from the budget (the HGM experiments).
             self.noise_multiplier = accounting.dpsgd_noise_multiplier(
                 target_epsilon=cfg.epsilon, num_examples=n, batch_size=batch, steps=planned,
-                delta=cfg.delta, accountant=self.accountant, sampling=self._account_sampling())
+                delta=cfg.delta, accountant=self.settings.accountant,
+                sampling=self._account_sampling())
             self._steps = planned
             note = f"noise multiplier solved for target epsilon {cfg.epsilon:g}."
         elif cfg.epsilon is not None:
@@ -153,7 +133,8 @@ class DPSGD(Method):
             self._steps = _max_steps_within(cfg.epsilon, planned, eps_of)
             if self._steps == 0:
                 raise ValueError(
-                    f"--dpsgd_noise_multiplier: {self.noise_multiplier:g} is too small: one step "
+                    f"--{self.settings.PREFIX}noise_multiplier: {self.noise_multiplier:g} is too "
+                    "small: one step "
                     f"already exceeds --epsilon={cfg.epsilon:g}")
             if self._steps < planned:
                 note = (f"stopped after {self._steps} of {planned} planned steps: the next step "
@@ -167,7 +148,7 @@ class DPSGD(Method):
         """Per-step Gaussian spend; the loop records the executed segments in the ledger."""
         return accounting.StepSpend(
             name="dpsgd", noise_multiplier=self.noise_multiplier,
-            sampling=self._account_sampling(), accountant=self.accountant,
+            sampling=self._account_sampling(), accountant=self.settings.accountant,
             delta=self.config.delta, note=getattr(self, "_note", ""))
 
     def max_steps(self) -> int | None:
@@ -178,7 +159,7 @@ class DPSGD(Method):
         return smoothing.certification(sigma) if sigma else None
 
     def build_model(self, input_shape, num_classes):
-        return build_baseline_model(self.model_kind, input_shape, num_classes)
+        return build_baseline_model(self.settings.model, input_shape, num_classes)
 
     def train_step(self, ctx, x, y):
         model = self.model
@@ -192,7 +173,7 @@ class DPSGD(Method):
             return per_example_cross_entropy(yi, logits)[0], logits
 
         grads, metrics = privatize.dpsgd_gradients(
-            ctx, model, variables, x, y, example_loss, l2_clip=self.l2_clip,
+            ctx, model, variables, x, y, example_loss, l2_clip=self.settings.l2_clip,
             noise_multiplier=self.noise_multiplier, clipping=self.clipping_path(),
             mask=ctx.row_mask() if self.pads_lots() else None)
         self.optimizer.apply_gradients(zip(grads, variables))
@@ -204,14 +185,14 @@ class DPSGD(Method):
 
     def clipping_path(self) -> str:
         """The clipping path train_step uses (privatize.CLIPPING_METHODS)."""
-        return OPTIONS.get(self.config.options, "dpsgd_clipping")
+        return self.settings.clipping
 
     def pads_lots(self) -> bool:
         # Poisson lots on the ghost paths run padded to a few static sizes (several times
         # faster than one any-size graph); the vectorized path keeps the graphs its committed
         # results were made with. Padding is safe with every model: the ghost paths fall back
         # to per-example (vectorized) gradients for models whose layers mix examples.
-        return (self.masks_padding_rows and self.sampling == "poisson"
+        return (self.masks_padding_rows and self.settings.sampling == "poisson"
                 and self.clipping_path() != "vectorized")
 
     def trace_any_batch_size(self) -> bool:

@@ -11,16 +11,18 @@ from tfdp.papers.adlm import models as adlm_models
 from tfdp.models import common
 from tfdp.train.base import Method
 
-OPTIONS = options.OptionSet("nonprivate_")  # every nonprivate_* setting: name, default, help
+@options.declare("nonprivate_")
+class NonPrivateConfig:
+    """Non-private baseline settings (the nonprivate_* flags without the prefix): the single
+    declaration of their types, defaults, help and checks. `NonPrivateConfig(...).as_options()`
+    is a `TrainConfig.options` mapping."""
 
-OPTIONS.enum("nonprivate_model", "cnn", ["cnn", "mlp"],
-             "Architecture of the non-private baseline: a small CNN or an MLP.")
+    model: str = options.field(
+        "cnn", "Architecture of the non-private baseline: a small CNN or an MLP.",
+        choices=("cnn", "mlp"))
 
-NonPrivateConfig = OPTIONS.config_class(
-    "NonPrivateConfig",
-    "non-private baseline settings: the nonprivate_* options without the prefix, with the defaults "
-    "declared above; `NonPrivateConfig(...).as_options()` is a `TrainConfig.options` mapping.")
-NonPrivateConfig.__module__ = __name__
+
+OPTIONS = NonPrivateConfig.OPTIONS  # the nonprivate_* flags (tfdp-train defines them from this)
 
 
 def per_example_cross_entropy(y: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
@@ -67,18 +69,15 @@ class NonPrivate(Method):
 
     name = "nonprivate"
     default_flags = {"epochs": 2, "batch_size": 64, "learning_rate": 1e-3, "optimizer": "adam"}
+    settings_class = NonPrivateConfig
 
     def validate(self) -> None:
-        kind = OPTIONS.get(self.config.options, "nonprivate_model")
-        if kind not in ("cnn", "mlp"):
-            raise ValueError(f"--nonprivate_model: unknown model {kind!r}; choose cnn or mlp")
         if self.config.epsilon is not None:
             raise ValueError("--epsilon: the nonprivate method spends no privacy budget; "
                              "do not set --epsilon")
 
     def build_model(self, input_shape, num_classes):
-        return build_baseline_model(OPTIONS.get(self.config.options, "nonprivate_model"),
-                                    input_shape, num_classes)
+        return build_baseline_model(self.settings.model, input_shape, num_classes)
 
     def certification_config(self):
         sigma = self.config.options.get("smoothing_sigma")

@@ -8,12 +8,13 @@ only, from a seed every replica shares.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import dataclasses
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
 from layers import noise as noise_layers
-from tfdp import mechanisms
+from tfdp import accounting, mechanisms, options
 from tfdp.train import ghost
 from tfdp.train.base import StepContext
 
@@ -184,28 +185,23 @@ def dpsgd_gradients(ctx: StepContext, model, variables: Sequence[tf.Variable], x
                    "accuracy": tf.reduce_sum(correct) / float(global_batch_size)}
 
 
-def declare_dpsgd_options(option_set, prefix: str, label: str) -> None:
-    """Declares the DP-SGD settings of a method: clip norm, noise, accountant, sampling.
+@dataclasses.dataclass(frozen=True)
+class DPSGDSettings:
+    """The DP-SGD settings DP-SGD (`dpsgd_*`) and Secure-SGD (`hgm_*`) share: clip norm,
+    noise, accountant, sampling. Their `tfdp.options.declare`d settings classes extend it."""
 
-    DP-SGD (`dpsgd_*`) and Secure-SGD (`hgm_*`) share them; `DPSGD` reads them by prefix.
-
-    Args:
-      option_set: the method's `tfdp.options.OptionSet`.
-      prefix: the options' prefix, e.g. "dpsgd_".
-      label: the method named in the help texts, e.g. "DP-SGD".
-    """
-    from tfdp import accounting  # pylint: disable=import-outside-toplevel
-    option_set.float(f"{prefix}l2_clip", 1.0,
-                     f"{label}: L2 norm bound C of each per-example gradient.")
-    option_set.float(f"{prefix}noise_multiplier", None,
-                     f"{label}: noise multiplier sigma (noise stddev = sigma * C). Unset: the "
-                     "smallest sigma whose accounted epsilon over --epochs is <= --epsilon. "
-                     "Set together with --epsilon: train until the next step would exceed "
-                     "--epsilon.")
-    option_set.enum(f"{prefix}accountant", "rdp", list(accounting.ACCOUNTANTS),
-                    f"{label} accountant (dp_accounting): rdp or pld.")
-    option_set.enum(f"{prefix}sampling", "poisson", list(SAMPLINGS),
-                    f"{label} lot sampling: poisson (each example joins each lot with "
-                    "probability q = batch_size/n; what the accountant analyses) or shuffle "
-                    "(fixed-size shuffled batches; the ledger then records the Poisson number "
-                    "as claimed and the no-amplification bound as sound).")
+    l2_clip: float = options.field(
+        1.0, "L2 norm bound C of each per-example gradient (the DP-SGD step).",
+        check=options.positive)
+    noise_multiplier: Optional[float] = options.field(
+        None, "DP-SGD noise multiplier sigma (noise stddev = sigma * C). Unset: the smallest "
+        "sigma whose accounted epsilon over --epochs is <= --epsilon. Set together with "
+        "--epsilon: train until the next step would exceed --epsilon.",
+        check=options.positive)
+    accountant: str = options.field(
+        "rdp", "DP-SGD accountant (dp_accounting): rdp or pld.", choices=accounting.ACCOUNTANTS)
+    sampling: str = options.field(
+        "poisson", "DP-SGD lot sampling: poisson (each example joins each lot with "
+        "probability q = batch_size/n; what the accountant analyses) or shuffle (fixed-size "
+        "shuffled batches; the ledger then records the Poisson number as claimed and the "
+        "no-amplification bound as sound).", choices=SAMPLINGS)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional
+from typing import Optional
 
 import keras
 import numpy as np
@@ -40,83 +40,97 @@ R_SOURCES = ("nonprivate_pretrain", "public_split", "uniform", "file")
 R_PRETRAIN_ENTRY = "hgm_r_nonprivate_pretrain"
 _GAMMA_SALT = 7919  # folds the step seed into the robustness-noise stream
 
-OPTIONS = options.OptionSet("hgm_")  # every hgm_* setting: name, default, help
+_below_one = options._rule("a number in [0, 1)", lambda v: 0.0 <= v < 1.0)  # pylint: disable=protected-access
 
-OPTIONS.float("hgm_eps_r", None, "Robustness budget eps_r > 0 (PixelDP w.r.t. input "
-              "pixels; not a training-data budget). Default 4; pixeldp: 1 (needs "
-              "eps_r <= 1).")
-OPTIONS.float("hgm_delta_r", 1e-5, "Robustness delta_r in (0, 1).")
-OPTIONS.float("hgm_construction_bound", 0.2,
-              "Construction attack bound L (l_inf radius the noise is calibrated for, in "
-              "the data's pixel units).")
-OPTIONS.enum("hgm_r_source", None, list(R_SOURCES),
-             "Redistribution r: nonprivate_pretrain (HGM Eq. 7 from a noise-free "
-             "pre-trained model on the private training data, as the paper does; r shapes the "
-             "released model's noise, so the sound epsilon is infinite), public_split (the "
-             "same pre-training on --hgm_r_public_size training records held out as public "
-             "data, never trained on privately; sound), uniform, or file (--hgm_r_file). "
-             "Default: public_split for secure_sgd (sound), nonprivate_pretrain for the "
-             "non-private hgm_pixeldp; secure_sgd_agm and pixeldp always use uniform r.")
-OPTIONS.integer("hgm_r_public_size", 0,
-                "Training records held out (a seeded random choice) as public data for "
-                "--hgm_r_source=public_split; the private set and its accounting exclude them. "
-                "0 (default): 10% of the training records, at most 1,000.")
-OPTIONS.string("hgm_r_file", None, ".npy file with K*r (the code release's convention: "
-               "entries > 0 summing to K = the number of conv1 units).")
-OPTIONS.float("hgm_beta", 1.0, "Inflation rate beta of HGM Eq. 7 (0 gives uniform r).")
-OPTIONS.float("hgm_r_mix", 0.0, "Weight lam of the uniform vector mixed into r.")
-OPTIONS.float("hgm_r_floor", 0.01, "Floor of r relative to 1/K.")
-OPTIONS.integer("hgm_pretrain_epochs", 1, "Noise-free pre-training epochs for r.")
-OPTIONS.integer("hgm_pretrain_examples", 5000, "Examples whose gradients give r.")
-OPTIONS.enum("hgm_sensitivity_mode", "layer_max", list(redistribution.SENSITIVITY_MODES),
-             "Delta_f bound conv1 is kept within: layer_max (sound, paper form with the "
-             "square root restored), layer_sum (sound, tighter), per_map (the paper's "
-             "per-feature-map bound; not sound), code_spectral (the code release; not "
-             "sound; both need --allow_unsound_certificates), or the l2 modes l2_fourier "
-             "(conv1's l2 operator norm bounded from its FFT, Sedghi et al. 2019) and "
-             "l2_patch (ceil(k/s) times the reshaped kernel's largest singular value), "
-             "sound for l2 attacks (certify with tfdp-evaluate --attack_norm=2).")
-OPTIONS.float("hgm_sensitivity_target", 1.0, "Delta_target: conv1 is reparametrised so "
-              "that Delta_f <= this value.")
-OPTIONS.enum("hgm_train_noise", "fresh", list(TRAIN_NOISE),
-             "Robustness noise in training: fresh per example and step, or fixed_once "
-             "(Algorithm 1 / the code release: one draw, checkpointed).")
-OPTIONS.enum("hgm_model", "mnist", list(hgm_models.ARCHITECTURES),
-             "Architecture: mnist or cifar10 (the paper's networks) or small (CPU-sized).")
-OPTIONS.enum("hgm_clipping", "per_example", list(CLIPPING),
-             "Secure-SGD privacy: per_example DP-SGD, or batch_mean (the code release: "
-             "per-layer clipping of the batch-mean gradient; NOT DP, the ledger's sound "
-             "epsilon is then infinite).")
-privatize.declare_dpsgd_options(OPTIONS, "hgm_", "Secure-SGD")
-OPTIONS.integer("hgm_noise_ramp_epochs", 0,
-                "pixeldp / hgm_pixeldp: ramp the training noise linearly from 0 to its "
-                "full scale over this many epochs (PixelDP's optional ramp).")
-OPTIONS.integer("hgm_num_draws", 2000, "Monte-Carlo draws N recorded for certification.")
-OPTIONS.enum("hgm_bound", "hoeffding", ["hoeffding", "clopper_pearson", "bernstein"],
-             "Confidence bound recorded for certification (paper: hoeffding).")
-OPTIONS.float("hgm_alpha", 0.05, "Failure probability alpha = 1 - eta of certification.")
-OPTIONS.float("hgm_eps_cap", None, "Largest eps' in the certificate search (default: "
-              "none for HGM/AGM, 1 for the classical GM).")
 
-SecureSGDConfig = OPTIONS.config_class(
-    "SecureSGDConfig",
-    "Secure-SGD / HGM / PixelDP settings: the hgm_* options without the prefix, with the "
-    "defaults declared above; `SecureSGDConfig(...).as_options()` is a `TrainConfig.options` "
-    "mapping.")
-SecureSGDConfig.__module__ = __name__
+@options.declare("hgm_")
+class SecureSGDConfig(privatize.DPSGDSettings):
+    """Secure-SGD / HGM / PixelDP settings (the hgm_* flags without the prefix): the single
+    declaration of their types, defaults, help and checks; `validate` holds the rules that
+    join several of them. `SecureSGDConfig(...).as_options()` is a `TrainConfig.options`
+    mapping. The DP-SGD fields (l2_clip, noise_multiplier, accountant, sampling) apply to
+    secure_sgd and secure_sgd_agm."""
+
+    eps_r: Optional[float] = options.field(
+        None, "Robustness budget eps_r > 0 (PixelDP w.r.t. input pixels; not a training-data "
+        "budget). Default 4; pixeldp: 1 (needs eps_r <= 1).", check=options.positive)
+    delta_r: float = options.field(1e-5, "Robustness delta_r in (0, 1).",
+                                   check=options.open_unit)
+    construction_bound: float = options.field(
+        0.2, "Construction attack bound L (l_inf radius the noise is calibrated for, in the "
+        "data's pixel units).", check=options.positive)
+    r_source: Optional[str] = options.field(
+        None, "Redistribution r: nonprivate_pretrain (HGM Eq. 7 from a noise-free "
+        "pre-trained model on the private training data, as the paper does; r shapes the "
+        "released model's noise, so the sound epsilon is infinite), public_split (the "
+        "same pre-training on --hgm_r_public_size training records held out as public "
+        "data, never trained on privately; sound), uniform, or file (--hgm_r_file). "
+        "Default: public_split for secure_sgd (sound), nonprivate_pretrain for the "
+        "non-private hgm_pixeldp; secure_sgd_agm and pixeldp always use uniform r.",
+        choices=R_SOURCES)
+    r_public_size: int = options.field(
+        0, "Training records held out (a seeded random choice) as public data for "
+        "--hgm_r_source=public_split; the private set and its accounting exclude them. "
+        "0 (default): 10% of the training records, at most 1,000.", check=options.at_least(0))
+    r_file: Optional[str] = options.field(
+        None, ".npy file with K*r (the code release's convention: entries > 0 summing to K = "
+        "the number of conv1 units).")
+    beta: float = options.field(1.0, "Inflation rate beta of HGM Eq. 7 (0 gives uniform r).",
+                                check=options.nonnegative)
+    r_mix: float = options.field(0.0, "Weight lam of the uniform vector mixed into r.",
+                                 check=options.unit_interval)
+    r_floor: float = options.field(0.01, "Floor of r relative to 1/K.", check=_below_one)
+    pretrain_epochs: int = options.field(1, "Noise-free pre-training epochs for r.",
+                                         check=options.at_least(1))
+    pretrain_examples: int = options.field(5000, "Examples whose gradients give r.",
+                                           check=options.at_least(1))
+    sensitivity_mode: str = options.field(
+        "layer_max", "Delta_f bound conv1 is kept within: layer_max (sound, paper form with the "
+        "square root restored), layer_sum (sound, tighter), per_map (the paper's "
+        "per-feature-map bound; not sound), code_spectral (the code release; not "
+        "sound; both need --allow_unsound_certificates), or the l2 modes l2_fourier "
+        "(conv1's l2 operator norm bounded from its FFT, Sedghi et al. 2019) and "
+        "l2_patch (ceil(k/s) times the reshaped kernel's largest singular value), "
+        "sound for l2 attacks (certify with tfdp-evaluate --attack_norm=2).",
+        choices=redistribution.SENSITIVITY_MODES)
+    sensitivity_target: float = options.field(
+        1.0, "Delta_target: conv1 is reparametrised so that Delta_f <= this value.",
+        check=options.positive)
+    train_noise: str = options.field(
+        "fresh", "Robustness noise in training: fresh per example and step, or fixed_once "
+        "(Algorithm 1 / the code release: one draw, checkpointed).", choices=TRAIN_NOISE)
+    model: str = options.field(
+        "mnist", "Architecture: mnist or cifar10 (the paper's networks) or small (CPU-sized).",
+        choices=hgm_models.ARCHITECTURES)
+    clipping: str = options.field(
+        "per_example", "Secure-SGD privacy: per_example DP-SGD, or batch_mean (the code "
+        "release: per-layer clipping of the batch-mean gradient; NOT DP, the ledger's sound "
+        "epsilon is then infinite).", choices=CLIPPING)
+    noise_ramp_epochs: int = options.field(
+        0, "pixeldp / hgm_pixeldp: ramp the training noise linearly from 0 to its full scale "
+        "over this many epochs (PixelDP's optional ramp).", check=options.at_least(0))
+    num_draws: int = options.field(2000, "Monte-Carlo draws N recorded for certification.",
+                                   check=options.at_least(1))
+    bound: str = options.field(
+        "hoeffding", "Confidence bound recorded for certification (paper: hoeffding).",
+        choices=("hoeffding", "clopper_pearson", "bernstein"))
+    alpha: float = options.field(0.05, "Failure probability alpha = 1 - eta of certification.",
+                                 check=options.open_unit)
+    eps_cap: Optional[float] = options.field(
+        None, "Largest eps' in the certificate search (default: none for HGM/AGM, 1 for the "
+        "classical GM).", check=options.positive)
+
+    def validate(self) -> None:
+        """The rules that join settings: --hgm_r_file goes with --hgm_r_source=file."""
+        if self.r_source == "file" and not self.r_file:
+            raise ValueError("--hgm_r_file: required with --hgm_r_source=file")
+        if self.r_file and self.r_source != "file":
+            raise ValueError("--hgm_r_file: only used with --hgm_r_source=file")
+
+
+OPTIONS = SecureSGDConfig.OPTIONS  # the hgm_* flags (tfdp-train defines them from this)
 
 _HGM_DEFAULTS = {"value_range": (0.0, 1.0)}
-
-
-_UNSET = object()
-
-
-def _opt(opts, name: str, default: Any = _UNSET) -> Any:
-    """opts[name] unless absent or None, else `default` (unset: the OPTIONS default)."""
-    value = opts.get(name)
-    if value is not None:
-        return value
-    return OPTIONS.default(name) if default is _UNSET else default
 
 
 class _RobustnessNoise:
@@ -141,111 +155,58 @@ class _RobustnessNoise:
                                               global_batch_size=global_batch_size)
         return loss, logits, tape.gradient(loss, model.trainable_variables)
 
-    def _init_robust(self, config) -> None:
-        opts = config.options
-        self.eps_r = float(_opt(opts, "hgm_eps_r", self.default_eps_r))
-        self.delta_r = float(_opt(opts, "hgm_delta_r"))
-        self.bound_l = float(_opt(opts, "hgm_construction_bound"))
-        # Secure-SGD claims a finite epsilon, so its default r source is the sound one; the
-        # non-private HGM_PixelDP has no privacy to lose and pre-trains on its training data.
-        default_source = ("uniform" if not self.allow_r else
-                          "nonprivate_pretrain" if self.nonprivate else "public_split")
-        self.r_source = _opt(opts, "hgm_r_source", default_source)
-        self.r_file = opts.get("hgm_r_file")
-        self.r_public_size = int(_opt(opts, "hgm_r_public_size"))
+    def _init_robust(self) -> None:
         self._public: Optional[tuple] = None
-        self.beta = float(_opt(opts, "hgm_beta"))
-        self.r_mix = float(_opt(opts, "hgm_r_mix"))
-        self.r_floor = float(_opt(opts, "hgm_r_floor"))
-        self.pretrain_epochs = int(_opt(opts, "hgm_pretrain_epochs"))
-        self.pretrain_examples = int(_opt(opts, "hgm_pretrain_examples"))
-        self.sensitivity_mode = _opt(opts, "hgm_sensitivity_mode")
-        self.target = float(_opt(opts, "hgm_sensitivity_target"))
-        self.train_noise = _opt(opts, "hgm_train_noise")
-        self.arch = _opt(opts, "hgm_model")
-        self.ramp_epochs = int(_opt(opts, "hgm_noise_ramp_epochs"))
-        self.num_draws = int(_opt(opts, "hgm_num_draws"))
-        self.cert_bound = _opt(opts, "hgm_bound")
-        self.cert_alpha = float(_opt(opts, "hgm_alpha"))
-        cap = opts.get("hgm_eps_cap")
-        self.eps_cap = None if cap is None else float(cap)
         self.r: Optional[np.ndarray] = None
         self.r_stats: dict = {}
         self.h1_shape: Optional[tuple] = None
         self._steps_per_epoch = 1
         self._noise_std: Optional[np.ndarray] = None
 
+    @property
+    def eps_r(self) -> float:
+        """--hgm_eps_r, or this method's default (4; pixeldp: 1)."""
+        eps_r = self.settings.eps_r
+        return self.default_eps_r if eps_r is None else eps_r
+
+    @property
+    def r_source(self) -> str:
+        """--hgm_r_source, or this method's default.
+
+        Secure-SGD claims a finite epsilon, so its default r source is the sound one; the
+        non-private HGM_PixelDP has no privacy to lose and pre-trains on its training data.
+        """
+        source = self.settings.r_source
+        if source is not None:
+            return source
+        return ("uniform" if not self.allow_r else
+                "nonprivate_pretrain" if self.nonprivate else "public_split")
+
     # ------------------------------------------------------------------ validation
 
     def _validate_robust(self) -> None:
-        if not (math.isfinite(self.eps_r) and self.eps_r > 0):
-            raise ValueError(f"--hgm_eps_r: expected a finite number > 0, got {self.eps_r!r}")
-        if not 0.0 < self.delta_r < 1.0:
-            raise ValueError(f"--hgm_delta_r: expected a number in (0, 1), got "
-                             f"{self.delta_r!r}")
+        settings = self.settings  # each setting is checked when made; these rules need the method
         if self.mechanism == "gm" and self.eps_r > 1.0:
             raise ValueError(f"--hgm_eps_r: the classical Gaussian mechanism of pixeldp needs "
                              f"eps_r <= 1 (HGM Theorem 1), got {self.eps_r!r}")
-        if not (math.isfinite(self.bound_l) and self.bound_l > 0):
-            raise ValueError(f"--hgm_construction_bound: expected a number > 0, got "
-                             f"{self.bound_l!r}")
-        if self.r_source not in R_SOURCES:
-            raise ValueError(f"--hgm_r_source: expected one of {R_SOURCES}, got "
-                             f"{self.r_source!r}")
         if not self.allow_r and self.r_source != "uniform":
             raise ValueError(f"--hgm_r_source: {self.name} uses uniform r (HGM paper), got "
                              f"{self.r_source!r}")
-        if self.r_source == "public_split" and self.r_public_size < 0:
-            raise ValueError(f"--hgm_r_public_size: expected an integer >= 0 (0: 10% of the "
-                             f"training records, at most 1,000), got {self.r_public_size!r}")
         if self.r_source == "file":
-            if not self.r_file:
-                raise ValueError("--hgm_r_file: required with --hgm_r_source=file")
             self._load_r_file()  # checks the values before any work
-        elif self.r_file:
-            raise ValueError("--hgm_r_file: only used with --hgm_r_source=file")
-        if not (math.isfinite(self.beta) and self.beta >= 0):
-            raise ValueError(f"--hgm_beta: expected a number >= 0, got {self.beta!r}")
-        if not 0.0 <= self.r_mix <= 1.0:
-            raise ValueError(f"--hgm_r_mix: expected a number in [0, 1], got {self.r_mix!r}")
-        if not 0.0 <= self.r_floor < 1.0:
-            raise ValueError(f"--hgm_r_floor: expected a number in [0, 1), got "
-                             f"{self.r_floor!r}")
-        if self.pretrain_epochs < 1:
-            raise ValueError(f"--hgm_pretrain_epochs: expected >= 1, got {self.pretrain_epochs}")
-        if self.pretrain_examples < 1:
-            raise ValueError(f"--hgm_pretrain_examples: expected >= 1, got "
-                             f"{self.pretrain_examples}")
-        redistribution.check_sensitivity_mode(self.sensitivity_mode, "--hgm_sensitivity_mode")
-        if not (math.isfinite(self.target) and self.target > 0):
-            raise ValueError(f"--hgm_sensitivity_target: expected a number > 0, got "
-                             f"{self.target!r}")
-        if self.train_noise not in TRAIN_NOISE:
-            raise ValueError(f"--hgm_train_noise: expected one of {TRAIN_NOISE}, got "
-                             f"{self.train_noise!r}")
-        if self.arch not in hgm_models.ARCHITECTURES:
-            raise ValueError(f"--hgm_model: expected one of {hgm_models.ARCHITECTURES}, got "
-                             f"{self.arch!r}")
-        if self.ramp_epochs < 0 or (self.ramp_epochs and not self.nonprivate):
+        if settings.noise_ramp_epochs and not self.nonprivate:
             raise ValueError("--hgm_noise_ramp_epochs: a number >= 0, only for pixeldp and "
-                             f"hgm_pixeldp, got {self.ramp_epochs!r}")
-        if self.num_draws < 1:
-            raise ValueError(f"--hgm_num_draws: expected >= 1, got {self.num_draws!r}")
-        if not 0.0 < self.cert_alpha < 1.0:
-            raise ValueError(f"--hgm_alpha: expected a number in (0, 1), got "
-                             f"{self.cert_alpha!r}")
-        if self.eps_cap is not None and not (math.isfinite(self.eps_cap) and self.eps_cap > 0):
-            raise ValueError(f"--hgm_eps_cap: expected a number > 0, got {self.eps_cap!r}")
+                             f"hgm_pixeldp, got {settings.noise_ramp_epochs!r}")
         low, high = self.config.value_range
-        if self.bound_l >= high - low:
-            raise ValueError(f"--hgm_construction_bound: {self.bound_l} is not smaller than "
-                             f"the pixel range {low}..{high}")
+        if settings.construction_bound >= high - low:
+            raise ValueError(f"--hgm_construction_bound: {settings.construction_bound} is not "
+                             f"smaller than the pixel range {low}..{high}")
 
     def _load_r_file(self) -> np.ndarray:
         try:
-            kr = np.asarray(np.load(self.r_file), np.float64)
+            kr = np.asarray(np.load(self.settings.r_file), np.float64)
         except (OSError, ValueError) as e:
-            raise ValueError(f"--hgm_r_file: cannot read {self.r_file!r}: {e}") from None
+            raise ValueError(f"--hgm_r_file: cannot read {self.settings.r_file!r}: {e}") from None
         k = kr.size
         if k == 0 or not np.all(np.isfinite(kr)) or np.any(kr <= 0):
             raise ValueError("--hgm_r_file: entries must be finite and > 0")
@@ -259,24 +220,24 @@ class _RobustnessNoise:
     def robustness_multiplier(self) -> float:
         """sigma_r / (Delta_f L) of the chosen mechanism."""
         if self.mechanism == "hgm":  # HGM Theorem 2/3, Alg. 1 line 3, Eq. 10
-            return mechanisms.hgm_multiplier(epsilon=self.eps_r, delta=self.delta_r)
+            return mechanisms.hgm_multiplier(epsilon=self.eps_r, delta=self.settings.delta_r)
         if self.mechanism == "agm":  # Balle & Wang 2018 (the HGM paper's AGM baseline)
-            return mechanisms.analytic_gaussian_sigma(epsilon=self.eps_r, delta=self.delta_r,
+            return mechanisms.analytic_gaussian_sigma(epsilon=self.eps_r, delta=self.settings.delta_r,
                                                       sensitivity=1.0)
         # classical GM, PixelDP (HGM Theorem 1): sqrt(2 ln(1.25/delta_r)) / eps_r
-        return mechanisms.classical_gaussian_multiplier(self.delta_r) / self.eps_r
+        return mechanisms.classical_gaussian_multiplier(self.settings.delta_r) / self.eps_r
 
     def robustness_sigma(self) -> float:
         """sigma_r = multiplier * Delta_target * L (Delta_f = Delta_target by construction)."""
-        return self.robustness_multiplier() * self.target * self.bound_l
+        return self.robustness_multiplier() * self.settings.sensitivity_target * self.settings.construction_bound
 
     # ------------------------------------------------------------------ setup
 
     def public_split_size(self, num_train: int) -> int:
         if self.r_source != "public_split":
             return 0
-        if self.r_public_size:
-            return self.r_public_size
+        if self.settings.r_public_size:
+            return self.settings.r_public_size
         return max(1, min(1000, int(num_train) // 10))
 
     def set_public_data(self, x_public: np.ndarray, y_public: np.ndarray) -> None:
@@ -303,7 +264,7 @@ class _RobustnessNoise:
                 raise ValueError("--hgm_r_source=public_split: the run gave no public split")
             x_train, y_train = self._public  # held out of the private set by the run
         input_shape = tuple(int(d) for d in x_train.shape[1:])
-        self.h1_shape = hgm_models.h1_shape(self.arch, input_shape)
+        self.h1_shape = hgm_models.h1_shape(self.settings.model, input_shape)
         self._steps_per_epoch = max(1, len(x_train) // self.config.batch_size)
         if self.r_source == "uniform":
             self.r = mechanisms.uniform_redistribution(self.h1_shape)
@@ -315,20 +276,20 @@ class _RobustnessNoise:
                 raise ValueError(f"--hgm_r_file: holds {r.size} entries, conv1 has "
                                  f"{int(np.prod(self.h1_shape))} units {self.h1_shape}")
             self.r = mechanisms.check_redistribution(r.reshape(self.h1_shape), "r")
-            self.r_stats = {"file": self.r_file}
+            self.r_stats = {"file": self.settings.r_file}
             return
         num_classes = max(int(np.max(y_train)) + 1, 2)
         keras.utils.set_random_seed(int(rng.integers(0, 2**31 - 1)))
 
         def build():
-            return hgm_models.build_model(self.arch, input_shape, num_classes, sigma=0.0,
-                                          sensitivity_mode=self.sensitivity_mode,
-                                          target=self.target, seed=0, noise_free=True)
+            return hgm_models.build_model(self.settings.model, input_shape, num_classes, sigma=0.0,
+                                          sensitivity_mode=self.settings.sensitivity_mode,
+                                          target=self.settings.sensitivity_target, seed=0, noise_free=True)
 
         result = redistribution.pretrain_redistribution(
             build, hgm_models.H1_LAYER, hgm_models.NOISE_LAYER, x_train, y_train,
-            epochs=self.pretrain_epochs, batch_size=self.config.batch_size, beta=self.beta,
-            mix=self.r_mix, floor=self.r_floor, num_score_examples=self.pretrain_examples,
+            epochs=self.settings.pretrain_epochs, batch_size=self.config.batch_size, beta=self.settings.beta,
+            mix=self.settings.r_mix, floor=self.settings.r_floor, num_score_examples=self.settings.pretrain_examples,
             rng=rng)
         self.r = result.r.reshape(self.h1_shape)
         stats = dict(result.stats)
@@ -362,9 +323,9 @@ class _RobustnessNoise:
     def _build_robust(self, input_shape, num_classes):
         r = None if self.r_source == "uniform" else self.r
         model = hgm_models.build_model(
-            self.arch, input_shape, num_classes, sigma=self.robustness_sigma(), r=r,
-            noise_mode="once" if self.train_noise == "fixed_once" else "per_example",
-            sensitivity_mode=self.sensitivity_mode, target=self.target,
+            self.settings.model, input_shape, num_classes, sigma=self.robustness_sigma(), r=r,
+            noise_mode="once" if self.settings.train_noise == "fixed_once" else "per_example",
+            sensitivity_mode=self.settings.sensitivity_mode, target=self.settings.sensitivity_target,
             seed=self._noise_seed())
         model(tf.zeros((1,) + tuple(input_shape)), training=False)
         self._noise_std = model.get_layer(hgm_models.NOISE_LAYER).noise_scale.astype(np.float32)
@@ -377,7 +338,7 @@ class _RobustnessNoise:
         default, docs/hgm.md), from the run's checkpointed step seed with the replica id folded in.
         "fixed_once": the draw stored in the noise layer (Algorithm 1 line 3), broadcast.
         """
-        if self.train_noise == "fixed_once":
+        if self.settings.train_noise == "fixed_once":
             fixed = model.get_layer(hgm_models.NOISE_LAYER).fixed_noise
             return tf.broadcast_to(tf.convert_to_tensor(fixed),
                                    tf.concat([[batch], tf.constant(self.h1_shape)], 0))
@@ -390,29 +351,29 @@ class _RobustnessNoise:
 
     def certification_config(self) -> dict:
         mech = {"hgm": "hgm", "agm": "agm", "gm": "pixeldp_gaussian"}[self.mechanism]
-        sound = self.sensitivity_mode in redistribution.SOUND_SENSITIVITY_MODES
+        sound = self.settings.sensitivity_mode in redistribution.SOUND_SENSITIVITY_MODES
         k = None if self.h1_shape is None else int(np.prod(self.h1_shape))
         cert = {
-            "mechanism": mech, "construction_bound": self.bound_l, "epsilon": self.eps_r,
-            "delta": self.delta_r, "sigma": self.robustness_sigma(),
+            "mechanism": mech, "construction_bound": self.settings.construction_bound, "epsilon": self.eps_r,
+            "delta": self.settings.delta_r, "sigma": self.robustness_sigma(),
             "sigma_multiplier": self.robustness_multiplier(),
-            "sensitivity": self.target, "sensitivity_mode": self.sensitivity_mode,
+            "sensitivity": self.settings.sensitivity_target, "sensitivity_mode": self.settings.sensitivity_mode,
             "sensitivity_sound": sound, "noised_layer": hgm_models.H1_LAYER,
             "layer": hgm_models.NOISE_LAYER, "num_units": k,
             "h1_shape": None if self.h1_shape is None else list(self.h1_shape),
             "redistribution": self.r_source, "r_stats": dict(self.r_stats),
             "r_file": "checkpoints/setup_state.npz (key r)",
-            "train_noise": self.train_noise, "test_noise": "fresh per Monte-Carlo draw",
-            "norm": redistribution.sensitivity_norm(self.sensitivity_mode),
-            "num_draws": self.num_draws, "alpha": self.cert_alpha,
-            "bound": self.cert_bound,
+            "train_noise": self.settings.train_noise, "test_noise": "fresh per Monte-Carlo draw",
+            "norm": redistribution.sensitivity_norm(self.settings.sensitivity_mode),
+            "num_draws": self.settings.num_draws, "alpha": self.settings.alpha,
+            "bound": self.settings.bound,
             "note": ("sigma_r = multiplier * sensitivity * construction_bound; conv1 is "
                      "normalised to Delta_f = sensitivity (docs/hgm.md). " + (
                          "" if sound else "The sensitivity mode is NOT a sound l_inf bound: "
                          "these certificates are as published, not formally certified.")),
         }
-        if self.eps_cap is not None:
-            cert["eps_cap"] = self.eps_cap
+        if self.settings.eps_cap is not None:
+            cert["eps_cap"] = self.settings.eps_cap
         return cert
 
 
@@ -425,33 +386,18 @@ class SecureSGD(_RobustnessNoise, DPSGD):
     default_flags = {"epochs": 5, "batch_size": 128, "learning_rate": 0.1, "optimizer": "sgd",
                      "epsilon": 2.0, "delta": 1e-5, **_HGM_DEFAULTS}
 
+    settings_class = SecureSGDConfig
+
     def __init__(self, config):
-        super().__init__(config)
-        opts = config.options
-        # DP-SGD settings from this module's flags (HGM Alg. 1).
-        self.l2_clip = float(_opt(opts, "hgm_l2_clip"))
-        sigma = opts.get("hgm_noise_multiplier")
-        self.noise_multiplier = None if sigma is None else float(sigma)
-        self.accountant = _opt(opts, "hgm_accountant")
-        self.sampling = _opt(opts, "hgm_sampling")
-        self.clipping = _opt(opts, "hgm_clipping")
-        self._init_robust(config)
+        super().__init__(config)  # DPSGD reads the DP-SGD fields of SecureSGDConfig (hgm_*)
+        self._init_robust()
 
     def validate(self) -> None:
-        if self.clipping not in CLIPPING:
-            raise ValueError(f"--hgm_clipping: expected one of {CLIPPING}, got "
-                             f"{self.clipping!r}")
-        try:
-            super().validate()
-        except ValueError as e:  # DP-SGD names its own flags; ours are --hgm_*
-            raise ValueError(str(e).replace("--dpsgd_", "--hgm_")) from None
+        super().validate()
         self._validate_robust()
 
     def setup(self, data_spec, ledger, rng, strategy=None) -> None:
-        try:
-            self._setup_privacy(data_spec, ledger, rng, strategy)
-        except ValueError as e:  # DP-SGD names its own flags; ours are --hgm_*
-            raise ValueError(str(e).replace("--dpsgd_", "--hgm_")) from None
+        self._setup_privacy(data_spec, ledger, rng, strategy)
         self._setup_robust(data_spec, rng)
         self._record_r_source(ledger)
 
@@ -462,7 +408,7 @@ class SecureSGD(_RobustnessNoise, DPSGD):
 
     def step_spend(self) -> accounting.StepSpend:
         spend = super().step_spend()
-        if self.clipping == "batch_mean":
+        if self.settings.clipping == "batch_mean":
             # The code release's batch-mean clipping: the Poisson number is only claimed.
             spend = dataclasses.replace(
                 spend, unbounded=True,
@@ -494,7 +440,7 @@ class SecureSGD(_RobustnessNoise, DPSGD):
         variables = model.trainable_variables
         batch = tf.shape(x)[0]
         gamma = self.draw_gamma(ctx, model, batch)
-        if self.clipping == "batch_mean":
+        if self.settings.clipping == "batch_mean":
             return self._batch_mean_step(ctx, x, y, gamma)
         in_shape = [int(d) for d in x.shape[1:]]
         dx = int(np.prod(in_shape))
@@ -511,7 +457,7 @@ class SecureSGD(_RobustnessNoise, DPSGD):
             return per_example_cross_entropy(yi, logits)[0], logits
 
         grads, metrics = privatize.dpsgd_gradients(
-            ctx, model, variables, packed, y, example_loss, l2_clip=self.l2_clip,
+            ctx, model, variables, packed, y, example_loss, l2_clip=self.settings.l2_clip,
             noise_multiplier=self.noise_multiplier)
         self.optimizer.apply_gradients(zip(grads, variables))
         return metrics
@@ -523,10 +469,10 @@ class SecureSGD(_RobustnessNoise, DPSGD):
         variables = model.trainable_variables
         loss, logits, grads = self._noisy_mean_loss_gradients(model, x, y, gamma,
                                                               global_batch_size)
-        grads = [tf.clip_by_norm(g, self.l2_clip) if len(v.shape) > 1 else g
+        grads = [tf.clip_by_norm(g, self.settings.l2_clip) if len(v.shape) > 1 else g
                  for g, v in zip(grads, variables)]
         grads = privatize.add_gaussian_noise_once(
-            ctx, grads, self.noise_multiplier * self.l2_clip / float(global_batch_size))
+            ctx, grads, self.noise_multiplier * self.settings.l2_clip / float(global_batch_size))
         self.optimizer.apply_gradients(zip(grads, variables))
         return step_metrics(loss, logits, y, global_batch_size)
 
@@ -549,9 +495,11 @@ class HGMPixelDP(_RobustnessNoise, Method):
     default_flags = {"epochs": 5, "batch_size": 128, "learning_rate": 1e-3,
                      "optimizer": "adam", **_HGM_DEFAULTS}
 
+    settings_class = SecureSGDConfig
+
     def __init__(self, config):
         super().__init__(config)
-        self._init_robust(config)
+        self._init_robust()
 
     def validate(self) -> None:
         if self.config.epsilon is not None:
@@ -576,9 +524,9 @@ class HGMPixelDP(_RobustnessNoise, Method):
     def train_step(self, ctx, x, y):
         model, optimizer, global_batch_size = self.model, self.optimizer, ctx.global_batch_size
         gamma = self.draw_gamma(ctx, model, tf.shape(x)[0])
-        if self.ramp_epochs:
+        if self.settings.noise_ramp_epochs:
             # PixelDP's optional ramp: the noise grows linearly to full scale.
-            ramp_steps = float(self.ramp_epochs * self._steps_per_epoch)
+            ramp_steps = float(self.settings.noise_ramp_epochs * self._steps_per_epoch)
             done = tf.cast(optimizer.iterations, tf.float32) + 1.0
             gamma = gamma * tf.cast(tf.minimum(1.0, done / ramp_steps), gamma.dtype)
         loss, logits, grads = self._noisy_mean_loss_gradients(model, x, y, gamma,
