@@ -279,6 +279,8 @@ def _coerce(kind: str, element, value, flag: str):
         if not isinstance(value, (bool, np.bool_)):
             raise ValueError(f"{flag}: expected true or false, got {value!r}")
         return bool(value)
+    if kind == "string" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value)  # a number given for a string setting (e.g. a preset or a number)
     if kind in ("string", "enum"):
         if not isinstance(value, str):
             raise ValueError(f"{flag}: expected a string, got {value!r}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import keras
 import numpy as np
@@ -29,85 +29,113 @@ _DEFAULT_FLOOR = {"mnist": 1e-5, "cifar10": 1e-2}
 _LINEAR_FM = ("ref_code", "batch_sum_fixed")
 AUX_DATA = ("private", "public_split")
 
-OPTIONS = options.OptionSet("adlm_")  # every adlm_* setting: name, default, help
-
-OPTIONS.list("adlm_eps_split", None,
-             "eps1,eps2,eps3 as fractions of --epsilon summing to 1 (default: the code "
-             "release ratios, 0.25,0.25,0.5 for MNIST and 0.1,0.6,0.3 for CIFAR-10; not "
-             "from the paper).")
-OPTIONS.enum("adlm_input_noise", "per_example_fixed", list(INPUT_NOISE_MODES),
-             "Input (first affine layer) noise: per_example_fixed = one draw per record "
-             "for the whole run (Algorithm 1, paper-literal); batch_shared_per_step = one "
-             "draw per step shared by the batch (code release, MNIST); shared_fixed = one "
-             "draw for the run shared by every record (code release, CIFAR-10).")
-OPTIONS.string("adlm_delta_h0", "conv_fanin",
-               "Sensitivity Delta_h0 of the first affine layer: paper_fc (2|h0|d), "
-               "conv_fanin (sum of the neurons' fan-ins), ref_code (9800 MNIST, 5400 "
-               "CIFAR-10) or a number.")
-OPTIONS.enum("adlm_bound_mode", "paper_lrn_minmax", list(adlm_models.BOUND_MODES),
-             "Bounding layers: paper_lrn_minmax (bounded LRN after convolutions, per-batch "
-             "min-max on the FC layer) or bn_clip (code release: batch norm and clipping).")
-OPTIONS.enum("adlm_fm_mode", "per_example_label_only", list(FM_MODES),
-             "Functional-mechanism noise: per_example_label_only (phi1 per record and "
-             "class, drawn once), per_example_all_orders (all orders, phi2 clamped >= 0), "
-             "ref_code (code release: one [|h|, M] matrix N = Lap(Delta_F/eps3)/|L| drawn "
-             "once, -sum(N*W) added to the batch-SUM loss), batch_sum_fixed (Lemma 6 "
-             "literal: one Lap(Delta_F/eps3) draw on the batch-sum coefficients, i.e. "
-             "|L| times the code's noise).")
-OPTIONS.float("adlm_beta_floor", None,
-              "Relevance floor r_min before the budget normalisation (default 1e-5 MNIST, "
-              "1e-2 CIFAR-10; code release).")
-OPTIONS.bool("adlm_perturb_bias", True,
-             "Perturb the first layer's bias with Lap(Delta_h0/eps2)/|L| drawn once "
-             "(Algorithm 1 line 14; no privacy role).")
-OPTIONS.bool("adlm_output_bias", False,
-             "Output layer bias (the paper has none; the code release has one). With a "
-             "bias, Delta_F counts it as one more hidden unit.")
-OPTIONS.float("adlm_input_clip", None,
-              "Clip noisy inputs to [-c, c] (code release MNIST: 10); unset = no clip.")
-OPTIONS.float("adlm_lrp_mu", 0.01, "LRP epsilon-rule stabiliser mu (not from the paper).")
-OPTIONS.enum("adlm_lrp_start", "true_class", list(relevance.LRP_STARTS),
-             "Output whose score starts the relevance propagation.")
-OPTIONS.enum("adlm_relevance_granularity", None, list(relevance.GRANULARITIES),
-             "One relevance (and budget) per feature, or per pixel shared by its channels "
-             "(code release, CIFAR-10). Default: feature.")
-OPTIONS.enum("adlm_relevance_transform", "paper", list(RELEVANCE_TRANSFORMS),
-             "Post-processing of the average relevance before the noise: paper (none) or "
-             "ref_code (the code release's dataset-specific heuristics).")
-OPTIONS.enum("adlm_aux_model", "same", list(adlm_models.AUX_KINDS),
-             "Auxiliary (non-private) model for the relevance step: the private "
-             "network's structure or a one-hidden-layer MLP.")
-OPTIONS.integer("adlm_aux_epochs", 2, "Training epochs of the auxiliary model.")
-OPTIONS.enum("adlm_aux_data", "private", list(AUX_DATA),
-             "Data of the auxiliary relevance model: private = the training set "
-             "D itself, without privacy (the paper; no finite sound eps1); public_split = "
-             "a held-out split removed from D (--adlm_aux_public_size records), so the "
-             "relevance function is independent of D and eps1 is a sound bound.")
-OPTIONS.integer("adlm_aux_public_size", None,
-                "Records held out from the training set for --adlm_aux_data=public_split "
-                "(default: 10% of the training set).")
-OPTIONS.enum("adlm_batches", "fixed", list(BATCH_SCHEDULES),
-             "Batches: fixed disjoint batches (visited in a new order each epoch) or "
-             "freshly shuffled batches each epoch.")
-OPTIONS.float("adlm_bn_momentum", 0.9, "Batch-norm moving-average momentum (bn_clip).")
-OPTIONS.enum("adlm_bn_eval", "moving", list(adlm_models.BN_EVAL_MODES),
-             "bn_clip batch norm at inference: moving statistics, or batch statistics as "
-             "the code release (evaluate in large batches; the loop uses 1000).")
-OPTIONS.integer("adlm_crop", 20, "CIFAR-10 crop size after the noise (code release: 20).")
-
-AdLMConfig = OPTIONS.config_class(
-    "AdLMConfig",
-    "AdLM / ILM settings: the adlm_* options without the prefix, with the defaults "
-    "declared above; `AdLMConfig(...).as_options()` is a `TrainConfig.options` mapping.")
-AdLMConfig.__module__ = __name__
+def _delta_h0_rule(value: str):
+    """None if `value` is a Delta_h0 preset or a number > 0, else what was expected."""
+    try:
+        delta_h0(value, architecture="mnist", input_shape=(28, 28, 1))
+    except ValueError:
+        return f"one of {DELTA_H0_PRESETS} or a number > 0"
+    return None
 
 
-_UNSET = object()
+@options.declare("adlm_")
+class AdLMConfig:
+    """AdLM / ILM settings (the adlm_* flags without the prefix): the single declaration of
+    their types, defaults, help and checks; `validate` holds the rules that join several of
+    them. `AdLMConfig(...).as_options()` is a `TrainConfig.options` mapping."""
+
+    eps_split: Optional[tuple[float, ...]] = options.field(
+        None, "eps1,eps2,eps3 as fractions of --epsilon summing to 1 (default: the code "
+        "release ratios, 0.25,0.25,0.5 for MNIST and 0.1,0.6,0.3 for CIFAR-10; not from the "
+        "paper).")
+    input_noise: str = options.field(
+        "per_example_fixed", "Input (first affine layer) noise: per_example_fixed = one draw "
+        "per record for the whole run (Algorithm 1, paper-literal); batch_shared_per_step = "
+        "one draw per step shared by the batch (code release, MNIST); shared_fixed = one "
+        "draw for the run shared by every record (code release, CIFAR-10).",
+        choices=INPUT_NOISE_MODES)
+    delta_h0: str = options.field(
+        "conv_fanin", "Sensitivity Delta_h0 of the first affine layer: paper_fc (2|h0|d), "
+        "conv_fanin (sum of the neurons' fan-ins), ref_code (9800 MNIST, 5400 CIFAR-10) or a "
+        "number.", check=_delta_h0_rule)
+    bound_mode: str = options.field(
+        "paper_lrn_minmax", "Bounding layers: paper_lrn_minmax (bounded LRN after "
+        "convolutions, per-batch min-max on the FC layer) or bn_clip (code release: batch "
+        "norm and clipping).", choices=adlm_models.BOUND_MODES)
+    fm_mode: str = options.field(
+        "per_example_label_only", "Functional-mechanism noise: per_example_label_only (phi1 "
+        "per record and class, drawn once), per_example_all_orders (all orders, phi2 clamped "
+        ">= 0), ref_code (code release: one [|h|, M] matrix N = Lap(Delta_F/eps3)/|L| drawn "
+        "once, -sum(N*W) added to the batch-SUM loss), batch_sum_fixed (Lemma 6 literal: one "
+        "Lap(Delta_F/eps3) draw on the batch-sum coefficients, i.e. |L| times the code's "
+        "noise).", choices=FM_MODES)
+    beta_floor: Optional[float] = options.field(
+        None, "Relevance floor r_min before the budget normalisation (default 1e-5 MNIST, "
+        "1e-2 CIFAR-10; code release).", check=options.positive)
+    perturb_bias: bool = options.field(
+        True, "Perturb the first layer's bias with Lap(Delta_h0/eps2)/|L| drawn once "
+        "(Algorithm 1 line 14; no privacy role).")
+    output_bias: bool = options.field(
+        False, "Output layer bias (the paper has none; the code release has one). With a "
+        "bias, Delta_F counts it as one more hidden unit.")
+    input_clip: Optional[float] = options.field(
+        None, "Clip noisy inputs to [-c, c] (code release MNIST: 10); unset = no clip.",
+        check=options.positive)
+    lrp_mu: float = options.field(0.01, "LRP epsilon-rule stabiliser mu (not from the paper).",
+                                  check=options.nonnegative)
+    lrp_start: str = options.field(
+        "true_class", "Output whose score starts the relevance propagation.",
+        choices=relevance.LRP_STARTS)
+    relevance_granularity: Optional[str] = options.field(
+        None, "One relevance (and budget) per feature, or per pixel shared by its channels "
+        "(code release, CIFAR-10). Default: feature.", choices=relevance.GRANULARITIES)
+    relevance_transform: str = options.field(
+        "paper", "Post-processing of the average relevance before the noise: paper (none) or "
+        "ref_code (the code release's dataset-specific heuristics).",
+        choices=RELEVANCE_TRANSFORMS)
+    aux_model: str = options.field(
+        "same", "Auxiliary (non-private) model for the relevance step: the private "
+        "network's structure or a one-hidden-layer MLP.", choices=adlm_models.AUX_KINDS)
+    aux_epochs: int = options.field(2, "Training epochs of the auxiliary model.",
+                                    check=options.at_least(1))
+    aux_data: str = options.field(
+        "private", "Data of the auxiliary relevance model: private = the training set "
+        "D itself, without privacy (the paper; no finite sound eps1); public_split = "
+        "a held-out split removed from D (--adlm_aux_public_size records), so the "
+        "relevance function is independent of D and eps1 is a sound bound.", choices=AUX_DATA)
+    aux_public_size: Optional[int] = options.field(
+        None, "Records held out from the training set for --adlm_aux_data=public_split "
+        "(default: 10% of the training set).", check=options.at_least(1))
+    batches: str = options.field(
+        "fixed", "Batches: fixed disjoint batches (visited in a new order each epoch) or "
+        "freshly shuffled batches each epoch.", choices=BATCH_SCHEDULES)
+    bn_momentum: float = options.field(
+        0.9, "Batch-norm moving-average momentum (bn_clip).",
+        check=options._rule("a number in [0, 1)", lambda v: 0.0 <= v < 1.0))  # pylint: disable=protected-access
+    bn_eval: str = options.field(
+        "moving", "bn_clip batch norm at inference: moving statistics, or batch statistics as "
+        "the code release (evaluate in large batches; the loop uses 1000).",
+        choices=adlm_models.BN_EVAL_MODES)
+    crop: int = options.field(20, "CIFAR-10 crop size after the noise (code release: 20).",
+                              check=options.at_least(1))
+
+    def validate(self) -> None:
+        """The rules that join settings: the split's three fractions sum to 1; a public size
+        goes with --adlm_aux_data=public_split."""
+        if self.eps_split is not None:
+            parts = self.eps_split
+            if len(parts) != 3 or not all(math.isfinite(p) and p > 0 for p in parts):
+                raise ValueError(f"--adlm_eps_split: expected three positive fractions, got "
+                                 f"{list(parts)!r}")
+            if abs(sum(parts) - 1.0) > 1e-9:
+                raise ValueError(f"--adlm_eps_split: the fractions must sum to 1, got "
+                                 f"{list(parts)!r} (sum {sum(parts)!r})")
+        if self.aux_public_size is not None and self.aux_data != "public_split":
+            raise ValueError("--adlm_aux_public_size: only used with "
+                             "--adlm_aux_data=public_split")
 
 
-def _opt(options: Mapping[str, Any], name: str, default: Any) -> Any:
-    value = options.get(name, default)
-    return default if value is None else value
+OPTIONS = AdLMConfig.OPTIONS  # the adlm_* flags (tfdp-train defines them from this)
 
 
 def delta_h0(preset: str | float, *, architecture: str, input_shape: tuple[int, ...],
@@ -185,6 +213,7 @@ class AdLM(Method):
 
     name = "adlm"
     adaptive = True
+    settings_class = AdLMConfig
     # Generic-flag defaults (not from the paper): small enough for the embedded sample. The
     # noise-mode defaults are paper-literal; flags/adlm/*.flags hold the tested settings.
     default_flags = {"epochs": 3, "batch_size": 250, "learning_rate": 1e-2, "optimizer": "adam",
@@ -198,31 +227,13 @@ class AdLM(Method):
 
     # ------------------------------------------------------------------ options
 
-    def _o(self, name: str, default: Any = _UNSET) -> Any:
-        """Option `name` of the run (None or absent: `default`, else the OPTIONS default)."""
-        return _opt(self.config.options, name,
-                    OPTIONS.default(name) if default is _UNSET else default)
-
     def _architecture(self, input_shape=None) -> str:
         shape = input_shape or ((32, 32, 3) if self.config.dataset == "cifar10" else (28, 28, 1))
         return adlm_models.architecture_for(self.config.dataset, shape)
 
     def _split(self) -> tuple[float, float, float]:
-        raw = self._o("adlm_eps_split")
-        if raw is None:
-            return _DEFAULT_SPLIT[self._architecture()]
-        if isinstance(raw, str):
-            raw = raw.split(",")
-        try:
-            parts = tuple(float(v) for v in raw)
-        except (TypeError, ValueError):
-            raise ValueError(f"--adlm_eps_split: expected three numbers, got {raw!r}") from None
-        if len(parts) != 3 or not all(math.isfinite(p) and p > 0 for p in parts):
-            raise ValueError(f"--adlm_eps_split: expected three positive fractions, got {raw!r}")
-        if abs(sum(parts) - 1.0) > 1e-9:
-            raise ValueError(f"--adlm_eps_split: the fractions must sum to 1, got {raw!r} "
-                             f"(sum {sum(parts)!r})")
-        return parts
+        split = self.settings.eps_split  # checked when the settings were made
+        return _DEFAULT_SPLIT[self._architecture()] if split is None else split
 
     def budgets(self) -> tuple[float, float, float]:
         """(eps1, eps2, eps3) = split * --epsilon (AdLM: eps = eps1 + eps2 + eps3)."""
@@ -237,48 +248,6 @@ class AdLM(Method):
         if cfg.delta not in (0, 0.0, None):
             raise ValueError(f"--delta: {self.name} is pure epsilon-DP; delta must be 0, "
                              f"got {cfg.delta!r}")
-        self._split()
-        checks = (("adlm_input_noise", INPUT_NOISE_MODES), ("adlm_fm_mode", FM_MODES),
-                  ("adlm_bound_mode", adlm_models.BOUND_MODES),
-                  ("adlm_relevance_transform", RELEVANCE_TRANSFORMS),
-                  ("adlm_aux_model", adlm_models.AUX_KINDS), ("adlm_batches", BATCH_SCHEDULES),
-                  ("adlm_lrp_start", relevance.LRP_STARTS),
-                  ("adlm_bn_eval", adlm_models.BN_EVAL_MODES))
-        for name, allowed in checks:
-            value = self._o(name)
-            if value is not None and value not in allowed:
-                raise ValueError(f"--{name}: expected one of {allowed}, got {value!r}")
-        gran = self._o("adlm_relevance_granularity")
-        if gran is not None and gran not in relevance.GRANULARITIES:
-            raise ValueError(f"--adlm_relevance_granularity: expected one of "
-                             f"{relevance.GRANULARITIES}, got {gran!r}")
-        preset = self._o("adlm_delta_h0")
-        delta_h0(preset, architecture="mnist", input_shape=(28, 28, 1))
-        floor = self._o("adlm_beta_floor")
-        if floor is not None and not (math.isfinite(floor) and floor > 0):
-            raise ValueError(f"--adlm_beta_floor: expected a number > 0, got {floor!r}")
-        clip = self._o("adlm_input_clip")
-        if clip is not None and not (math.isfinite(clip) and clip > 0):
-            raise ValueError(f"--adlm_input_clip: expected a number > 0, got {clip!r}")
-        mu = self._o("adlm_lrp_mu")
-        if not (math.isfinite(mu) and mu >= 0):
-            raise ValueError(f"--adlm_lrp_mu: expected a number >= 0, got {mu!r}")
-        if int(self._o("adlm_aux_epochs")) < 1:
-            raise ValueError("--adlm_aux_epochs: expected an int >= 1")
-        aux_data = self._o("adlm_aux_data")
-        if aux_data not in AUX_DATA:
-            raise ValueError(f"--adlm_aux_data: expected one of {AUX_DATA}, got {aux_data!r}")
-        size = self._o("adlm_aux_public_size")
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
-                                 or size < 1):
-            raise ValueError(f"--adlm_aux_public_size: expected an int >= 1, got {size!r}")
-        if size is not None and aux_data != "public_split":
-            raise ValueError("--adlm_aux_public_size: only used with "
-                             "--adlm_aux_data=public_split")
-        if not 0.0 <= float(self._o("adlm_bn_momentum")) < 1.0:
-            raise ValueError("--adlm_bn_momentum: expected a number in [0, 1)")
-        if int(self._o("adlm_crop")) < 1:
-            raise ValueError("--adlm_crop: expected an int >= 1")
         low, high = cfg.value_range
         if low < -1.0 or high > 1.0:
             # AdLM Lemma 3: Delta_h0 allows a per-feature change of 2 max|x| with |x| <= 1.
@@ -289,13 +258,13 @@ class AdLM(Method):
     # ------------------------------------------------------- public split (docs/ledger.md)
 
     def _uses_public_split(self) -> bool:
-        return self.adaptive and self._o("adlm_aux_data") == "public_split"
+        return self.adaptive and self.settings.aux_data == "public_split"
 
     def public_split_size(self, num_train: int) -> int:
         """Records held out for the auxiliary model (docs/ledger.md), removed from D by the loop."""
         if not self._uses_public_split():
             return 0
-        size = self._o("adlm_aux_public_size")
+        size = self.settings.aux_public_size
         return int(size) if size is not None else max(1, int(num_train) // 10)
 
     def set_public_data(self, x_public: np.ndarray, y_public: np.ndarray) -> None:
@@ -305,19 +274,19 @@ class AdLM(Method):
     # ------------------------------------------------------------------ setup (host side)
 
     def _granularity(self, arch: str) -> str:
-        return self._o("adlm_relevance_granularity", "feature")
+        return (self.settings.relevance_granularity or "feature")
 
     def _relevance(self, x: np.ndarray, y: np.ndarray, num_classes: int, arch: str, eps1: float,
                    rng: np.random.Generator) -> tuple[np.ndarray, dict]:
         """Aux model, LRP, per-record normalisation and the eps1-DP average (AdLM Eq. 4-12)."""
-        kind = self._o("adlm_aux_model")
+        kind = self.settings.aux_model
         aux_seed = int(rng.integers(0, 2**31 - 1))
         keras.utils.set_random_seed(aux_seed)
         aux = adlm_models.auxiliary_model(x.shape[1:], num_classes, kind=kind, architecture=arch)
         aux.compile(optimizer=keras.optimizers.Adam(1e-3),
                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                     metrics=["accuracy"])
-        epochs = int(self._o("adlm_aux_epochs"))
+        epochs = self.settings.aux_epochs
         if self._uses_public_split():
             if self._public is None:
                 raise ValueError("--adlm_aux_data: public_split needs the held-out split "
@@ -329,15 +298,15 @@ class AdLM(Method):
         aux_acc = float(hist.history["accuracy"][-1])
         logging.info("AdLM auxiliary model (%s, %d epochs): train accuracy %.4f", kind, epochs,
                      aux_acc)
-        r = relevance.lrp(aux, x, y, mu=float(self._o("adlm_lrp_mu")),
-                          start=self._o("adlm_lrp_start"))
+        r = relevance.lrp(aux, x, y, mu=self.settings.lrp_mu,
+                          start=self.settings.lrp_start)
         r = relevance.normalize_per_record(relevance.to_granularity(r, self._granularity(arch)))
-        transform = self._o("adlm_relevance_transform")
+        transform = self.settings.relevance_transform
         if transform == "ref_code":
             transform = "ref_code_cifar" if arch == "cifar10" else "ref_code_mnist"
         rbar, info = relevance.private_average(r, epsilon=eps1, rng=rng, transform=transform)
         info.update({"aux_model": kind, "aux_epochs": epochs, "aux_train_accuracy": aux_acc,
-                     "transform": transform, "aux_data": self._o("adlm_aux_data"),
+                     "transform": transform, "aux_data": self.settings.aux_data,
                      "aux_examples": int(len(x_aux))})
         return rbar, info
 
@@ -347,7 +316,7 @@ class AdLM(Method):
             return relevance.uniform_budgets(int(d))
         rbar, info = self._relevance(x, y, num_classes, arch, eps1, rng)
         self._info["relevance"] = info
-        floor = self._o("adlm_beta_floor", _DEFAULT_FLOOR[arch])
+        floor = (self.settings.beta_floor or _DEFAULT_FLOOR[arch])
         self._state["rbar"] = rbar
         return relevance.adaptive_budgets(rbar, floor=float(floor))  # AdLM Eq. 16
 
@@ -375,10 +344,10 @@ class AdLM(Method):
         gran = self._granularity(arch)
         noise_shape = shape if gran == "feature" else shape[:2] + (1,)
         d = int(np.prod(noise_shape))
-        dh0 = delta_h0(self._o("adlm_delta_h0"), architecture=arch,
-                       input_shape=shape, crop=int(self._o("adlm_crop")))
+        dh0 = delta_h0(self.settings.delta_h0, architecture=arch,
+                       input_shape=shape, crop=self.settings.crop)
         hidden = 30 if arch == "cifar10" else 25
-        output_bias = bool(self._o("adlm_output_bias"))
+        output_bias = self.settings.output_bias
         delta_f = losses.adlm_delta_f(num_classes=num_classes, hidden_units=hidden,
                                       output_bias=output_bias)
         beta = beta.reshape(noise_shape)
@@ -390,18 +359,18 @@ class AdLM(Method):
         st.update({"beta": beta, "input_scale": input_scale,
                    "scalars": np.array([eps1, eps2, eps3, dh0, delta_f, fm_scale, n, batch,
                                         num_classes, hidden], dtype=np.float64)})
-        mode = self._o("adlm_input_noise")
+        mode = self.settings.input_noise
         # Noise drawn once (principle 3): from the setup rng, saved with the setup state.
         st["shared_noise"] = (mechanisms.sample_laplace(input_scale, rng=rng)
                               if mode == "shared_fixed" else np.zeros(noise_shape))
-        fm_mode = self._o("adlm_fm_mode")
+        fm_mode = self.settings.fm_mode
         st["fm_noise"] = (losses.draw_fm_noise((hidden, num_classes), sensitivity=delta_f,
                                                epsilon=eps3, rng=rng)
                           if fm_mode in _LINEAR_FM else np.zeros((hidden, num_classes)))
         filters = 128 if arch == "cifar10" else 32
         # AdLM Algorithm 1 l.14: bbar = b + Lap(Delta_h0 / eps2) / |L|.
         st["bias_noise"] = (mechanisms.sample_laplace(dh0 / eps2 / batch, size=(filters,), rng=rng)
-                            if self._o("adlm_perturb_bias") else np.zeros(filters))
+                            if self.settings.perturb_bias else np.zeros(filters))
         # Secret key of the per-record noise (per_example modes); a record's noise is keyed by
         # this key and the record's position in the training set, never by its content.
         st["record_key"] = rng.integers(1, 2**62, size=(2,), dtype=np.int64)
@@ -489,17 +458,17 @@ class AdLM(Method):
         if "beta" not in st:
             raise RuntimeError("setup (or restore_setup_state) must run before build_model")
         arch = self._architecture(tuple(input_shape))
-        kwargs = dict(bound_mode=self._o("adlm_bound_mode"),
-                      output_bias=bool(self._o("adlm_output_bias")),
-                      bias_noise=bool(self._o("adlm_perturb_bias")),
-                      bn_momentum=float(self._o("adlm_bn_momentum")),
-                      bn_eval=self._o("adlm_bn_eval"))
+        kwargs = dict(bound_mode=self.settings.bound_mode,
+                      output_bias=self.settings.output_bias,
+                      bias_noise=self.settings.perturb_bias,
+                      bn_momentum=self.settings.bn_momentum,
+                      bn_eval=self.settings.bn_eval)
         if arch == "cifar10":
             # The crops are augmentation, not privacy noise: a 31-bit seed (Keras'
             # SeedGenerator takes no more) derived from the run's 128-bit layer key.
             crop_seed = None if self.layer_seed is None else int(np.random.SeedSequence(
                 [int(self.layer_seed), 7]).generate_state(1, np.uint32)[0] >> 1)
-            kwargs.update(crop=int(self._o("adlm_crop")), seed=crop_seed)
+            kwargs.update(crop=self.settings.crop, seed=crop_seed)
         model = adlm_models.build(arch, input_shape, num_classes, **kwargs)
         if kwargs["bias_noise"]:
             model.get_layer(adlm_models.BIAS_NOISE_LAYER).offset.assign(
@@ -521,7 +490,7 @@ class AdLM(Method):
     # ------------------------------------------------------------------ training
 
     def batch_schedule(self) -> str:
-        return self._o("adlm_batches")
+        return self.settings.batches
 
     def record_seeds(self, indices: tf.Tensor) -> tf.Tensor:
         """Per-record stateless seeds [B, 2] from the records' positions in the training set.
@@ -554,7 +523,7 @@ class AdLM(Method):
           seeds: per-record seeds (`record_seeds`), for --adlm_input_noise=per_example_fixed.
           ctx: the step's context, for --adlm_input_noise=batch_shared_per_step.
         """
-        mode = self._o("adlm_input_noise")
+        mode = self.settings.input_noise
         scale = tf.convert_to_tensor(self.input_scale)
         if mode == "per_example_fixed":
             noise = self._per_record(seeds, 1, scale.shape, scale)
@@ -566,7 +535,7 @@ class AdLM(Method):
         else:
             noise = tf.convert_to_tensor(self.shared_noise)[None]
         xbar = x + noise
-        clip = self._o("adlm_input_clip")
+        clip = self.settings.input_clip
         if clip is not None:
             xbar = tf.clip_by_value(xbar, -float(clip), float(clip))  # code release: [-10, 10]
         return xbar
@@ -575,7 +544,7 @@ class AdLM(Method):
                      seeds: tf.Tensor | None = None):
         """(phi0, phi1, phi2) of the Taylor loss for a batch, with the per-record FM noise."""
         onehot = tf.one_hot(tf.cast(y, tf.int64), num_classes, dtype=tf.float32)
-        fm_mode = self._o("adlm_fm_mode")
+        fm_mode = self.settings.fm_mode
         if fm_mode in _LINEAR_FM:
             return None, 0.5 - onehot, None  # AdLM Eq. 25 exact; noise enters as a linear term
         fm_scale = float(self._state["scalars"][5])
@@ -589,8 +558,8 @@ class AdLM(Method):
 
     def train_step(self, ctx, x, y):
         indices = ctx.indices
-        needs_seeds = (self._o("adlm_input_noise") == "per_example_fixed"
-                       or self._o("adlm_fm_mode") not in _LINEAR_FM)
+        needs_seeds = (self.settings.input_noise == "per_example_fixed"
+                       or self.settings.fm_mode not in _LINEAR_FM)
         if needs_seeds and indices is None:
             raise ValueError("indices: per-record noise needs each record's position in the "
                              "training set (the loop passes it)")
@@ -614,7 +583,7 @@ class AdLM(Method):
             per_example = losses.adlm_taylor_loss(z, phi0=phi0, phi1=phi1, phi2=phi2,
                                                   reduction="none")
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
-            fm_mode = self._o("adlm_fm_mode")
+            fm_mode = self.settings.fm_mode
             if fm_mode in _LINEAR_FM:
                 kernel = model.get_layer(adlm_models.OUTPUT_LAYER).kernel
                 # batch_sum_fixed (AdLM Lemma 6): the batch sum of the coefficients carries one
