@@ -1,11 +1,13 @@
 """Typed method and benchmark options: one declaration holds each name, default and help text.
 
-Library modules declare their settings with an `OptionSet` (no absl involved): a trainer reads
-`config.options` through it, so a default lives in exactly one place, and a frozen dataclass
-config made from it (`OptionSet.config_class`) lets Python code build a method's settings
-without any flag. The command-line apps (`tfdp/apps/`) turn the same declarations into absl
-flags (`tfdp.apps.option_flags`), so flag names, defaults, help texts and enum choices can
-never drift from the library's.
+A training method declares its settings once, as a frozen dataclass of typed fields
+(`declare` and `field`): each field's type, default, help text, allowed values and per-value
+check, plus the class's `validate` for rules that join several fields. `declare` derives the
+method's `OptionSet` from it, the command-line apps (`tfdp/apps/`) turn that into absl flags
+(`tfdp.apps.option_flags`), and a trainer reads the typed instance as `self.settings.<field>`
+(`tfdp.train.base.Method.settings`). So flag names, defaults, help texts, choices and checks
+can never drift from the library's, and Python code builds a method's settings without any
+flag. Benchmarks declare their options on an `OptionSet` directly (no absl involved).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class OptionSet:  # pylint: disable=redefined-builtin
         """Creates an empty set.
 
         Args:
-          prefix: the prefix every option name starts with; `config_class` strips it.
+          prefix: the prefix every option name starts with.
 
         Raises:
           ValueError: if prefix is empty.
@@ -139,52 +141,6 @@ class OptionSet:  # pylint: disable=redefined-builtin
         if short_name in overrides:
             return overrides[short_name]
         return self.default(self.prefix + short_name)
-
-    def config_class(self, class_name: str, doc: str = "") -> type:
-        """A frozen dataclass with one field per option (prefix stripped), defaults declared here.
-
-        The class has `as_options()` (full option names, the form `TrainConfig.options` and the
-        run directory's config.json use) and `from_options(mapping)` (ignores other names).
-
-        Args:
-          class_name: name of the class.
-          doc: its docstring.
-
-        Returns:
-          The dataclass type.
-        """
-        prefix = self.prefix
-        fields = [(o.name[len(prefix):], Any, dataclasses.field(default=o.default))
-                  for o in self]
-        opts = self
-
-        def as_options(cfg) -> dict[str, Any]:
-            out = {}
-            for field in dataclasses.fields(cfg):
-                value = getattr(cfg, field.name)
-                out[prefix + field.name] = (list(value) if isinstance(value, tuple) else value)
-            return out
-
-        def from_options(cls, options: Mapping[str, Any]):
-            kw = {}
-            for name in opts.names:
-                if name in options:
-                    value = options[name]
-                    kw[name[len(prefix):]] = (tuple(value) if isinstance(value, list) else value)
-            return cls(**kw)
-
-        def post_init(cfg) -> None:
-            for o in opts:
-                value = getattr(cfg, o.name[len(prefix):])
-                if o.kind == "enum" and value is not None and value not in o.enum_values:
-                    raise ValueError(f"{o.name[len(prefix):]}: {value!r} is not one of "
-                                     f"{list(o.enum_values)}")
-
-        cls = dataclasses.make_dataclass(
-            class_name, fields, frozen=True,
-            namespace={"as_options": as_options, "from_options": classmethod(from_options),
-                       "__post_init__": post_init, "__doc__": doc or f"{prefix}* options."})
-        return cls
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,22 +34,27 @@ import keras
 from tfdp import options
 from tfdp.train import nonprivate
 
-OPTIONS = options.OptionSet("toy_")
-OPTIONS.integer("toy_hidden", 16, "Hidden units of the toy network.")
+
+@options.declare("toy_")
+class ToyConfig:
+    """The toy method's settings: one typed field, its flag --toy_hidden."""
+
+    hidden: int = options.field(16, "Hidden units of the toy network.",
+                                check=options.at_least(1))
+
+
+OPTIONS = ToyConfig.OPTIONS
 
 
 class ToySGD(nonprivate.NonPrivate):
     """Non-private training of a one-hidden-layer network."""
 
     name = "toy_sgd"
-
-    def validate(self):
-        if OPTIONS.get(self.config.options, "toy_hidden") < 1:
-            raise ValueError("--toy_hidden must be >= 1")
+    settings_class = ToyConfig
 
     def build_model(self, input_shape, num_classes):
         inp = keras.Input(input_shape)
-        h = keras.layers.Dense(OPTIONS.get(self.config.options, "toy_hidden"),
+        h = keras.layers.Dense(self.settings.hidden,
                                activation="relu")(keras.layers.Flatten()(inp))
         return keras.Model(inp, keras.layers.Dense(num_classes)(h))
 '''
@@ -115,7 +120,7 @@ def test_a_toy_paper_trains_and_reproduces_from_the_command_line(toy_paper, tmp_
                           "--dataset=sample", "--toy_hidden=0",
                           f"--model_dir={tmp_path / 'bad'}"],
                          cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    assert bad.returncode != 0 and "--toy_hidden must be >= 1" in bad.stderr + bad.stdout
+    assert bad.returncode != 0 and "--toy_hidden: expected an integer >= 1, got 0" in bad.stderr + bad.stdout
     results, work = tmp_path / "results", tmp_path / "work"
     run = subprocess.run([sys.executable, "-m", "tfdp.apps.reproduce", "--scale=smoke",
                           "--papers=toy", f"--results_dir={results}", f"--work_dir={work}"],

@@ -26,8 +26,9 @@ def _method(model_dir, **options):
 
 
 @pytest.mark.parametrize("name,value,text", [
-    ("stobatch_adv_source", "clean", "--stobatch_adv_source: unknown value 'clean'"),
-    ("stobatch_adv_noise", "half", "--stobatch_adv_noise: unknown value 'half'"),
+    ("stobatch_adv_source", "clean",
+     r"--stobatch_adv_source: expected one of \['noisy', 'raw'\], got 'clean'"),
+    ("stobatch_adv_noise", "half", r"--stobatch_adv_noise: expected one of \['train', 'zero'\], got 'half'"),
     ("stobatch_input_clip", 0.0, "--stobatch_input_clip: expected a finite number > 0"),
     ("stobatch_input_clip", float("inf"), "--stobatch_input_clip: expected a finite number"),
 ])
@@ -38,7 +39,7 @@ def test_bad_values_name_their_flag(tmp_path, name, value, text):
 
 def test_defaults_are_the_papers_path(tmp_path):
     method = _method(tmp_path)
-    assert (method.adv_source, method.adv_noise, method.input_clip) == ("noisy", "train", None)
+    assert (method.settings.adv_source, method.settings.adv_noise, method.settings.input_clip) == ("noisy", "train", None)
     xa = tf.constant([[1.0]])
     assert method.adversarial_input(None, xa) is xa  # untouched: no arithmetic on x_bar
     assert method.adversarial_source(None, xa) is xa

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -59,82 +60,111 @@ NORM_MODES = ("paper_l1", "spectral_ref")
 NOISE_TERMS = ("linear", "abs_mean")
 DTYPES = models.COMPUTE_DTYPES
 
-OPTIONS = options.OptionSet("stobatch_")  # every stobatch_* setting: name, default, help
-
-OPTIONS.string("stobatch_architecture", "auto",
-               "StoBatch: network (mnist, cifar10, resnet18, tiny); auto picks it from "
-               "the data set.")
-OPTIONS.float("stobatch_eps2", 0.1,
-              "StoBatch: eps2 of the output coefficients (MNIST 0.1; CIFAR-10 1 + r/3; "
-              "Tiny ImageNet 1). eps1 = (--epsilon - eps2) / (1 + 1/gamma + 1/gamma_x).")
-OPTIONS.float("stobatch_xi", 1.0, "StoBatch: weight xi of the adversarial loss (Eq. 9).")
-OPTIONS.float("stobatch_psi", 2.0,
-              "StoBatch: fresh inference noise is 1/psi of the training scale (App. N).")
-OPTIONS.integer("stobatch_attack_iters", 10, "StoBatch: T_mu, training attack iterations.")
-OPTIONS.float("stobatch_mu_max", 1.0,
-              "StoBatch: mu_t ~ U(0, mu_max] per trainer step.")
-OPTIONS.integer("stobatch_hidden_units", 256, "StoBatch: |h_pi|.")
-OPTIONS.string("stobatch_norm_mode", "paper_l1",
-               "StoBatch: first-layer norm for gamma: paper_l1 or spectral_ref.")
-OPTIONS.bool("stobatch_enforce_norm_bound", True,
-             "StoBatch: project theta1 after every step so its norm stays <= the initial "
-             "bound used for gamma.")
-OPTIONS.string("stobatch_pairing", "alg4_fixed_pairs",
-               "StoBatch: benign / adversarial-source pairing: alg4_fixed_pairs (Alg. 4: "
-               "fixed pairs) or per_epoch_random (the reference code's shared pool of fixed "
-               "batches, both roles drawn without replacement; needs --stobatch_trainers=1; "
-               "docs/stobatch.md).")
-OPTIONS.integer("stobatch_trainers", 1, "StoBatch: N_tr local trainers per step.")
-OPTIONS.integer("stobatch_micro_batches", 1,
-                "StoBatch: gradient micro-batches per replica (M_dev = this x replicas).")
-OPTIONS.string("stobatch_bn_stats", "global",
-               "StoBatch: BN grouping: global (synchronized BN) or per_microbatch.")
-OPTIONS.float("stobatch_ae_learning_rate", None,
-              "StoBatch: Adam learning rate of theta1 (default --learning_rate).")
-OPTIONS.float("stobatch_bn_momentum", 0.99,
-              "StoBatch: momentum of the BN moving statistics (used at inference and by "
-              "the training attacks; short runs need a smaller value).")
-OPTIONS.string("stobatch_bn_eval", "moving",
-               "StoBatch: BN at inference and in the training attacks: moving (default) or batch "
-               "(statistics of the evaluated batch; the reference code's MNIST/CIFAR-10 "
-               "inference).")
-OPTIONS.string("stobatch_ae_optimizer", "adam",
-               "StoBatch: optimizer of theta1, adam (reference code) or sgd.")
-OPTIONS.string("stobatch_noise_term", "linear",
-               "StoBatch: output noise term: linear (paper) or abs_mean (ref code).")
-OPTIONS.string("stobatch_dtype", "float32",
-               "StoBatch: compute dtype of the network, the attacks and the losses: float32, "
-               "or float64 (slower; results do not depend on float32 summation order, e.g. "
-               "to check that replica counts give the same weights).")
-OPTIONS.integer("stobatch_num_draws", 2000, "StoBatch: Monte-Carlo draws n.")
-OPTIONS.string("stobatch_delta_rx_mode", "unit",
-               "StoBatch: Delta_r^x = mu * d_cert with mu = 1 (unit), mu_a or mu_train "
-               "(docs/stobatch.md).")
-OPTIONS.float("stobatch_radius_divisor", 1.0,
-              "StoBatch: extra radius divisor (1 = paper-literal; the code's 0.005).")
-OPTIONS.bool("stobatch_radius_psi_correction", True,
-             "StoBatch: divide the certified radius by psi.")
-# The authors' code release's data path (issue 29 item 5); the defaults are the paper's.
-OPTIONS.string("stobatch_adv_source", "noisy",
-               "StoBatch: adversarial examples crafted from the perturbed inputs x_bar "
-               "(noisy: the paper, Alg. 1) or from the raw inputs x (raw: the authors' code "
-               "release; raw inputs then reach training outside the noise, see the ledger).")
-OPTIONS.string("stobatch_adv_noise", "train",
-               "StoBatch: input noise of the adversarial half of the loss: train (the "
-               "training noise chi1/m, as x_bar carries it: the paper) or zero (the authors' "
-               "code feeds the adversarial branch a zero noise budget).")
-OPTIONS.float("stobatch_input_clip", None,
-              "StoBatch: clip the (noisy) network inputs to [-c, c] before the first layer, "
-              "in training and at inference (the authors' code: 10); unset: no clip (the "
-              "paper).")
 ADV_SOURCES = ("noisy", "raw")
 ADV_NOISES = ("train", "zero")
+_FRACTION = options._rule("a number in [0, 1)", lambda v: 0.0 <= v < 1.0)  # pylint: disable=protected-access
 
-StoBatchConfig = OPTIONS.config_class(
-    "StoBatchConfig",
-    "StoBatch settings: the stobatch_* options without the prefix, with the defaults "
-    "declared above; `StoBatchConfig(...).as_options()` is a `TrainConfig.options` mapping.")
-StoBatchConfig.__module__ = __name__
+
+@options.declare("stobatch_")
+class StoBatchConfig:
+    """StoBatch settings (the stobatch_* flags without the prefix): the single declaration of
+    their types, defaults, help and checks; `validate` holds the rules that join several of
+    them. `StoBatchConfig(...).as_options()` is a `TrainConfig.options` mapping."""
+
+    architecture: str = options.field(
+        "auto", "StoBatch: network (mnist, cifar10, resnet18, tiny); auto picks it from the "
+        "data set.", choices=("auto",) + models.ARCHITECTURES)
+    eps2: float = options.field(
+        0.1, "StoBatch: eps2 of the output coefficients (MNIST 0.1; CIFAR-10 1 + r/3; Tiny "
+        "ImageNet 1). eps1 = (--epsilon - eps2) / (1 + 1/gamma + 1/gamma_x).",
+        check=options.positive)
+    xi: float = options.field(1.0, "StoBatch: weight xi of the adversarial loss (Eq. 9).",
+                              check=options.nonnegative)
+    psi: float = options.field(
+        2.0, "StoBatch: fresh inference noise is 1/psi of the training scale (App. N).",
+        check=options.positive)
+    attack_iters: int = options.field(10, "StoBatch: T_mu, training attack iterations.",
+                                      check=options.at_least(1))
+    mu_max: float = options.field(1.0, "StoBatch: mu_t ~ U(0, mu_max] per trainer step.",
+                                  check=options.positive)
+    hidden_units: int = options.field(256, "StoBatch: |h_pi|.", check=options.at_least(1))
+    norm_mode: str = options.field(
+        "paper_l1", "StoBatch: first-layer norm for gamma: paper_l1 or spectral_ref.",
+        choices=NORM_MODES)
+    enforce_norm_bound: bool = options.field(
+        True, "StoBatch: project theta1 after every step so its norm stays <= the initial "
+        "bound used for gamma.")
+    pairing: str = options.field(
+        "alg4_fixed_pairs", "StoBatch: benign / adversarial-source pairing: alg4_fixed_pairs "
+        "(Alg. 4: fixed pairs) or per_epoch_random (the reference code's shared pool of fixed "
+        "batches, both roles drawn without replacement; needs --stobatch_trainers=1; "
+        "docs/stobatch.md).", choices=PAIRINGS)
+    trainers: int = options.field(1, "StoBatch: N_tr local trainers per step.",
+                                  check=options.at_least(1))
+    micro_batches: int = options.field(
+        1, "StoBatch: gradient micro-batches per replica (M_dev = this x replicas).",
+        check=options.at_least(1))
+    bn_stats: str = options.field(
+        "global", "StoBatch: BN grouping: global (synchronized BN) or per_microbatch.",
+        choices=BN_STATS)
+    ae_learning_rate: Optional[float] = options.field(
+        None, "StoBatch: Adam learning rate of theta1 (default --learning_rate).",
+        check=options.positive)
+    bn_momentum: float = options.field(
+        0.99, "StoBatch: momentum of the BN moving statistics (used at inference and by the "
+        "training attacks; short runs need a smaller value).", check=_FRACTION)
+    bn_eval: str = options.field(
+        "moving", "StoBatch: BN at inference and in the training attacks: moving (default) or "
+        "batch (statistics of the evaluated batch; the reference code's MNIST/CIFAR-10 "
+        "inference).", choices=models.BN_EVAL_MODES)
+    ae_optimizer: str = options.field(
+        "adam", "StoBatch: optimizer of theta1, adam (reference code) or sgd.",
+        choices=("adam", "sgd"))
+    noise_term: str = options.field(
+        "linear", "StoBatch: output noise term: linear (paper) or abs_mean (ref code).",
+        choices=NOISE_TERMS)
+    dtype: str = options.field(
+        "float32", "StoBatch: compute dtype of the network, the attacks and the losses: "
+        "float32, or float64 (slower; results do not depend on float32 summation order, e.g. "
+        "to check that replica counts give the same weights).", choices=DTYPES)
+    num_draws: int = options.field(2000, "StoBatch: Monte-Carlo draws n.",
+                                   check=options.at_least(1))
+    delta_rx_mode: str = options.field(
+        "unit", "StoBatch: Delta_r^x = mu * d_cert with mu = 1 (unit), mu_a or mu_train "
+        "(docs/stobatch.md).", choices=("unit", "mu_a", "mu_train"))
+    radius_divisor: float = options.field(
+        1.0, "StoBatch: extra radius divisor (1 = paper-literal; the code's 0.005).",
+        check=options.positive)
+    radius_psi_correction: bool = options.field(
+        True, "StoBatch: divide the certified radius by psi.")
+    # The authors' code release's data path (issue 29 item 5); the defaults are the paper's.
+    adv_source: str = options.field(
+        "noisy", "StoBatch: adversarial examples crafted from the perturbed inputs x_bar "
+        "(noisy: the paper, Alg. 1) or from the raw inputs x (raw: the authors' code "
+        "release; raw inputs then reach training outside the noise, see the ledger).",
+        choices=ADV_SOURCES)
+    adv_noise: str = options.field(
+        "train", "StoBatch: input noise of the adversarial half of the loss: train (the "
+        "training noise chi1/m, as x_bar carries it: the paper) or zero (the authors' "
+        "code feeds the adversarial branch a zero noise budget).", choices=ADV_NOISES)
+    input_clip: Optional[float] = options.field(
+        None, "StoBatch: clip the (noisy) network inputs to [-c, c] before the first layer, "
+        "in training and at inference (the authors' code: 10); unset: no clip (the paper).",
+        check=options.positive)
+
+    def validate(self) -> None:
+        """The rules that join settings (pairing and trainers, BN grouping and micro-batches)."""
+        if self.pairing == "per_epoch_random" and self.trainers != 1:
+            raise ValueError(f"--stobatch_trainers: --stobatch_pairing=per_epoch_random draws "
+                             f"one (benign, adversarial-source) pair per step from the shared "
+                             f"pool (the reference code's N_tr = 1), got {self.trainers}")
+        if self.bn_stats == "global" and self.micro_batches > 1:
+            raise ValueError("--stobatch_micro_batches: gradient accumulation normalises each "
+                             "micro-batch alone; use --stobatch_bn_stats=per_microbatch "
+                             "(docs/stobatch.md, \"Distribution\")")
+
+
+OPTIONS = StoBatchConfig.OPTIONS  # the stobatch_* flags (tfdp-train defines them from this)
 
 # Default generic flags: the StoBatch paper's MNIST values.
 _DEFAULTS = {"epochs": 1, "batch_size": 2499, "learning_rate": 1e-4, "optimizer": "adam",
@@ -281,39 +311,16 @@ class StoBatch(Method):
     name = "stobatch"
     default_flags = dict(_DEFAULTS)
 
+    settings_class = StoBatchConfig
+
     def __init__(self, config):
-        opts = dict(config.options)
         self.m = int(config.batch_size)
-        self.n_tr = int(OPTIONS.get(opts, "stobatch_trainers"))
-        self.micro = int(OPTIONS.get(opts, "stobatch_micro_batches"))
-        self.xi = float(OPTIONS.get(opts, "stobatch_xi"))
-        self.psi = float(OPTIONS.get(opts, "stobatch_psi"))
-        self.eps2 = float(OPTIONS.get(opts, "stobatch_eps2"))
-        self.attack_iters = int(OPTIONS.get(opts, "stobatch_attack_iters"))
-        self.mu_max = float(OPTIONS.get(opts, "stobatch_mu_max"))
-        self.hidden_units = int(OPTIONS.get(opts, "stobatch_hidden_units"))
-        self.norm_mode = OPTIONS.get(opts, "stobatch_norm_mode")
-        self.enforce_norm_bound = bool(OPTIONS.get(opts, "stobatch_enforce_norm_bound"))
-        self.pairing = OPTIONS.get(opts, "stobatch_pairing")
-        self.bn_stats = OPTIONS.get(opts, "stobatch_bn_stats")
-        ae_lr = opts.get("stobatch_ae_learning_rate")
+        settings = StoBatchConfig.from_options(config.options)  # raises naming the flag
+        ae_lr = settings.ae_learning_rate
+        # theta1's learning rate: --stobatch_ae_learning_rate, else --learning_rate.
         self.ae_lr = float(config.learning_rate if ae_lr is None else ae_lr)
-        self.noise_term = OPTIONS.get(opts, "stobatch_noise_term")
-        self.ae_optimizer_name = OPTIONS.get(opts, "stobatch_ae_optimizer")
-        self.bn_momentum = float(OPTIONS.get(opts, "stobatch_bn_momentum"))
-        self.bn_eval = OPTIONS.get(opts, "stobatch_bn_eval")
-        self.num_draws = int(OPTIONS.get(opts, "stobatch_num_draws"))
-        self.delta_rx_mode = OPTIONS.get(opts, "stobatch_delta_rx_mode")
-        self.radius_divisor = float(OPTIONS.get(opts, "stobatch_radius_divisor"))
-        self.radius_psi_correction = bool(OPTIONS.get(opts, "stobatch_radius_psi_correction"))
-        self.architecture = OPTIONS.get(opts, "stobatch_architecture")
-        self.dtype = OPTIONS.get(opts, "stobatch_dtype")
-        self.adv_source = OPTIONS.get(opts, "stobatch_adv_source")
-        self.adv_noise = OPTIONS.get(opts, "stobatch_adv_noise")
-        clip = OPTIONS.get(opts, "stobatch_input_clip")
-        self.input_clip = None if clip is None else float(clip)
         # The loop's step unit: N_tr pairs of (benign, adversarial-source) fixed batches.
-        super().__init__(dataclasses.replace(config, batch_size=2 * self.m * max(self.n_tr, 1)))
+        super().__init__(dataclasses.replace(config, batch_size=2 * self.m * settings.trainers))
         self.budget: Budget | None = None
         self.model = None
         self.ae_optimizer = None
@@ -328,65 +335,21 @@ class StoBatch(Method):
         if self.m < 3:
             raise ValueError(f"--batch_size: StoBatch's DP batch size m must be >= 3 (one "
                              f"example per attack), got {self.m}")
-        for name, value in (("stobatch_trainers", self.n_tr),
-                            ("stobatch_micro_batches", self.micro),
-                            ("stobatch_attack_iters", self.attack_iters),
-                            ("stobatch_hidden_units", self.hidden_units),
-                            ("stobatch_num_draws", self.num_draws)):
-            if value < 1:
-                raise ValueError(f"--{name}: expected an integer >= 1, got {value}")
-        for name, value in (("stobatch_psi", self.psi), ("stobatch_mu_max", self.mu_max),
-                            ("stobatch_ae_learning_rate", self.ae_lr),
-                            ("stobatch_radius_divisor", self.radius_divisor)):
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"--{name}: expected a finite number > 0, got {value!r}")
-        if not 0.0 <= self.bn_momentum < 1.0:
-            raise ValueError(f"--stobatch_bn_momentum: expected a number in [0, 1), got "
-                             f"{self.bn_momentum!r}")
-        if not (math.isfinite(self.xi) and self.xi >= 0):
-            raise ValueError(f"--stobatch_xi: expected a finite number >= 0, got {self.xi!r}")
-        for name, value, allowed in (
-                ("stobatch_pairing", self.pairing, PAIRINGS),
-                ("stobatch_bn_stats", self.bn_stats, BN_STATS),
-                ("stobatch_norm_mode", self.norm_mode, NORM_MODES),
-                ("stobatch_noise_term", self.noise_term, NOISE_TERMS),
-                ("stobatch_ae_optimizer", self.ae_optimizer_name, ("adam", "sgd")),
-                ("stobatch_bn_eval", self.bn_eval, models.BN_EVAL_MODES),
-                ("stobatch_delta_rx_mode", self.delta_rx_mode, ("unit", "mu_a", "mu_train")),
-                ("stobatch_dtype", self.dtype, DTYPES),
-                ("stobatch_adv_source", self.adv_source, ADV_SOURCES),
-                ("stobatch_adv_noise", self.adv_noise, ADV_NOISES),
-                ("stobatch_architecture", self.architecture,
-                 ("auto",) + models.ARCHITECTURES)):
-            if value not in allowed:
-                raise ValueError(f"--{name}: unknown value {value!r}; choose one of "
-                                 f"{list(allowed)}")
-        if self.input_clip is not None and not (math.isfinite(self.input_clip)
-                                                and self.input_clip > 0):
-            raise ValueError(f"--stobatch_input_clip: expected a finite number > 0, got "
-                             f"{self.input_clip!r}")
-        if self.pairing == "per_epoch_random" and self.n_tr != 1:
-            raise ValueError(f"--stobatch_trainers: --stobatch_pairing=per_epoch_random draws "
-                             f"one (benign, adversarial-source) pair per step from the shared "
-                             f"pool (the reference code's N_tr = 1), got {self.n_tr}")
-        if self.bn_stats == "global" and self.micro > 1:
-            raise ValueError("--stobatch_micro_batches: gradient accumulation normalises each "
-                             "micro-batch alone; use --stobatch_bn_stats=per_microbatch "
-                             "(docs/stobatch.md, \"Distribution\")")
+        if not (math.isfinite(self.ae_lr) and self.ae_lr > 0):
+            raise ValueError(f"--stobatch_ae_learning_rate: expected a finite number > 0 (it "
+                             f"defaults to --learning_rate), got {self.ae_lr!r}")
         if cfg.epsilon is None:
             raise ValueError("--epsilon: StoBatch needs a total privacy budget")
-        if not (math.isfinite(self.eps2) and self.eps2 > 0):
-            raise ValueError(f"--stobatch_eps2: expected a finite number > 0, got {self.eps2!r}")
-        if not cfg.epsilon > self.eps2:
+        if not cfg.epsilon > self.settings.eps2:
             raise ValueError(f"--epsilon: the StoBatch split eps = eps1 + eps1/gamma_x + "
                              f"eps1/gamma + eps2 needs --epsilon > --stobatch_eps2 "
-                             f"({self.eps2}), got {cfg.epsilon!r}")
+                             f"({self.settings.eps2}), got {cfg.epsilon!r}")
         if cfg.delta != 0.0:
             raise ValueError(f"--delta: StoBatch is pure eps-DP; expected 0, got {cfg.delta!r}")
 
     def batch_schedule(self) -> str:
         # A label (config.json); `batches` builds the steps of both pairing modes.
-        return "per_epoch_random" if self.pairing == "per_epoch_random" else "fixed"
+        return "per_epoch_random" if self.settings.pairing == "per_epoch_random" else "fixed"
 
     def epoch_batches(self, num_examples: int, fixed_seed: int,
                       rng: np.random.Generator) -> list:
@@ -440,13 +403,13 @@ class StoBatch(Method):
         them in order, so trainer t's pair sits at positions [2 m t, 2 m (t + 1)).
         """
         m = self.m
-        if self.pairing == "per_epoch_random":
+        if self.settings.pairing == "per_epoch_random":
             for step in self.epoch_batches(self.data_spec.num_train, self.layout_seed, rng):
                 yield step[:m], step[m:]
             return
         for block in super().batches(epoch, rng):
             yield tuple(block[2 * m * t + r * m:2 * m * t + (r + 1) * m]
-                        for t in range(self.n_tr) for r in (0, 1))
+                        for t in range(self.settings.trainers) for r in (0, 1))
 
     # ------------------------------------------------------------------ host set-up
 
@@ -455,7 +418,7 @@ class StoBatch(Method):
         del strategy
         x_train = data_spec.x_train
         n = len(x_train)
-        unit = 2 * self.m * self.n_tr
+        unit = 2 * self.m * self.settings.trainers
         if unit > n:
             raise ValueError(f"--batch_size: m = {self.m} needs 2 m N_tr = {unit} training "
                              f"examples per step, the data set has {n}")
@@ -466,18 +429,18 @@ class StoBatch(Method):
             raise ValueError(f"--value_range: StoBatch's sensitivities need inputs in [-1, 1], "
                              f"got [{lo}, {hi}]")
         input_shape = tuple(x_train.shape[1:])
-        arch = (_default_architecture(input_shape) if self.architecture == "auto"
-                else self.architecture)
+        arch = (_default_architecture(input_shape) if self.settings.architecture == "auto"
+                else self.settings.architecture)
         spec = models.encoder_spec(arch, input_shape)
         self._spec = dict(spec, architecture=arch)
         k, c, f = spec["kernel_size"], input_shape[-1], spec["filters"]
         theta1_0 = models.glorot_uniform((k, k, c, f), rng)  # Glorot uniform, on the host
         norms = models.first_layer_norms(theta1_0)
-        s1 = norms["l1_rows"] if self.norm_mode == "paper_l1" else norms["spectral"]
-        self.budget = solve_budget(epsilon=float(self.config.epsilon), eps2=self.eps2,
+        s1 = norms["l1_rows"] if self.settings.norm_mode == "paper_l1" else norms["spectral"]
+        self.budget = solve_budget(epsilon=float(self.config.epsilon), eps2=self.settings.eps2,
                                    fan_in=spec["fan_in"], beta=spec["beta"], m=self.m,
-                                   first_layer_norm=s1, norm_mode=self.norm_mode,
-                                   hidden_units=self.hidden_units)
+                                   first_layer_norm=s1, norm_mode=self.settings.norm_mode,
+                                   hidden_units=self.settings.hidden_units)
         b = self.budget
         # Alg. 1 line 1: chi1, chi2 ~ Lap(Delta_R/eps1), chi3 ~ Lap(Delta_L2/eps2), each drawn ONCE
         chi1 = draw_laplace(rng, b.delta_r / b.eps1, input_shape)
@@ -492,7 +455,7 @@ class StoBatch(Method):
         # Lemma 3: x_bar = x + chi1/m, once, in place: only x_bar reaches the training loop
         x_train += (chi1 / np.float32(self.m))[None]
         add_ledger_entries(ledger, b)
-        if self.adv_source == "raw":
+        if self.settings.adv_source == "raw":
             ledger.add("stobatch_raw_adversarial_source", mechanism="none",
                        epsilon=math.inf, claimed_epsilon=0.0, protects="training records",
                        note="--stobatch_adv_source=raw (the authors' code release): the "
@@ -504,7 +467,7 @@ class StoBatch(Method):
         """chi3 ~ Lap(Delta_L2/eps2)^{|h_pi| x K} (Alg. 1; code's shape) from setup's seed."""
         b = self.budget
         rng = np.random.default_rng(self._chi3_seed)
-        return draw_laplace(rng, b.delta_l2 / b.eps2, (self.hidden_units, int(num_classes)))
+        return draw_laplace(rng, b.delta_l2 / b.eps2, (self.settings.hidden_units, int(num_classes)))
 
     # ------------------------------------------------------------------ model and state
 
@@ -514,30 +477,30 @@ class StoBatch(Method):
         if self.budget is None:
             raise RuntimeError("setup must run before build_model")
         replicas = int(tf.distribute.get_strategy().num_replicas_in_sync)
-        groups = replicas * self.micro
+        groups = replicas * self.settings.micro_batches
         if self.m < groups:
             raise loop.SetupError(
                 f"--batch_size: m = {self.m} cannot give each of the {replicas} replicas x "
-                f"{self.micro} micro-batches at least one example")
-        if self.bn_stats == "per_microbatch" and self.m % groups:
+                f"{self.settings.micro_batches} micro-batches at least one example")
+        if self.settings.bn_stats == "per_microbatch" and self.m % groups:
             raise loop.SetupError(
                 f"--stobatch_bn_stats=per_microbatch: m = {self.m} must be divisible by "
                 f"replicas x micro-batches = {groups} (equal micro-batches, docs/stobatch.md)")
         b = self.budget
-        bound = b.first_layer_norm if (self.enforce_norm_bound and self.norm_mode == "paper_l1") \
+        bound = b.first_layer_norm if (self.settings.enforce_norm_bound and self.settings.norm_mode == "paper_l1") \
             else None
         model = models.StoBatchNet(
             input_shape, num_classes, architecture=self._spec["architecture"],
             batch_size=self.m, input_scale=b.delta_r / b.eps1,
-            latent_scale=2.0 * b.delta_r / b.eps1, psi=self.psi,
-            hidden_units=self.hidden_units, sync_bn=self.bn_stats == "global",
-            norm_bound=bound, bn_momentum=self.bn_momentum,
-            bn_eval=self.bn_eval, compute_dtype=self.dtype, input_clip=self.input_clip,
+            latent_scale=2.0 * b.delta_r / b.eps1, psi=self.settings.psi,
+            hidden_units=self.settings.hidden_units, sync_bn=self.settings.bn_stats == "global",
+            norm_bound=bound, bn_momentum=self.settings.bn_momentum,
+            bn_eval=self.settings.bn_eval, compute_dtype=self.settings.dtype, input_clip=self.settings.input_clip,
             name="stobatch")
         model.build((None,) + tuple(input_shape))
         model.encoder_conv.kernel.assign(self._theta1_0)
         model.set_noise(self._noise["chi1"], self._noise["chi2"], self.draw_chi3(num_classes))
-        self.ae_optimizer = loop.make_optimizer(self.ae_optimizer_name, self.ae_lr)
+        self.ae_optimizer = loop.make_optimizer(self.settings.ae_optimizer, self.ae_lr)
         self.ae_optimizer.build(model.theta1)
         self.model = model
         self.num_classes = int(num_classes)
@@ -555,9 +518,9 @@ class StoBatch(Method):
             "epsilon1": b.eps1, "d_cert": d_cert,
             # Delta_r^h = beta * max column l1 norm of theta1 (Eq. 13); updated after training
             "delta_rh": float(b.beta * self._col_norm),
-            "psi": self.psi, "delta_rx_mode": self.delta_rx_mode,
-            "radius_psi_correction": self.radius_psi_correction,
-            "radius_divisor": self.radius_divisor, "num_draws": self.num_draws,
+            "psi": self.settings.psi, "delta_rx_mode": self.settings.delta_rx_mode,
+            "radius_psi_correction": self.settings.radius_psi_correction,
+            "radius_divisor": self.settings.radius_divisor, "num_draws": self.settings.num_draws,
             "bound": "clopper_pearson", "alpha": 0.05,
             "passes": [["input_noise"], ["latent_noise"]],
             "budget": b.to_dict(),
@@ -605,7 +568,7 @@ class StoBatch(Method):
         """
         ids = attack_graph.ensemble_ids(positions, self.m)
         return attack_graph.craft(self._attack_logits(model), xs, mu, attack_ids=ids,
-                                  nb_iter=self.attack_iters, start_noise=start_noise,
+                                  nb_iter=self.settings.attack_iters, start_noise=start_noise,
                                   dtype=tf.as_dtype(model.compute_dtype))
 
     def adversarial_source(self, model, xs: tf.Tensor) -> tf.Tensor:
@@ -614,7 +577,7 @@ class StoBatch(Method):
         `--stobatch_adv_source=raw` follows the authors' code release, which crafts the
         adversarial examples from the noise-free images (issue 29 item 5).
         """
-        if self.adv_source == "noisy":
+        if self.settings.adv_source == "noisy":
             return xs
         return xs - tf.cast(model.input_noise.fixed_noise, xs.dtype)
 
@@ -625,8 +588,8 @@ class StoBatch(Method):
         `--stobatch_adv_noise=train` makes them carry chi1/m (the paper's x_bar_adv),
         `zero` removes it (the authors' code feeds the adversarial branch zero noise).
         """
-        carries = self.adv_source == "noisy"
-        wants = self.adv_noise == "train"
+        carries = self.settings.adv_source == "noisy"
+        wants = self.settings.adv_noise == "train"
         if carries == wants:
             return xa
         noise = tf.cast(model.input_noise.fixed_noise, xa.dtype)
@@ -646,7 +609,7 @@ class StoBatch(Method):
         on_first = tf.cast(replica.is_first_replica(), w_pi.dtype)
         with tf.GradientTape() as tape:
             term = losses.functional_mechanism_term(model.chi3, w_pi, divisor=self.m,
-                                                    mode=self.noise_term) * on_first
+                                                    mode=self.settings.noise_term) * on_first
         return term, tape.gradient(term, w_pi)
 
     def train_step(self, step_ctx, x, y):
@@ -656,7 +619,7 @@ class StoBatch(Method):
         if num_rep > 1:  # the global block, in the loop's order (contiguous uneven shards)
             x, y = _gather_block(ctx, x, y)
         rid = tf.cast(step_ctx.replica_id, tf.int64)
-        m, micro, n_tr, xi = self.m, self.micro, self.n_tr, self.xi
+        m, micro, n_tr, xi = self.m, self.settings.micro_batches, self.settings.trainers, self.settings.xi
         groups = num_rep * micro
         dt = tf.as_dtype(model.compute_dtype)  # float32 unless --stobatch_dtype=float64
         x = tf.cast(x, dt)
@@ -674,12 +637,12 @@ class StoBatch(Method):
             base = 2 * m * t
             # mu_t from the step seed, identical on every replica
             u = tf.random.stateless_uniform([], step_ctx.step_seed(1 + t), dtype=tf.float32)
-            mu = self.mu_max * (1.0 - u)  # U(0, mu_max]
+            mu = self.settings.mu_max * (1.0 - u)  # U(0, mu_max]
             mu_log += mu
             start_all = tf.cast(tf.random.stateless_uniform(
                 tf.concat([[m], tf.shape(x)[1:]], 0), step_ctx.step_seed(1000 + t), -1.0, 1.0), dt)
             whole = None
-            if num_rep > 1 and self.bn_eval == "batch" and self.bn_stats == "global":
+            if num_rep > 1 and self.settings.bn_eval == "batch" and self.settings.bn_stats == "global":
                 # The attacks' inference-mode BN then uses the moments of the whole
                 # adversarial-source batch, as on one device: every replica (it holds the
                 # block) crafts all m rows and keeps its own. Moments all-reduced inside the
