@@ -36,6 +36,7 @@ from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method
 from cleverhans.tf2.utils import clip_eta, compute_gradient, optimize_linear
 
 from tfdp import checks, tf_options
+from attacks import graph
 
 tf_options.configure_tensorflow()  # bit-reproducible tf.function graphs (tfdp/tf_options.py)
 
@@ -324,7 +325,6 @@ def _in_graph(name: str, model_fn: ModelFn, x: Any, eps: Any, clip_min: float,
         ValueError: for a norm other than l_inf, eot_draws != 1, a missing Madry seed or a
             bad Python argument.
     """
-    from attacks import graph  # pylint: disable=import-outside-toplevel
     if norm != np.inf:
         raise ValueError(f"norm: only np.inf inside a tf.function, got {norm!r}")
     if int(eot_draws) != 1:

@@ -12,6 +12,7 @@ import numpy as np
 
 from tfdp import checks
 from tfdp.mechanisms import _validate
+from tfdp.rundir import write_json_atomic
 
 COMPOSITIONS = ("sequential", "parallel", "separate")
 # Neighbouring relations a sound epsilon can refer to: "replace_one" (bounded DP: one record's
@@ -419,7 +420,6 @@ class PrivacyLedger:
 
     def save(self, path: str) -> str:
         """Writes the ledger as JSON atomically; returns the path (inf is written as "inf")."""
-        from tfdp.rundir import write_json_atomic  # local import: keeps this module light
         return write_json_atomic(path, self.to_dict())
 
     @classmethod

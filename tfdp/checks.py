@@ -127,6 +127,7 @@ def check_trackables(objects: Any, source: str) -> dict:
         ValueError: naming `source` and the key, for a value a checkpoint cannot track (it
             would silently not be restored on resume), or if `objects` is not a mapping.
     """
+    # lazy: loads tensorflow; importing tfdp.checks does not
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     if not hasattr(objects, "items"):
         raise ValueError(f"{source} returned {type(objects).__name__}; expected a dict of "

@@ -31,6 +31,13 @@ from absl import logging
 import attacks
 from tfdp import certify as certify_lib
 from tfdp import checks, export, run_model, rundir
+from tfdp import kernels
+import layers as layers_lib
+from tfdp import soundness
+import json
+from tfdp.train import report
+from tfdp.apps.runs import clopper_pearson
+from tfdp import data as data_lib
 
 PLOT_FILE = "accuracy_vs_attack_size.png"
 TSV_COLUMNS = ("attack", "attack_size", "index", "label", "prediction", "radius", "correct",
@@ -213,7 +220,6 @@ def validate_options(options: EvalOptions) -> EvalOptions:
     if int(options.soundness_eot_draws) < 1:
         raise ValueError(f"soundness_eot_draws must be >= 1, got "
                          f"{options.soundness_eot_draws!r}")
-    from tfdp import kernels  # pylint: disable=import-outside-toplevel
 
     kernel, fallback = kernels.resolve_noise_kernel(options.noise_kernel, "noise_kernel")
     if fallback:
@@ -334,7 +340,6 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
     if not exported and opts.seed is not None and hasattr(model, "_flatten_layers"):
         # model.keras carries no layer seed (the training streams stay secret): key the
         # Monte-Carlo noise to the evaluation seed so that --seed reruns are identical.
-        import layers as layers_lib  # pylint: disable=import-outside-toplevel
         layers_lib.set_noise_seeds(model, int(opts.seed))
     if exported:
         # An exported SavedModel (tfdp.export.ExportedModel): attacks use the gradients of its
@@ -496,7 +501,6 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
                                   "eps_data": d}
         summary["attacks"][name] = entry
     if do_certify and opts.soundness_check:
-        from tfdp import soundness  # pylint: disable=import-outside-toplevel
         summary["soundness_check"] = soundness.soundness_check(
             certificate, x, y, clean_pred, clean_radius,
             noisy=(noisy if noisy_logits else
@@ -596,8 +600,6 @@ def write_certificates(path: str, records: Sequence[tuple], claimed: bool = Fals
 
 def _plot_title(path: str, summary: Mapping[str, Any], n: Optional[int]) -> str:
     """Method, data, sound epsilon (the run's ledger.json), N and the certificates' soundness."""
-    import json  # pylint: disable=import-outside-toplevel
-    from tfdp.train import report  # pylint: disable=import-outside-toplevel
     parts = [f"{summary.get('method', '?')} on {summary.get('dataset', '?')}"]
     try:
         with open(os.path.join(os.path.dirname(os.path.abspath(path)), "ledger.json"),
@@ -623,10 +625,11 @@ def plot_accuracy(path: str, summary: Mapping[str, Any]) -> str:
     N evaluated examples; the title names the method, data, sound epsilon, N and whether the
     certificates are sound.
     """
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-    from tfdp.apps.runs import clopper_pearson  # pylint: disable=import-outside-toplevel
     n = summary.get("num_examples")
     n = n if isinstance(n, int) and n > 0 else None
     lo, hi = (float(v) for v in summary["size_range"])
@@ -693,7 +696,6 @@ def evaluate_run(model_dir: str, options: EvalOptions) -> dict:
     model, config = load_run(model_dir)
     check_certificate_norm(opts, config.get("certification"))
     rd = rundir.RunDir(model_dir)
-    from tfdp import data as data_lib  # pylint: disable=import-outside-toplevel
     value_range = tuple(config.get("value_range") or (-1.0, 1.0))
     load_kwargs = dict(config.get("data_options") or {})  # e.g. Tiny ImageNet's num_classes
     if opts.num_examples is not None:
@@ -713,7 +715,6 @@ def evaluate_run(model_dir: str, options: EvalOptions) -> dict:
             logging.info("evaluated %d/%d example-attacks (%.1f/s, ETA %.0f s)", done, total,
                          rate, eta)
 
-    from tfdp import kernels  # pylint: disable=import-outside-toplevel
 
     with kernels.noise_kernel_flag(opts.noise_kernel, flag="noise_kernel"):
         summary, records = evaluate_arrays(model, x, y, value_range=value_range,
@@ -766,7 +767,6 @@ def evaluate_saved_model(saved_model: str, options: EvalOptions,
     out_path = os.path.abspath(output_dir) if output_dir else model.path + "-evaluation"
     if os.path.commonpath([out_path, model.path]) == model.path:
         raise ValueError("model_dir: the evaluation output must not go inside the export")
-    from tfdp import data as data_lib  # pylint: disable=import-outside-toplevel
     load_kwargs = {}
     if opts.num_examples is not None:
         load_kwargs["num_examples"] = int(opts.num_examples)

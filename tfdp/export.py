@@ -56,6 +56,8 @@ from tfdp import accounting, checks, run_model, rundir, serving_inputs
 from tfdp.certify import graph as certify_graph
 from tfdp.certify import smoothing as certify_smoothing
 from tfdp.train import registry
+import keras
+import tfdp
 
 CARD_FILE = "model_card.json"
 KERAS_FILE = "model.keras"
@@ -637,8 +639,6 @@ def build_model_card(run: rundir.RunDir, config: Mapping[str, Any], *, has_noise
     Returns:
         a JSON-ready dict.
     """
-    import keras  # pylint: disable=import-outside-toplevel
-    import tfdp  # pylint: disable=import-outside-toplevel
     cert = config.get("certification")
     if cert is not None:  # with the certificate's name, norm and (derived) soundness
         cert = certify_lib.validate_certification(cert)

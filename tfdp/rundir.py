@@ -11,6 +11,10 @@ import socket
 import tempfile
 import time
 from typing import Any, Iterator
+import shutil
+import io
+import numpy as np
+import secrets
 
 # File names inside a run directory (DESIGN.md "A run is a directory").
 FLAGS_FILE = "flags.txt"
@@ -250,13 +254,13 @@ def checkpoint_dir(path: str) -> str:
 
 def has_checkpoint(path: str) -> bool:
     """True when run directory `path` holds a checkpoint to resume from."""
+    # lazy: loads tensorflow; importing tfdp.rundir does not
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     return tf.train.latest_checkpoint(checkpoint_dir(path)) is not None
 
 
 def clear_run_dir(path: str) -> None:
     """Deletes every result file of run directory `path` (its lock file stays)."""
-    import shutil  # pylint: disable=import-outside-toplevel
     for name in result_files(path):
         full = os.path.join(path, name)
         if os.path.isdir(full) and not os.path.islink(full):
@@ -319,8 +323,6 @@ def check_run_dir(model_dir: str, *, resume: bool, overwrite: bool = False,
 
 def save_arrays(path: str, arrays: Any) -> None:
     """Writes a mapping name -> array as an .npz file, atomically."""
-    import io  # pylint: disable=import-outside-toplevel
-    import numpy as np  # pylint: disable=import-outside-toplevel
     buf = io.BytesIO()
     np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
     atomic_write_bytes(path, buf.getvalue())
@@ -332,7 +334,6 @@ def load_arrays(path: str) -> dict:
     Raises:
       ValueError: naming the file when it is corrupt.
     """
-    import numpy as np  # pylint: disable=import-outside-toplevel
     try:
         with np.load(path) as npz:
             return {k: npz[k] for k in npz.files}
@@ -349,8 +350,6 @@ def _seeds_withheld(model: Any) -> Iterator[None]:
     model carries nothing from which the run's noise could be regenerated (issue 22). The
     in-memory model is restored afterwards.
     """
-    import secrets  # pylint: disable=import-outside-toplevel
-    import numpy as np  # pylint: disable=import-outside-toplevel
     layers = list(model._flatten_layers(include_self=True, recursive=True))  # pylint: disable=protected-access
     seeds, states = [], []
     try:

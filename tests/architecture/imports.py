@@ -101,3 +101,103 @@ def cycles(graph: dict[str, dict[str, list[int]]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return out
+
+
+# Packages whose import is slow or optional: a function-level import is justified only for
+# these (directly, or through a tfdp module that loads one at import time).
+HEAVY = ("tensorflow", "keras", "matplotlib", "scipy", "dp_accounting", "tensorflow_privacy",
+         "cleverhans", "PIL", "torch")
+
+
+def _imports(tree: ast.AST, mod: str, is_pkg: bool, known: dict[str, str], top_level: bool):
+    """(node, [internal module or external dotted name]) of each import statement; only those
+    run at import time when `top_level`, only those inside functions otherwise."""
+    out = []
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            inside = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                       ast.Lambda))
+            if isinstance(child, (ast.Import, ast.ImportFrom)) and in_function != top_level:
+                targets = []
+                if isinstance(child, ast.Import):
+                    targets = [a.name for a in child.names]
+                else:
+                    base = child.module or ""
+                    if child.level:
+                        anchor = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                        anchor = anchor[:len(anchor) - (child.level - 1)]
+                        base = ".".join(anchor + ([base] if base else []))
+                    for a in child.names:
+                        full = f"{base}.{a.name}"
+                        targets.append(full if full in known else base)
+                resolved = [_resolve(t, known) or t for t in targets]
+                out.append((child, resolved))
+            visit(child, inside)
+
+    visit(tree, False)
+    return out
+
+
+def _parents(name: str, known: dict[str, str]) -> list[str]:
+    """`name` and the packages above it that importing it runs (their __init__)."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)
+            if ".".join(parts[:i]) in known]
+
+
+def heavy_at_import(known: dict[str, str] | None = None) -> dict[str, str]:
+    """module -> the heavy package its import loads (module-level imports, followed through
+    tfdp modules); modules whose import loads none are absent."""
+    known = modules() if known is None else known
+    direct: dict[str, list[str]] = {}
+    for mod, path in known.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        names = []
+        for _, targets in _imports(tree, mod, os.path.basename(path) == "__init__.py", known,
+                                   top_level=True):
+            names.extend(targets)
+        direct[mod] = names
+    result: dict[str, str] = {}
+
+    def heavy(mod, seen):
+        if mod in result:
+            return result[mod]
+        if mod in seen:
+            return None
+        seen.add(mod)
+        for target in direct.get(mod, ()):
+            if target in known:
+                for dep in _parents(target, known):
+                    found = heavy(dep, seen)
+                    if found:
+                        result[mod] = found
+                        return found
+            elif target.split(".")[0] in HEAVY:
+                result[mod] = target.split(".")[0]
+                return result[mod]
+        return None
+
+    for mod in known:
+        for dep in _parents(mod, known):
+            found = heavy(dep, set())
+            if found:
+                result[mod] = found
+                break
+    return result
+
+
+def function_imports(known: dict[str, str] | None = None) -> list[tuple]:
+    """(module, path, line number, line text, [targets]) of every import inside a function."""
+    known = modules() if known is None else known
+    out = []
+    for mod, path in known.items():
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        lines = text.splitlines()
+        for node, targets in _imports(ast.parse(text, path), mod,
+                                      os.path.basename(path) == "__init__.py", known,
+                                      top_level=False):
+            out.append((mod, path, node.lineno, lines[node.lineno - 1], targets))
+    return out

@@ -75,3 +75,37 @@ def test_every_builtin_paper_declares_itself_and_the_registry_imports_no_paper()
     assert not [m for m in graph["tfdp.registry"] if m.startswith("tfdp.papers")]
     assert not [m for m in graph["tfdp.reproduce.registry"] if m.startswith("tfdp.papers")]
     assert not [m for m in graph["tfdp.train.registry"] if m.startswith("tfdp.papers")]
+
+
+def test_function_level_imports_are_needed_and_say_why():
+    """Issue 28: an import inside a function only where it keeps a slow or optional package
+    (TensorFlow, Keras, matplotlib, scipy, ...) out of a module whose import does not load one,
+    or for matplotlib (figures only); each says why in a comment ("# lazy: ..." or
+    "# optional: ...") on the line before it, or above its run of imports."""
+    known = imports.modules()
+    heavy = imports.heavy_at_import(known)
+    problems = []
+    for mod, path, line_no, _, targets in imports.function_imports(known):
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        above = line_no - 2
+        while above >= 0 and lines[above].strip().startswith(("import ", "from ")):
+            above -= 1
+        reason = lines[above].strip() if above >= 0 else ""
+        where = f"{os.path.relpath(path, imports.ROOT)}:{line_no}"
+        if not reason.startswith(("# lazy:", "# optional:")):
+            problems.append(f"{where}: no '# lazy:' / '# optional:' comment says why")
+            continue
+        if reason.startswith("# optional:"):
+            continue
+        for target in targets:
+            root = target.split(".")[0]
+            loads = (root if target not in known and root in imports.HEAVY else
+                     next((heavy[p] for p in imports._parents(target, known)  # pylint: disable=protected-access
+                           if p in heavy), None))
+            if loads is None:
+                problems.append(f"{where}: {target} loads no slow package: import it at the top")
+            elif loads != "matplotlib" and mod in heavy:
+                problems.append(f"{where}: {mod} already loads {heavy[mod]} when imported: "
+                                f"import {target} at the top")
+    assert not problems, "\n".join(problems)

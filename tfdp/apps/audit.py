@@ -29,6 +29,10 @@ from absl import app, flags, logging
 import numpy as np
 
 from tfdp.apps import cli
+import dataclasses
+from tfdp.apps import train as train_app
+from tfdp import rundir
+import tfdp.apps.train
 
 _BEFORE = set(flags.FLAGS)
 SUBCOMMANDS = ("samplers", "dp", "training", "gpm-hist", "gpm-dpsgd", "gpm-bounds",
@@ -117,8 +121,10 @@ def _write_csv(path: str, rows: list[dict]) -> None:
 
 
 def _plt():
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     return plt
 
@@ -128,9 +134,12 @@ def _floats(values: list[str]) -> list[float]:
 
 
 def _cmd_samplers(out: str) -> None:
+    # lazy: loads tensorflow; importing tfdp.apps.audit does not
     from tfdp import mechanisms  # pylint: disable=import-outside-toplevel
+    # lazy: loads scipy; importing tfdp.apps.audit does not
     from tfdp.audit import samplers  # pylint: disable=import-outside-toplevel
     from tfdp.papers.gpm import pancake  # pylint: disable=import-outside-toplevel
+    # lazy: loads tensorflow; importing tfdp.apps.audit does not
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     n, seed = _N.value, _SEED.value
@@ -194,6 +203,7 @@ def _check_dp() -> None:
 
 
 def _cmd_dp(out: str) -> None:
+    # lazy: loads tensorflow; importing tfdp.apps.audit does not
     from tfdp.audit import dp_suite  # pylint: disable=import-outside-toplevel
 
     trials = _TRIALS.value or 20000
@@ -268,9 +278,9 @@ def _blackbox_run(spec: Any, data: Any, rng: np.random.Generator) -> tuple:
     Returns:
       (canaries, training inputs with canaries, RunResult, scores).
     """
-    import dataclasses  # pylint: disable=import-outside-toplevel
-    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
+    # lazy: loads scipy; importing tfdp.apps.audit does not
     from tfdp.audit import training  # pylint: disable=import-outside-toplevel
+    # lazy: loads keras; importing tfdp.apps.audit does not
     from tfdp.train import loop  # pylint: disable=import-outside-toplevel
 
     cfg = spec.config
@@ -305,8 +315,7 @@ def _blackbox_run(spec: Any, data: Any, rng: np.random.Generator) -> tuple:
 
 def _whitebox_run(spec: Any, data: Any, rng: np.random.Generator) -> tuple:
     """White-box DP-SGD run with Dirac gradient canaries (`tfdp.audit.whitebox`)."""
-    import dataclasses  # pylint: disable=import-outside-toplevel
-    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
+    # lazy: loads scipy/tensorflow; importing tfdp.apps.audit does not
     from tfdp.audit import training, whitebox  # pylint: disable=import-outside-toplevel
 
     m = _CANARIES.value
@@ -328,8 +337,7 @@ def _whitebox_run(spec: Any, data: Any, rng: np.random.Generator) -> tuple:
 
 
 def _cmd_training(out: str, spec: Any) -> None:
-    from tfdp import rundir  # pylint: disable=import-outside-toplevel
-    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
+    # lazy: loads scipy; importing tfdp.apps.audit does not
     from tfdp.audit import training  # pylint: disable=import-outside-toplevel
 
     cfg = spec.config
@@ -406,6 +414,7 @@ def _plot_hist(rows: list[dict], path: str) -> None:
 
 
 def _cmd_gpm_hist(out: str) -> None:
+    # lazy: loads scipy; importing tfdp.apps.audit does not
     from tfdp.papers.gpm import experiments as gpm  # pylint: disable=import-outside-toplevel
 
     if _HIST_INPUTS.value:
@@ -434,6 +443,7 @@ def _cmd_gpm_hist(out: str) -> None:
 
 
 def _cmd_gpm_dpsgd(out: str) -> None:
+    # lazy: loads keras; importing tfdp.apps.audit does not
     import keras  # pylint: disable=import-outside-toplevel
     from tfdp.papers.gpm import dpsgd as gpm_dpsgd  # pylint: disable=import-outside-toplevel
 
@@ -500,6 +510,7 @@ def _cmd_gpm_dpsgd(out: str) -> None:
 
 
 def _cmd_gpm_bounds(out: str) -> None:
+    # lazy: loads scipy; importing tfdp.apps.audit does not
     from tfdp.papers.gpm import experiments as gpm  # pylint: disable=import-outside-toplevel
 
     rows = gpm.bounds_curves()
@@ -526,6 +537,7 @@ def _cmd_gpm_bounds(out: str) -> None:
 
 
 def _cmd_gpm_precision(out: str) -> None:
+    # lazy: loads scipy; importing tfdp.apps.audit does not
     from tfdp.papers.gpm import experiments as gpm  # pylint: disable=import-outside-toplevel
 
     res = gpm.precision_check(trials=_TRIALS.value or 40, seed=_SEED.value)
@@ -567,18 +579,15 @@ def _define_training_common_flags() -> None:
     apps' boolean one (both only steer logging)."""
     if "tfdp.apps.train" not in sys.modules and "verbose" in flags.FLAGS:
         delattr(flags.FLAGS, "verbose")
-    import tfdp.apps.train  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
 
 
 def _train_common_flags() -> tuple:
-    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
     return tuple(n for n in train_app.COMMON_FLAGS if n not in OWN_FLAGS)
 
 
 def define_training_flags() -> None:
     """Defines every tfdp-train flag, the methods' too, for `tfdp-audit training`."""
     _define_training_common_flags()
-    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
     train_app.define_method_flags()
 
 

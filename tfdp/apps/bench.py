@@ -16,6 +16,7 @@ from absl import app, flags
 
 from tfdp.apps import cli, option_flags
 from tfdp.bench import BENCHMARKS  # name -> module with `run(**overrides) -> dict`
+from tfdp.bench import report
 
 _BEFORE = set(flags.FLAGS)
 
@@ -61,7 +62,6 @@ def main(argv: list[str]) -> None:
             f"name one benchmark: tfdp-bench {{{'|'.join(tuple(BENCHMARKS) + COMMANDS)}}} "
             "[flags]")
     if argv[1] in COMMANDS:
-        from tfdp.bench import report  # pylint: disable=import-outside-toplevel
         if argv[1] == "all":
             base = {name: flag_overrides(name) for name in BENCHMARKS}
             for path in report.run_all(_RESULTS_DIR.value, _ONLY.value, base):
@@ -72,7 +72,6 @@ def main(argv: list[str]) -> None:
         return
     before = list(os.getloadavg())
     result = importlib.import_module(BENCHMARKS[argv[1]]).run(**flag_overrides(argv[1]))
-    from tfdp.bench import report  # pylint: disable=import-outside-toplevel
     report.add_context(result, " ".join(["tfdp-bench"] + sys.argv[1:]), before)
     text = json.dumps(result, indent=2, sort_keys=True, default=float)
     print(text)

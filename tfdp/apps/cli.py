@@ -16,6 +16,7 @@ import sys
 import tempfile
 import textwrap
 from typing import Callable, Iterable, Optional, Sequence
+from absl import flags
 
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
 
@@ -118,6 +119,7 @@ def import_tensorflow(verbose: bool = False):
       The tensorflow module.
     """
     if verbose:
+        # lazy: loads tensorflow; importing tfdp.apps.cli does not
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         return tf
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -127,11 +129,13 @@ def import_tensorflow(verbose: bool = False):
         sys.stderr.flush()
         saved = os.dup(2)
     except (OSError, ValueError):  # no real stderr (an embedding host): import plainly
+        # lazy: loads tensorflow; importing tfdp.apps.cli does not
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         return tf
     with tempfile.TemporaryFile(mode="w+b") as capture:
         os.dup2(capture.fileno(), 2)
         try:
+            # lazy: loads tensorflow; importing tfdp.apps.cli does not
             import tensorflow as tf  # pylint: disable=import-outside-toplevel
         finally:
             sys.stderr.flush()
@@ -203,7 +207,6 @@ def format_flags(flag_list: Iterable, *, full: bool = True) -> list[str]:
 
 def module_flags(module_name: str, flag_values=None) -> list:
     """The absl flags defined by module `module_name`, in definition order."""
-    from absl import flags  # pylint: disable=import-outside-toplevel
     fv = flags.FLAGS if flag_values is None else flag_values
     return list(fv.flags_by_module_dict().get(module_name, []))
 
@@ -211,7 +214,6 @@ def module_flags(module_name: str, flag_values=None) -> list:
 def define_verbose() -> None:
     """Defines the apps' --verbose (a bool), unless a flag of that name exists already (apps
     imported together, e.g. in tests; tfdp-train's --verbose is a level)."""
-    from absl import flags  # pylint: disable=import-outside-toplevel
     if "verbose" not in flags.FLAGS:
         flags.DEFINE_bool("verbose", False,
                           "Show TensorFlow's start-up log and library warnings.")
@@ -219,7 +221,6 @@ def define_verbose() -> None:
 
 def new_flags(before: set, flag_values=None) -> tuple[str, ...]:
     """Names of the flags defined since `before` (a set of names), in definition order."""
-    from absl import flags  # pylint: disable=import-outside-toplevel
     fv = flags.FLAGS if flag_values is None else flag_values
     return tuple(dict.fromkeys(fv[n].name for n in fv if n not in before))
 
@@ -227,7 +228,6 @@ def new_flags(before: set, flag_values=None) -> tuple[str, ...]:
 def app_help(doc: str, names: Sequence[str], kind: str, flag_values=None,
              extra: Sequence[str] = ()) -> list[str]:
     """An app's help: its docstring, `extra` lines, then its own flags (full text)."""
-    from absl import flags  # pylint: disable=import-outside-toplevel
     fv = flags.FLAGS if flag_values is None else flag_values
     lines = [line.rstrip() for line in doc.strip("\n").splitlines()]
     lines += list(extra)

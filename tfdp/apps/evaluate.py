@@ -9,6 +9,7 @@ from absl import app, flags, logging
 
 from tfdp import rundir
 from tfdp.apps import cli
+from tfdp.train import report
 
 FLAGS = flags.FLAGS
 _BEFORE = set(FLAGS)
@@ -67,6 +68,7 @@ OWN_FLAGS = cli.new_flags(_BEFORE)
 def _lib():
     """tfdp.evaluate (TensorFlow), imported after the help was handled."""
     cli.quiet_start(sys.argv)
+    # lazy: loads scipy; importing tfdp.apps.evaluate does not
     from tfdp import evaluate as evaluate_lib  # pylint: disable=import-outside-toplevel
     return evaluate_lib
 
@@ -136,13 +138,14 @@ def write_tensorboard(model_dir: str, summary: dict) -> None:
     The step is the run's number of training epochs, so the points sit at the end of the
     training curves.
     """
-    from tfdp.train import report  # pylint: disable=import-outside-toplevel
+    # lazy: loads tensorflow; importing tfdp.apps.evaluate does not
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     metrics = rundir.RunDir(model_dir)
     step = 0
     if metrics.exists(rundir.METRICS_FILE):
         step = int(metrics.read_json(rundir.METRICS_FILE).get("epochs_completed") or 0)
     writer = tf.summary.create_file_writer(os.path.join(model_dir, rundir.TENSORBOARD_DIR))
+    # lazy: loads scipy; importing tfdp.apps.evaluate does not
     from tfdp import evaluate as evaluate_lib  # pylint: disable=import-outside-toplevel
     key = evaluate_lib.certified_key(summary)  # claimed_certified_accuracy if unsound
     values = {"eval/clean_accuracy": summary.get("clean_accuracy")}

@@ -13,6 +13,7 @@ import sys
 from absl import app, flags, logging  # noqa: E402
 
 from tfdp.apps import cli  # noqa: E402
+from tfdp.train.report import round_up
 
 FLAGS = flags.FLAGS
 _BEFORE = set(FLAGS)
@@ -45,6 +46,7 @@ def describe(export_dir: str) -> str:
     Returns:
         one line per signature and per input / output.
     """
+    # lazy: loads tensorflow; importing tfdp.apps.export does not
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     loaded = tf.saved_model.load(export_dir)
     lines = []
@@ -64,6 +66,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if bool(FLAGS.model_dir) == bool(FLAGS.latest_under):
         raise app.UsageError("give exactly one of --model_dir and --latest_under")
+    # lazy: loads tensorflow; importing tfdp.apps.export does not
     from tfdp import export  # pylint: disable=import-outside-toplevel
     try:
         model_dir = FLAGS.model_dir or export.latest_run(FLAGS.latest_under)
@@ -78,6 +81,7 @@ def main(argv: list[str]) -> None:
         sys.exit(f"tfdp-export: error: {e.filename or export_dir}: cannot write the export "
                  f"({e.strerror or type(e).__name__}); nothing was exported")
     except Exception as e:  # pylint: disable=broad-except
+        # lazy: loads tensorflow; importing tfdp.apps.export does not
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         if not isinstance(e, (tf.errors.ResourceExhaustedError, tf.errors.PermissionDeniedError,
                               tf.errors.DataLossError, tf.errors.UnavailableError)):
@@ -90,7 +94,6 @@ def main(argv: list[str]) -> None:
     print("signatures:")
     print(describe(result.export_dir))
     ledger = result.card.get("ledger") or {}
-    from tfdp.train.report import round_up  # pylint: disable=import-outside-toplevel
     print(f"model card: {os.path.join(result.export_dir, export.CARD_FILE)} "
           f"(sound epsilon={round_up(ledger.get('epsilon'))}, "
           f"delta={round_up(ledger.get('delta'))}; claimed "

@@ -23,6 +23,7 @@ import math
 import os
 import sys
 from typing import Any, Optional, Sequence
+from tfdp.train import report
 
 CONFIDENCE = 0.95
 _SKIP_DIRS = {"checkpoints", "logs", "saved_model", "workers", ".git"}
@@ -67,6 +68,7 @@ class RunRow:
 def clopper_pearson(successes: int, trials: int, confidence: float = CONFIDENCE
                     ) -> tuple[float, float]:
     """Two-sided Clopper-Pearson interval of a binomial proportion."""
+    # lazy: loads scipy; importing tfdp.apps.runs does not
     from scipy import stats  # pylint: disable=import-outside-toplevel
     a = 1.0 - confidence
     low = 0.0 if successes == 0 else float(stats.beta.ppf(a / 2, successes,
@@ -212,7 +214,6 @@ def summarize(run_dir: str) -> RunRow:
 
 
 def _eps_text(x: float) -> str:
-    from tfdp.train import report  # pylint: disable=import-outside-toplevel
     return "inf" if math.isinf(x) else report.round_up(x)
 
 
@@ -288,8 +289,10 @@ def plot(rows: Sequence[RunRow], path: str, title: str = "") -> str:
     One series per kind of accuracy present (test, attacked, certified), with the 95%
     intervals as error bars; the x axis is logarithmic.
     """
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     import matplotlib.ticker  # pylint: disable=import-outside-toplevel,unused-import
 

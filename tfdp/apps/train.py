@@ -18,6 +18,10 @@ from absl import app, flags, logging  # noqa: E402  (after the TF log level is s
 
 from tfdp.apps import cli, option_flags, train_help  # noqa: E402
 from tfdp.train import registry  # noqa: E402
+from tfdp import rundir
+from tfdp import data
+from tfdp.train import base
+from tfdp.data import sources
 
 DEFAULTS = {"epochs": 1, "batch_size": 128, "learning_rate": 1e-3, "optimizer": "sgd",
             "epsilon": None, "delta": 0.0, "value_range": (-1.0, 1.0)}
@@ -193,7 +197,6 @@ def stored_run_flags(model_dir: str) -> dict:
     Raises:
       ValueError: naming the file when it is missing or corrupt.
     """
-    from tfdp import rundir  # pylint: disable=import-outside-toplevel
     config = rundir.read_json(os.path.join(model_dir, rundir.CONFIG_FILE))
     if not isinstance(config, dict):
         raise ValueError(f"{os.path.join(model_dir, rundir.CONFIG_FILE)}: not a run configuration")
@@ -279,10 +282,8 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
         --resume; --resume without a checkpoint; or whatever Method.validate rejects.
       ImportError: the chosen method's module is missing.
     """
-    from tfdp import data  # pylint: disable=import-outside-toplevel
+    # lazy: loads tensorflow; importing tfdp.apps.train does not
     from tfdp import kernels  # pylint: disable=import-outside-toplevel
-    from tfdp import rundir  # pylint: disable=import-outside-toplevel
-    from tfdp.train import base  # pylint: disable=import-outside-toplevel
     from tfdp.train import strategy as strategies  # pylint: disable=import-outside-toplevel
 
     v = dict(values)
@@ -308,8 +309,10 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
         raise ValueError(f"--dataset: unknown data set {dataset!r}; choose one of "
                          f"{list(data.DATASETS)}")
     method_cls = registry.get_method_class(method)
+    # lazy: loads scipy; importing tfdp.apps.train does not
     from tfdp.certify import smoothing  # pylint: disable=import-outside-toplevel
     smoothing.check_smoothing_sigma(method, options.get("smoothing_sigma"))
+    # lazy: loads scipy; importing tfdp.apps.train does not
     from tfdp.certify import registry as cert_registry  # pylint: disable=import-outside-toplevel
     cert_registry.check_unsound_allowed(options)
     defaults = dict(DEFAULTS)
@@ -449,7 +452,7 @@ def data_options(spec: RunSpec) -> dict:
 
 def load_data(spec: RunSpec):
     """Loads the training and test splits named by the spec (after validation)."""
-    from tfdp import data  # pylint: disable=import-outside-toplevel
+    # lazy: loads keras; importing tfdp.apps.train does not
     from tfdp.train import loop  # pylint: disable=import-outside-toplevel
 
     cfg = spec.config
@@ -474,7 +477,6 @@ def resolved_data_dir(dataset: str, data_dir: str | None) -> str | None:
     """
     if dataset in ("sample", "synthetic"):
         return None
-    from tfdp.data import sources  # pylint: disable=import-outside-toplevel
     return sources.roots(data_dir)[0]
 
 
@@ -493,9 +495,12 @@ def execute(spec: RunSpec, run_data=None):
     `run_data` (a `tfdp.train.loop.Data`) replaces the loaded data; `tfdp-audit training`
     passes the training set with its canaries.
     """
+    # lazy: loads keras; importing tfdp.apps.train does not
     from tfdp.train import loop  # pylint: disable=import-outside-toplevel
+    # lazy: loads tensorflow; importing tfdp.apps.train does not
     from tfdp.train import strategy as strategies  # pylint: disable=import-outside-toplevel
 
+    # lazy: loads tensorflow; importing tfdp.apps.train does not
     from tfdp import kernels  # pylint: disable=import-outside-toplevel
 
     with kernels.noise_kernel_flag(spec.noise_kernel):
@@ -554,6 +559,7 @@ def _split_cpu(replicas: int | None) -> None:
         return
     if not isinstance(replicas, int) or replicas < 1:
         raise ValueError(f"--cpu_replicas: expected an integer >= 1, got {replicas!r}")
+    # lazy: loads tensorflow; importing tfdp.apps.train does not
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     cpus = tf.config.list_physical_devices("CPU")
     try:
@@ -578,8 +584,7 @@ def main(argv) -> None:
     tf = cli.import_tensorflow(verbose=FLAGS.verbose >= 2)
     if FLAGS.verbose < 2:
         tf.get_logger().setLevel("ERROR")
-    from tfdp import data  # pylint: disable=import-outside-toplevel
-    from tfdp import rundir  # pylint: disable=import-outside-toplevel
+    # lazy: loads keras; importing tfdp.apps.train does not
     from tfdp.train import loop  # pylint: disable=import-outside-toplevel
     try:
         replicas = FLAGS.cpu_replicas

@@ -21,6 +21,7 @@ from typing import Any, Optional, Sequence
 from tfdp.apps import cli
 from tfdp import registry as tfdp_registry
 from tfdp.train import registry
+import tfdp
 
 
 _CATALOGUE_VERSION = 1
@@ -29,7 +30,6 @@ _CATALOGUE_VERSION = 1
 def _source_hash() -> str:
     """sha256 over every .py file of the installed tfdp package and of the packages named in
     TFDP_PAPERS (and the Python version)."""
-    import tfdp  # pylint: disable=import-outside-toplevel
     roots = [os.path.dirname(os.path.abspath(tfdp.__file__))]
     for package in tfdp_registry.plugin_packages():
         module = importlib.import_module(package)

@@ -13,6 +13,8 @@ from tfdp.audit import empirical
 from tfdp.audit import gdp
 from tfdp.papers.gpm import experiments as gpm_experiments
 from tfdp.papers.gpm import pancake
+from tfdp import accounting
+import layers
 
 _D = 16  # dimension of the audited query outputs
 
@@ -42,7 +44,6 @@ DPSGD_SMOKE = dict(num_examples=5000, batch_size=128, epochs=2, target_epsilon=2
 
 def dpsgd_smoke_step() -> tuple[float, float]:
     """(q, sigma) of one step of the DP-SGD smoke run, as its setup computes them."""
-    from tfdp import accounting  # pylint: disable=import-outside-toplevel
     c = DPSGD_SMOKE
     steps = c["epochs"] * (c["num_examples"] // c["batch_size"])
     sigma = accounting.dpsgd_noise_multiplier(
@@ -74,7 +75,6 @@ def dpsgd_step_case(q: float, sigma: float, delta: float = 1e-5,
     2016; `tfdp.accounting.segments_epsilon` with one step). The attacker is the
     likelihood-ratio test of the pair, which is monotone in the projection on x1 - x0.
     """
-    from tfdp import accounting  # pylint: disable=import-outside-toplevel
     claimed = accounting.segments_epsilon(
         [dict(start_step=0, steps=1, passes=1, num_examples=1_000_000,
               batch_size=max(1, round(q * 1_000_000)), noise_multiplier=sigma)],
@@ -171,7 +171,6 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
                       score=empirical.gaussian_score(x0, x1, stds),
                       claimed_eps=eps, delta=delta, stddevs=stds))
     if include_layers:
-        import layers  # pylint: disable=import-outside-toplevel
         lap = layers.LaplaceNoise(b, seed=seed + 1)
         cases.append(dict(name="layer_LaplaceNoise", mechanism=_layer_mech(lap),
                           attacker=empirical.laplace_attacker(x0, x1, b),

@@ -14,6 +14,8 @@ import tensorflow as tf
 
 import layers as tfdp_layers
 from tfdp import certify, options
+from tfdp.certify import smoothing
+from tfdp.models import common
 
 TARGET_RATIO = 0.8
 
@@ -130,8 +132,6 @@ def run_smoothing(batch: int, draws: int, per_step: int, repeats: int, seed: int
     bound and Cohen et al.'s radius. Both process `batch_size * (n0 + num_draws)` noisy
     inputs.
     """
-    from tfdp.certify import smoothing  # pylint: disable=import-outside-toplevel
-    from tfdp.models import common  # pylint: disable=import-outside-toplevel
     keras.utils.set_random_seed(seed)
     model = common.small_cnn((28, 28, 1), 10)
     rng = np.random.default_rng(seed)

@@ -21,6 +21,13 @@ import time
 from typing import Any, Callable
 
 import numpy as np
+from tfdp import data
+from tfdp.train.base import StepContext
+import tempfile
+from tfdp.apps import train as train_app
+from tfdp import tf_privacy_shim
+from importlib import metadata
+import threading
 
 # tfdp-train's path: "nonprivate" and "tfdp-dpsgd-<clipping>" run tfdp-train's own `Run` (its
 # Poisson or shuffled batches, input pipeline and traced step). "static-*": one step graph
@@ -51,7 +58,6 @@ INPUT_SHAPES = {"mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
 def load_batch(model: str, batch: int, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
     """One batch of real images in [-1, 1] if the data set is found, else uniform noise."""
     try:
-        from tfdp import data
         x, y = data.load(model, "train", num_examples=batch, download=False)
         return np.asarray(x, np.float32), np.asarray(y, np.int64), f"real {model}"
     except Exception:  # pylint: disable=broad-except
@@ -61,11 +67,14 @@ def load_batch(model: str, batch: int, seed: int) -> tuple[np.ndarray, np.ndarra
 
 
 def _tfdp_step(system: str, x: np.ndarray, y: np.ndarray, args: Any) -> tuple[Callable, dict]:
+    # lazy: loads keras; importing tfdp.bench.dpsgd_worker does not
     import keras
+    # lazy: loads tensorflow; importing tfdp.bench.dpsgd_worker does not
     import tensorflow as tf
 
+    # lazy: loads keras/tensorflow; importing tfdp.bench.dpsgd_worker does not
     from tfdp.train import ghost, privatize
-    from tfdp.train.base import StepContext
+    # lazy: loads keras; importing tfdp.bench.dpsgd_worker does not
     from tfdp.train.nonprivate import build_baseline_model, per_example_cross_entropy
 
     keras.utils.set_random_seed(args.seed)
@@ -117,12 +126,13 @@ def _train_path_step(system: str, model: str, args: Any) -> tuple[Callable, dict
     lots and dataset when the previous epoch is used up), as `Run.run` does, without the
     progress bar (verbose 0) and the per-epoch ledger and checkpoint writes.
     """
-    import tempfile  # pylint: disable=import-outside-toplevel
 
+    # lazy: loads tensorflow; importing tfdp.bench.dpsgd_worker does not
     import tensorflow as tf
     from tfdp import kernels
-    from tfdp.apps import train as train_app
+    # lazy: loads keras; importing tfdp.bench.dpsgd_worker does not
     from tfdp.train import loop
+    # lazy: loads tensorflow; importing tfdp.bench.dpsgd_worker does not
     from tfdp.train import strategy as strategies
 
     values = {"method": "nonprivate" if system == "nonprivate" else "dpsgd",
@@ -169,12 +179,13 @@ def _train_path_step(system: str, model: str, args: Any) -> tuple[Callable, dict
 def _tfprivacy_step(system: str, x: np.ndarray, y: np.ndarray, args: Any
                     ) -> tuple[Callable, dict]:
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    # lazy: loads tensorflow; importing tfdp.bench.dpsgd_worker does not
     import tensorflow as tf
     try:
+        # optional: imported only if installed (the except clause handles its absence)
         import tf_keras
     except ImportError as e:
         raise _Skip(f"{e.name or e} is not installed; {PEER_INSTALL}") from e
-    from tfdp import tf_privacy_shim
     try:
         dp_model = tf_privacy_shim.get_module(
             "tensorflow_privacy.privacy.keras_models.dp_keras_model", required=True)
@@ -218,6 +229,7 @@ def _tfprivacy_step(system: str, x: np.ndarray, y: np.ndarray, args: Any
 
 def _opacus_step(x: np.ndarray, y: np.ndarray, args: Any) -> tuple[Callable, dict]:
     try:
+        # optional: imported only if installed (the except clause handles its absence)
         import opacus
         import torch
     except ImportError as e:
@@ -253,7 +265,6 @@ def _opacus_step(x: np.ndarray, y: np.ndarray, args: Any) -> tuple[Callable, dic
 
 
 def _version(dist: str) -> str:
-    from importlib import metadata  # pylint: disable=import-outside-toplevel
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -321,7 +332,6 @@ def start_memory_guard(limit_gb: float, out: Any, interval: float = 0.05) -> Non
     """
     if limit_gb <= 0 or not os.path.exists("/proc/self/statm"):
         return
-    import threading  # pylint: disable=import-outside-toplevel
 
     limit = int(limit_gb * 2**30)
 

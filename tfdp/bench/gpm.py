@@ -10,6 +10,7 @@ import numpy as np
 from tfdp import options
 
 from tfdp.papers.gpm import pancake
+import tensorflow as tf
 
 OPTIONS = options.OptionSet("gpm_bench_")  # every gpm_bench_* setting: name, default, help
 
@@ -60,7 +61,6 @@ def benchmark(d: int = 65536, samples: int = 32, repeats: int = 30, backend: str
                 return pancake.pancake_noise(w, sigma, beta, gamma, samples, rng=rng,
                                              dg_method=dg_method, out=buf_gpm)
         else:
-            import tensorflow as tf  # pylint: disable=import-outside-toplevel
             counter = [0]
 
             def gm():

@@ -15,6 +15,8 @@ import os
 from typing import Any, Optional
 
 from tfdp.bench.dpsgd import machine
+import importlib
+from tfdp.bench import BENCHMARKS
 
 # (result file stem, benchmark, run() overrides, the command that produces the file).
 RUNS = (
@@ -198,8 +200,10 @@ def render(results_dir: str = "results/bench") -> str:
 
 def plot_dpsgd(result: dict, path: str) -> None:
     """Bar chart of ms/step (median, min-max whiskers) per system and model."""
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
     models = list(result.get("models", {}))
@@ -247,9 +251,7 @@ def run_all(results_dir: str, only: Optional[list] = None,
     Returns:
       The written paths.
     """
-    import importlib  # pylint: disable=import-outside-toplevel
 
-    from tfdp.bench import BENCHMARKS  # pylint: disable=import-outside-toplevel
     os.makedirs(results_dir, exist_ok=True)
     written = []
     for stem, name, overrides, command in RUNS:

@@ -23,6 +23,12 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 from tfdp import options
+from tfdp import accounting
+from tfdp.train import base
+from tfdp.papers.stobatch import method as stobatch
+import keras
+from attacks import graph
+from tfdp.train import loop
 
 TARGET_RATIO = 1.15
 
@@ -43,9 +49,6 @@ _SEED = OPTIONS.integer("stobatch_bench_seed", 0, "Seed of data, weights and noi
 
 
 def _method(m: int, iters: int, seed: int):
-    from tfdp import accounting  # pylint: disable=import-outside-toplevel
-    from tfdp.train import base  # pylint: disable=import-outside-toplevel
-    from tfdp.papers.stobatch import method as stobatch  # pylint: disable=import-outside-toplevel
     cfg = base.TrainConfig(method="stobatch", dataset="synthetic", model_dir="/nonexistent",
                            batch_size=m, learning_rate=1e-3, optimizer="adam", seed=seed,
                            epsilon=1.0,
@@ -63,7 +66,6 @@ def _method(m: int, iters: int, seed: int):
 
 
 def _stobatch_step(strategy, m: int, iters: int, seed: int) -> Callable[[], None]:
-    from tfdp.train import base  # pylint: disable=import-outside-toplevel
     method, x, y = _method(m, iters, seed)
     with strategy.scope():
         method.build()  # the model and the classifier's Adam(1e-3)
@@ -81,8 +83,6 @@ def _stobatch_step(strategy, m: int, iters: int, seed: int) -> Callable[[], None
 
 
 def _plain_step(m: int, iters: int, seed: int) -> Callable[[], None]:
-    import keras  # pylint: disable=import-outside-toplevel
-    from attacks import graph  # pylint: disable=import-outside-toplevel
     method, x, y = _method(m, iters, seed)
     model = method.build_model((28, 28, 1), 10)
     opt = keras.optimizers.Adam(1e-3)
@@ -120,7 +120,6 @@ def _time(fn: Callable[[], None]) -> float:
 
 def run(**overrides) -> dict:
     """Runs the benchmark; returns the result dict (ratio, target, timings)."""
-    from tfdp.train import loop  # pylint: disable=import-outside-toplevel
     m = int(OPTIONS.setting(overrides, "m"))
     iters = int(OPTIONS.setting(overrides, "attack_iters"))
     repeats = int(OPTIONS.setting(overrides, "repeats"))

@@ -67,6 +67,7 @@ def _one(method: str, variant: str, epochs: int, num_train: int, work: str, i: i
                           capture_output=True, text=True, timeout=3600, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{method} ({variant}) failed: {proc.stderr[-1500:]}")
+    # lazy: loads tensorflow; importing tfdp.bench.tf_options does not
     from tensorflow.core.protobuf import rewriter_config_pb2  # pylint: disable=import-outside-toplevel
     want = rewriter_config_pb2.RewriterConfig.MemOptType.Value(_LEVELS[variant])
     if f"memory_optimization {want}" not in proc.stdout:  # the variant really ran

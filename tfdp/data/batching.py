@@ -70,6 +70,7 @@ def make_dataset(x: np.ndarray, y: np.ndarray, batch_size: int, *, shuffle: bool
     Raises:
       ValueError: naming x, y, batch_size, seed or batches.
     """
+    # lazy: loads tensorflow; importing tfdp.data.batching does not
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     x = np.asarray(x)

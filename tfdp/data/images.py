@@ -80,6 +80,7 @@ def decode_images(paths: Sequence[str], shape: tuple[int, int, int],
       ValueError: naming shape.
       DataCorruptError: naming the file, for an unreadable image or one of another size.
     """
+    # lazy: loads PIL; importing tfdp.data.images does not
     from PIL import Image  # pylint: disable=import-outside-toplevel
 
     h, w, c = shape

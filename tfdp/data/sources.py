@@ -131,6 +131,7 @@ def _download(name: str, target_dir: str) -> None:
     port = url.port or (443 if url.scheme == "https" else 80)
     with socket.create_connection((url.hostname, port), timeout=_PROBE_TIMEOUT_S):
         pass
+    # lazy: loads keras; importing tfdp.data.sources does not
     from keras.utils import get_file  # pylint: disable=import-outside-toplevel
 
     os.makedirs(target_dir, exist_ok=True)

@@ -12,6 +12,8 @@ import warnings
 
 import numpy as np
 from scipy import optimize
+from tfdp import mechanisms
+from tfdp.papers.gpm import pancake
 
 
 def hgm_figure1(delta: float = 1e-5, sensitivity: float = 1.0) -> dict:
@@ -27,7 +29,6 @@ def hgm_figure1(delta: float = 1e-5, sensitivity: float = 1.0) -> dict:
       eps in (1, 10]: whether HGM is finite everywhere and whether the classical GM rejects
       every such eps; and the delta threshold sqrt(2/pi) e^{-1/2} solved from `hgm_s`.
     """
-    from tfdp import mechanisms  # pylint: disable=import-outside-toplevel
 
     small = np.linspace(0.01, 1.0, 100)
     large = np.linspace(1.1, 10.0, 90)
@@ -70,7 +71,6 @@ def gpm_figure4() -> dict:
       gamma = 1e2 and 1e4: the larger of the two relative spreads is reported too),
       upper_b1e-3_g1e2_s{sigma}, upper_b1e-5_g1e4_s{sigma}.
     """
-    from tfdp.papers.gpm import pancake  # pylint: disable=import-outside-toplevel
 
     out = {}
     with warnings.catch_warnings():
@@ -96,7 +96,6 @@ def gpm_table4_expect() -> dict:
     Returns:
       dict expect_d{d}_e{eps} -> sigma sqrt(d).
     """
-    from tfdp.papers.gpm import pancake  # pylint: disable=import-outside-toplevel
 
     out = {}
     for d in (256, 4096, 65536):

@@ -289,6 +289,7 @@ def bench_ratio(outs, row: Row) -> Value:
 # HGM / StoBatch extractors over evaluation.json (tfdp.evaluate.evaluate_run summaries).
 
 def _size_key(size: str) -> str:
+    # lazy: loads scipy; importing tfdp.reproduce.extract does not
     from tfdp import evaluate  # pylint: disable=import-outside-toplevel
     return evaluate.size_key(float(size))
 

@@ -43,6 +43,7 @@ import types
 from typing import Any, Callable, Mapping
 
 from tfdp import registry as _papers
+import os
 
 SCALES = ("smoke", "short", "reduced", "full")
 SCALE_NOTES = {
@@ -364,7 +365,6 @@ def settings(flagfile: str | None, args: tuple[str, ...] = ()) -> dict[str, str]
     out: dict[str, str] = {}
     lines = []
     if flagfile:
-        import os  # pylint: disable=import-outside-toplevel
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         path = os.path.join(root, flagfile)
         if os.path.exists(path):

@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from tfdp.reproduce import extract, registry, runner
+import json
 
 TIMINGS_HEADING = "## Timings"
 FIGURES_DIR = "figures"
@@ -50,8 +51,10 @@ def _scales_with_results(rows_by_key: dict) -> list[str]:
 
 def _fig_adlm(rows_by_key: dict, out_dir: str, rel: str, draw: bool) -> str | None:
     """AdLM Figure 4a: MNIST accuracy vs eps, ours (per scale) and published."""
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
     series = {}
@@ -94,8 +97,10 @@ def _fig_adlm(rows_by_key: dict, out_dir: str, rel: str, draw: bool) -> str | No
 
 def _fig_gpm(rows_by_key: dict, out_dir: str, rel: str, draw: bool) -> str | None:
     """GPM Figure 5 / 6: key holder's success vs beta, ours (per scale) and published."""
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
     hist, lenet = {}, {}
@@ -174,8 +179,10 @@ def _fig_attack(rows_by_key: dict, out_dir: str, rel: str, draw: bool, figure: s
         return None
     if not draw:
         return f"{rel}/{figure}.png"
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
     axis, x_label = _X_OF_FIGURE.get(figure, ("eps", "eps"))
@@ -264,7 +271,6 @@ def _eps_cell(value: Any) -> str:
 
 def training_audit_section(audit_dir: str = TRAINING_AUDIT_DIR) -> list[str]:
     """The one-run training audits: a table from results/audit/training/<method>/audit.json."""
-    import json  # pylint: disable=import-outside-toplevel
     reports = []
     if os.path.isdir(audit_dir):
         order = {m: i for i, m in enumerate(("nonprivate", "dpsgd", "secure_sgd", "adlm",

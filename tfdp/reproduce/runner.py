@@ -28,6 +28,8 @@ from typing import Any, Callable, Iterable
 
 from tfdp.reproduce import extract, registry
 from tfdp.reproduce.registry import Job, Row
+from tfdp.train import registry as methods
+import csv
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_RESULTS = os.path.join(REPO_ROOT, "results", "reproduce")
@@ -97,7 +99,6 @@ def tasks_for(rows: Iterable[Row], scale: str, seeds: int) -> list[Task]:
 
 def unavailable(job: Job) -> str | None:
     """Why a job cannot run in this build (missing trainer module or flagfile), or None."""
-    from tfdp.train import registry as methods  # pylint: disable=import-outside-toplevel
 
     if job.method is not None:
         if job.method not in methods.METHODS:
@@ -145,7 +146,6 @@ def _number(text: str) -> Any:
 
 
 def _read_csvs(directory: str) -> dict[str, list[dict]]:
-    import csv  # pylint: disable=import-outside-toplevel
     out = {}
     for path in sorted(glob.glob(os.path.join(directory, "*.csv"))):
         with open(path, newline="", encoding="utf-8") as f:

@@ -20,6 +20,8 @@ import math
 from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
+from tfdp import data
+from tfdp import checks
 
 OPTIMIZERS = ("sgd", "adam")
 BATCH_SCHEDULES = ("shuffle", "fixed", "poisson")
@@ -128,6 +130,7 @@ class StepContext:
     @classmethod
     def current(cls, seed: Any, global_batch_size: int, indices: Any = None) -> "StepContext":
         """The context of the calling replica (or of the default strategy outside one)."""
+        # lazy: loads tensorflow; importing tfdp.train.base does not
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         ctx = tf.distribute.get_replica_context()
         rid = 0 if ctx is None else ctx.replica_id_in_sync_group
@@ -148,6 +151,7 @@ class StepContext:
 
     def is_first_replica(self) -> Any:
         """Boolean tensor, True on replica 0 (which adds once-per-global-batch noise)."""
+        # lazy: loads tensorflow; importing tfdp.train.base does not
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         return tf.equal(tf.cast(self.replica_id, tf.int32), 0)
 
@@ -156,6 +160,7 @@ class StepContext:
 
         None when `indices` is None (direct calls: every row is real).
         """
+        # lazy: loads tensorflow; importing tfdp.train.base does not
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         if self.indices is None:
             return None
@@ -163,12 +168,14 @@ class StepContext:
 
     def first_replica_mask(self) -> Any:
         """1.0 on replica 0 and 0.0 elsewhere (float32), to add a term once per update."""
+        # lazy: loads tensorflow; importing tfdp.train.base does not
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         return tf.cast(self.is_first_replica(), tf.float32)
 
 
 def step_seed(seed: Any, salt: int = 0) -> Any:
     """`seed` (int64 [2]) with the integer `salt` folded in; `seed` itself for salt 0."""
+    # lazy: loads tensorflow; importing tfdp.train.base does not
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     seed = tf.convert_to_tensor(seed)
     return tf.random.experimental.stateless_fold_in(seed, int(salt)) if salt else seed
@@ -176,6 +183,7 @@ def step_seed(seed: Any, salt: int = 0) -> Any:
 
 def replica_seed(seed: Any, replica_id: Any) -> Any:
     """`seed` with a replica id folded in: independent noise per replica (one helper)."""
+    # lazy: loads tensorflow; importing tfdp.train.base does not
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     return tf.random.experimental.stateless_fold_in(tf.convert_to_tensor(seed),
                                                     tf.cast(replica_id, tf.int64))
@@ -206,6 +214,7 @@ def make_optimizer(name: str, learning_rate: float):
     Raises:
       ValueError: if `name` is unknown or `learning_rate` is not a positive finite number.
     """
+    # lazy: loads keras; importing tfdp.train.base does not
     import keras  # pylint: disable=import-outside-toplevel
     if not (np.isfinite(learning_rate) and learning_rate > 0):
         raise ValueError(f"learning_rate: expected a positive number, got {learning_rate!r}")
@@ -226,7 +235,6 @@ def shuffled_batches(num_examples: int, batch_size: int, rng: np.random.Generato
 def fixed_batches(num_examples: int, batch_size: int, layout_seed: int,
                   rng: np.random.Generator) -> list[np.ndarray]:
     """Fixed disjoint batches drawn once per run (`layout_seed`), visited in `rng`'s order."""
-    from tfdp import data  # pylint: disable=import-outside-toplevel
     batches = np.asarray(data.fixed_batches(num_examples, batch_size, layout_seed))
     return list(batches[rng.permutation(len(batches))])
 
@@ -359,8 +367,8 @@ class Method(abc.ABC):
           RuntimeError: if `attach` was not called.
           ValueError: for an untrackable object of `checkpoint_objects()`.
         """
+        # lazy: loads tensorflow; importing tfdp.train.base does not
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        from tfdp import checks  # pylint: disable=import-outside-toplevel
         spec = self._require_spec()
         model = self.build_model(tuple(spec.input_shape), int(spec.num_classes))
         model(tf.zeros((1,) + tuple(spec.input_shape), tf.float32), training=False)
@@ -517,7 +525,9 @@ class Method(abc.ABC):
         Keras layer/model and Keras optimizer attributes (except `model` and `optimizer`),
         so noise a method keeps outside its model is restored on resume too.
         """
+        # lazy: loads keras; importing tfdp.train.base does not
         import keras  # pylint: disable=import-outside-toplevel
+        # lazy: loads tensorflow; importing tfdp.train.base does not
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         # State-holding kinds only (not e.g. a tf.data.Dataset attribute, also trackable).
         kinds = (tf.Variable, tf.Module, tf.random.Generator, keras.layers.Layer,

@@ -31,6 +31,7 @@ from tfdp.train.base import (OPTIMIZERS, DataSpec, Method, StepContext, derive_s
 from tfdp.train.strategy import (STRATEGIES, cpu_mirrored_strategy, is_chief, make_strategy,
                                  tf_config_is_chief, worker_name)
 from tfdp.rundir import check_run_dir, has_checkpoint
+from tfdp import accounting
 
 tf_options.configure_tensorflow()  # bit-reproducible tf.function graphs (tfdp/tf_options.py)
 
@@ -398,7 +399,6 @@ class Run:
         After it, `make_step_fn`, `epoch_inputs` and `run_step` are the pieces `run()` trains
         with (also used by `tfdp-bench dpsgd` to time exactly this path).
         """
-        from tfdp import accounting  # pylint: disable=import-outside-toplevel
         fingerprint = data_fingerprint(self.data.x_train, self.data.y_train)
         self._load_or_start(accounting)
         spec = self._split_public()
@@ -984,7 +984,6 @@ def _charged_steps(ledger_dict: Mapping[str, Any], spend: Any) -> int:
 
 def _ledger_extends(saved: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
     """True when `current` is `saved`, or `saved` with per-step entries charged further."""
-    from tfdp import accounting  # pylint: disable=import-outside-toplevel
     old = {e["name"]: e for e in saved.get("entries", [])}
     new = {e["name"]: e for e in current.get("entries", [])}
     if set(old) != set(new):

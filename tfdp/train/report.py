@@ -44,6 +44,7 @@ def seconds_text(seconds: float) -> str:
 def _scalar_metadata() -> bytes:
     # The TensorBoard scalars plugin's metadata, written through TF core so that event files
     # are produced without the tensorboard package (only viewing them needs it).
+    # lazy: loads tensorflow; importing tfdp.train.report does not
     from tensorflow.core.framework import summary_pb2  # pylint: disable=import-outside-toplevel
     meta = summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
@@ -53,6 +54,7 @@ def _scalar_metadata() -> bytes:
 
 def summary_scalar(writer, tag: str, value: float, step: int) -> None:
     """Writes one TensorBoard scalar event with `writer` (a tf.summary file writer)."""
+    # lazy: loads tensorflow; importing tfdp.train.report does not
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     with writer.as_default():
         tf.summary.write(tag, tf.constant(float(value), tf.float32), step=int(step),
@@ -82,6 +84,7 @@ def has_guarantee(ledger: Mapping[str, Any]) -> bool:
 
 def summary_text(writer, tag: str, text: str, step: int) -> None:
     """Writes one TensorBoard text event (the text plugin) with `writer`."""
+    # lazy: loads tensorflow; importing tfdp.train.report does not
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from tensorflow.core.framework import summary_pb2  # pylint: disable=import-outside-toplevel
     meta = summary_pb2.SummaryMetadata(
@@ -143,6 +146,7 @@ class Reporter:
 
     def __init__(self, logdir: str | None, verbose: int, print_fn: Callable[[str], None],
                  interactive: Optional[bool] = None):
+        # lazy: loads tensorflow; importing tfdp.train.report does not
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         self.writer = tf.summary.create_file_writer(logdir) if logdir else None
         self.verbose = bool(verbose) and logdir is not None
@@ -173,6 +177,7 @@ class Reporter:
             self.say(f"training: epochs {epoch + 1}-{epochs}, {steps} steps per epoch "
                      "(the first step also builds the graph)")
         if self.verbose and self.interactive:
+            # lazy: loads keras; importing tfdp.train.report does not
             import keras  # pylint: disable=import-outside-toplevel
             self._bar = keras.utils.Progbar(steps, unit_name="step",
                                             stateful_metrics=["loss", "accuracy"])

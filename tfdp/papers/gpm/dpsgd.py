@@ -13,6 +13,8 @@ import tensorflow as tf
 
 from tfdp.papers.gpm import pancake
 from tfdp.train.dpsgd import clipped_sum
+from tfdp import data
+from tfdp.papers.gpm.experiments import clopper_pearson
 
 MODELS = ("lenet5", "vgg19_bn", "resnet50", "mobilenetv2")
 # What a row's epsilon is about (issue 22: every statistic fitted on training data is accounted
@@ -84,7 +86,6 @@ def build_model(name: str, num_classes: int = 10) -> keras.Model:
 def load_task(model_name: str, split: str, data_dir: str | None,
               num_examples: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Loads MNIST (lenet5) or CIFAR-10 (the others) through `tfdp.data.load`, normalised."""
-    from tfdp import data  # pylint: disable=import-outside-toplevel
 
     name = "mnist" if model_name == "lenet5" else "cifar10"
     opts = {"download": False}
@@ -227,7 +228,6 @@ def dpsgd_experiment(model: keras.Model, x: np.ndarray, y: np.ndarray, *, phase:
                         cell = cells[(c, e, b)]
                         cell["succ"] += int(guess == bit)
                         cell["oracle"] += pancake.success_averaged(dq, sigma, b, gamma, d)
-    from tfdp.papers.gpm.experiments import clopper_pearson  # pylint: disable=import-outside-toplevel
     rows = []
     for (c, e, b), cell in cells.items():
         lo, hi = clopper_pearson(cell["succ"], trials)

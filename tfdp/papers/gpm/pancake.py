@@ -28,6 +28,7 @@ from scipy import special, stats
 
 from tfdp import checks
 from tfdp.mechanisms import gaussian
+import tensorflow as tf
 
 __all__ = [
     "GPMResearchWarning", "GaussianPancakeMechanism", "gm_sigma", "gm_eps", "covert_gamma",
@@ -425,7 +426,6 @@ def tf_pancake_noise(w: Any, sigma: float, beta: float, gamma: float, num: int, 
     Returns:
       tf.float64 tensor [num, d].
     """
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     w_np = _check_key(w)
     if w_np.ndim != 1:

@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from tfdp import mechanisms
+import argparse
 
 
 def figure1_table(epsilons: Optional[Sequence[float]] = None, delta: float = 1e-5,
@@ -46,8 +47,10 @@ def figure1_table(epsilons: Optional[Sequence[float]] = None, delta: float = 1e-
 
 def write_figure1(out_dir: str, delta: float = 1e-5) -> tuple[str, str]:
     """Writes figure1.png and figure1.csv into `out_dir`; returns their paths."""
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     table = figure1_table(delta=delta)
     os.makedirs(out_dir, exist_ok=True)
@@ -75,7 +78,6 @@ def write_figure1(out_dir: str, delta: float = 1e-5) -> tuple[str, str]:
 
 def main() -> None:
     """Command line: python -m tfdp.papers.hgm.figure [--out_dir=DIR]."""
-    import argparse  # pylint: disable=import-outside-toplevel
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out_dir", default=os.path.join("results", "hgm"))
     args = parser.parse_args()

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp import mechanisms
+import keras
 
 # Sensitivity modes (HGM Eq. 6; docs/hgm.md). layer_max and layer_sum are sound for l_inf
 # attacks; l2_fourier and l2_patch are sound for l2 attacks (their certificates are l2).
@@ -295,7 +296,6 @@ def pretrain_redistribution(build_fn: Callable[[], Any], h1_layer: str, noise_la
     Raises:
         ValueError: on bad arguments.
     """
-    import keras  # pylint: disable=import-outside-toplevel
     if int(epochs) < 1:
         raise ValueError(f"epochs: expected >= 1, got {epochs!r}")
     rng = rng if rng is not None else np.random.default_rng()

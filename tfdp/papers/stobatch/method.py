@@ -53,6 +53,8 @@ from tfdp.mechanisms import budgets
 from tfdp.papers.stobatch import models
 from tfdp.train import replica
 from tfdp.train.base import Method
+from tfdp import data
+from tfdp.train import loop
 
 PAIRINGS = ("alg4_fixed_pairs", "per_epoch_random")
 BN_STATS = ("global", "per_microbatch")
@@ -373,7 +375,6 @@ class StoBatch(Method):
         Returns:
             n_b int64 index arrays of 2m: positions [0, m) benign, [m, 2m) adversarial source.
         """
-        from tfdp import data  # pylint: disable=import-outside-toplevel
         partition = np.asarray(data.fixed_batches(num_examples, self.m, fixed_seed))
         n_b = len(partition)
         if n_b < 2:
@@ -473,7 +474,6 @@ class StoBatch(Method):
 
     def build_model(self, input_shape, num_classes):
         """Builds StoBatchNet and the auto-encoder's Adam inside the strategy scope."""
-        from tfdp.train import loop  # pylint: disable=import-outside-toplevel
         if self.budget is None:
             raise RuntimeError("setup must run before build_model")
         replicas = int(tf.distribute.get_strategy().num_replicas_in_sync)
