@@ -269,4 +269,14 @@ def replica_seed(seed: Any) -> tf.Tensor:
         raise ValueError(f"seed must be an integer tensor of shape [2], got {seed_t}")
     ctx = tf.distribute.get_replica_context()
     replica = 0 if ctx is None else ctx.replica_id_in_sync_group
-    return tf.random.experimental.stateless_fold_in(tf.cast(seed_t, tf.int64), replica)
+    return fold_in_replica(tf.cast(seed_t, tf.int64), replica)
+
+
+def fold_in_replica(seed: Any, replica_id: Any) -> tf.Tensor:
+    """`seed` (int64 [2]) with a replica id folded in: independent noise per replica.
+
+    The one fold-in of tfdp: `replica_seed` (replica from the strategy's context) and
+    `tfdp.train.base.StepContext.replica_seed` (replica from the step's context) use it.
+    """
+    return tf.random.experimental.stateless_fold_in(tf.convert_to_tensor(seed),
+                                                    tf.cast(replica_id, tf.int64))

@@ -182,11 +182,10 @@ def step_seed(seed: Any, salt: int = 0) -> Any:
 
 
 def replica_seed(seed: Any, replica_id: Any) -> Any:
-    """`seed` with a replica id folded in: independent noise per replica (one helper)."""
+    """`seed` with a replica id folded in (`tfdp.mechanisms.sampling.fold_in_replica`)."""
     # lazy: loads tensorflow; importing tfdp.train.base does not
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    return tf.random.experimental.stateless_fold_in(tf.convert_to_tensor(seed),
-                                                    tf.cast(replica_id, tf.int64))
+    from tfdp.mechanisms import sampling  # pylint: disable=import-outside-toplevel
+    return sampling.fold_in_replica(seed, replica_id)
 
 
 def derive_seed(run_key: int, stream: int, index: int = 0, bits: int = 192) -> int:
