@@ -38,9 +38,12 @@ NOISE_SEED_NOTES = {
 }
 
 _ENTRY_FIELDS = ("name", "mechanism", "epsilon", "delta", "protects", "composition", "group",
-                 "claimed_epsilon", "claimed_delta", "note", "relation", "covers", "segments")
-# Fields a ledger file written before `relation` / `covers` / `segments` existed may lack.
-_OPTIONAL_DEFAULTS = {"relation": "replace_one", "covers": "", "segments": None}
+                 "claimed_epsilon", "claimed_delta", "note", "relation", "covers", "segments",
+                 "dp_event")
+# Fields a ledger file written before `relation` / `covers` / `segments` / `dp_event` existed
+# may lack.
+_OPTIONAL_DEFAULTS = {"relation": "replace_one", "covers": "", "segments": None,
+                      "dp_event": None}
 # Keys of one executed segment of a per-step spend (see `PrivacyLedger.record_steps`).
 SEGMENT_KEYS = ("start_step", "steps", "passes", "num_examples", "batch_size",
                 "noise_multiplier")
@@ -111,7 +114,7 @@ class PrivacyLedger:
             protects: str = "", composition: str = "sequential", group: Optional[str] = None,
             claimed_epsilon: Optional[float] = None, claimed_delta: Optional[float] = None,
             note: str = "", relation: str = "replace_one", covers: str = "",
-            segments: Optional[list] = None) -> dict:
+            segments: Optional[list] = None, dp_event: Optional[dict] = None) -> dict:
         """Adds a named entry (one spend of privacy budget).
 
         Idempotence is explicit: re-adding an entry is a no-op only when it names the same
@@ -136,6 +139,9 @@ class PrivacyLedger:
             covers: what this spend covers (e.g. "setup", "steps 0-59"); a re-add with the
                 same non-empty `covers` and content is recognised as a replay.
             segments: for per-step spends, the executed segments (see `record_steps`).
+            dp_event: for per-step spends, the dp_accounting event of the sound epsilon in its
+                JSON form (`event_to_json`); it must be the event of `segments` (None when the
+                spend is unbounded). `record_steps` sets it.
 
         Returns:
             A copy of the stored entry.
@@ -146,7 +152,8 @@ class PrivacyLedger:
         entry = _make_entry(name, mechanism=mechanism, epsilon=epsilon, delta=delta,
                             protects=protects, composition=composition, group=group,
                             claimed_epsilon=claimed_epsilon, claimed_delta=claimed_delta,
-                            note=note, relation=relation, covers=covers, segments=segments)
+                            note=note, relation=relation, covers=covers, segments=segments,
+                            dp_event=dp_event)
         existing = self._entries.get(entry["name"])
         if existing is not None:
             if entry["covers"] and existing["covers"] == entry["covers"]:
@@ -243,11 +250,13 @@ class PrivacyLedger:
             if old == segs:
                 return dict(existing)
             del self._entries[name]
+        event = None if unbounded else event_to_json(dp_accounting.ComposedDpEvent(
+            _segment_events(segs, _EVENT_SAMPLING[relation])))
         try:
             return self.add(name, mechanism=f"dpsgd_{accountant}", epsilon=sound, delta=dlt,
                             protects=protects, composition="sequential",
                             claimed_epsilon=claimed, note=text, relation=relation,
-                            covers=covers, segments=segs)
+                            covers=covers, segments=segs, dp_event=event)
         except ValueError:
             if existing is not None:
                 self._entries[name] = existing
@@ -497,6 +506,18 @@ def _make_entry(name: Any, **kw: Any) -> dict:
     }
     if entry["relation"] not in RELATIONS:
         raise ValueError(f"relation must be one of {RELATIONS}, got {kw['relation']!r}")
+    event = kw.get("dp_event")
+    if event is not None:
+        if entry["segments"] is None:
+            raise ValueError("dp_event: only a per-step spend (with segments) records one")
+        if math.isinf(entry["epsilon"]):
+            raise ValueError("dp_event: an unbounded spend (epsilon inf) has no event")
+        want = event_to_json(dp_accounting.ComposedDpEvent(
+            _segment_events(entry["segments"], _EVENT_SAMPLING[entry["relation"]])))
+        if event != want:
+            raise ValueError(f"dp_event: {event!r} is not the event of the entry's segments "
+                             f"({want!r})")
+    entry["dp_event"] = event
     if not isinstance(entry["covers"], str):
         raise ValueError(f"covers must be a string, got {kw['covers']!r}")
     return entry
@@ -566,6 +587,62 @@ def segments_epsilon(segments: list, *, delta: float, accountant: str = "rdp",
         return 0.0
     return float(_make_accountant(accountant).compose(
         dp_accounting.ComposedDpEvent(events)).get_epsilon(dlt))
+
+
+# The event a per-step entry records, by its relation: Poisson lots (add/remove-one) or the
+# per-pass bound of shuffled batches without amplification (replace-one).
+_EVENT_SAMPLING = {"add_remove": "poisson", "replace_one": "shuffle_no_amplification"}
+# The dp_accounting events a ledger entry can record, with their fields in order.
+_EVENT_FIELDS = {
+    "ComposedDpEvent": ("events",),
+    "SelfComposedDpEvent": ("event", "count"),
+    "PoissonSampledDpEvent": ("sampling_probability", "event"),
+    "GaussianDpEvent": ("noise_multiplier",),
+}
+
+
+def event_to_json(event: dp_accounting.DpEvent) -> dict:
+    """A dp_accounting event as JSON data: {"type": class name, field: value, ...}.
+
+    Raises:
+        ValueError: for an event type a ledger does not record (`_EVENT_FIELDS`).
+    """
+    kind = type(event).__name__
+    if kind not in _EVENT_FIELDS:
+        raise ValueError(f"event: a ledger records {sorted(_EVENT_FIELDS)}, got {kind}")
+    out: dict = {"type": kind}
+    for field in _EVENT_FIELDS[kind]:
+        value = getattr(event, field)
+        if field == "events":
+            out[field] = [event_to_json(e) for e in value]
+        elif field == "event":
+            out[field] = event_to_json(value)
+        else:
+            out[field] = int(value) if field == "count" else float(value)
+    return out
+
+
+def event_from_json(data: Any) -> dp_accounting.DpEvent:
+    """The dp_accounting event of `event_to_json` data (e.g. a ledger entry's `dp_event`).
+
+    Raises:
+        ValueError: on data that is not such an event.
+    """
+    if not isinstance(data, dict) or data.get("type") not in _EVENT_FIELDS:
+        raise ValueError(f"dp_event: expected one of {sorted(_EVENT_FIELDS)}, got {data!r}")
+    kind = data["type"]
+    if set(data) != {"type", *_EVENT_FIELDS[kind]}:
+        raise ValueError(f"dp_event: {kind} takes {_EVENT_FIELDS[kind]}, got {sorted(data)}")
+    args = []
+    for field in _EVENT_FIELDS[kind]:
+        value = data[field]
+        if field == "events":
+            args.append([event_from_json(e) for e in value])
+        elif field == "event":
+            args.append(event_from_json(value))
+        else:
+            args.append(value)
+    return getattr(dp_accounting, kind)(*args)
 
 
 def _segment_events(segs: list, sampling: str) -> list:

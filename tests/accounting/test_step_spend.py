@@ -73,3 +73,35 @@ def test_bad_fields_are_refused_naming_the_field(kw, match):
 def test_the_spend_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         _spend().name = "other"
+
+
+def test_the_ledger_records_the_event_and_refuses_an_edited_one(tmp_path):
+    """Issue 28: a per-step entry records its dp_accounting event; the file's event rebuilds
+    to the entry's epsilon, and an event that is not the segments' is refused on load."""
+    import json  # pylint: disable=import-outside-toplevel
+    import dp_accounting  # pylint: disable=import-outside-toplevel
+    for sampling in ("poisson", "shuffle"):
+        spend = accounting.StepSpend(name="dpsgd", noise_multiplier=1.1, sampling=sampling,
+                                     accountant="rdp", delta=1e-5)
+        ledger = accounting.PrivacyLedger()
+        segs = [spend.segment(0, 50, 2, 1000, 40), spend.segment(50, 30, 1, 1000, 20)]
+        entry = spend.record(ledger, segs)
+        event = accounting.event_from_json(entry["dp_event"])
+        assert event == spend.dp_event(segs)
+        acc = dp_accounting.rdp.RdpAccountant()
+        acc.compose(event)
+        assert acc.get_epsilon(1e-5) == pytest.approx(entry["epsilon"], rel=1e-9)
+        path = ledger.save(str(tmp_path / f"{sampling}.json"))
+        assert accounting.PrivacyLedger.load(path).entries[0]["dp_event"] == entry["dp_event"]
+        data = json.load(open(path))
+        data["entries"][0]["dp_event"]["events"][0]["count"] = 5  # fewer steps than ran
+        json.dump(data, open(path, "w"))
+        with pytest.raises(ValueError, match="dp_event: .* is not the event of the entry's "
+                                             "segments"):
+            accounting.PrivacyLedger.load(path)
+    unbounded = accounting.StepSpend(name="x", noise_multiplier=1.0, sampling="poisson",
+                                     accountant="rdp", delta=1e-5, unbounded=True)
+    ledger = accounting.PrivacyLedger()
+    assert unbounded.record(ledger, [unbounded.segment(0, 10, 1, 100, 10)])["dp_event"] is None
+    with pytest.raises(ValueError, match="dp_event"):
+        accounting.event_from_json({"type": "LaplaceDpEvent", "noise_multiplier": 1.0})
