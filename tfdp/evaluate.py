@@ -36,7 +36,6 @@ import layers as layers_lib
 from tfdp import soundness
 import json
 from tfdp.train import report
-from tfdp.apps.runs import clopper_pearson
 from tfdp import data as data_lib
 
 PLOT_FILE = "accuracy_vs_attack_size.png"
@@ -625,6 +624,8 @@ def plot_accuracy(path: str, summary: Mapping[str, Any]) -> str:
     N evaluated examples; the title names the method, data, sound epsilon, N and whether the
     certificates are sound.
     """
+    # lazy: tfdp.apps.runs defines absl flags when imported; library modules define none
+    from tfdp.apps.runs import clopper_pearson  # pylint: disable=import-outside-toplevel
     # lazy: matplotlib only when a figure is drawn
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")

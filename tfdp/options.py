@@ -191,6 +191,7 @@ positive = _rule("a finite number > 0", lambda v: _finite(v) and v > 0)
 nonnegative = _rule("a finite number >= 0", lambda v: _finite(v) and v >= 0)
 open_unit = _rule("a number in (0, 1)", lambda v: _finite(v) and 0 < v < 1)
 unit_interval = _rule("a number in [0, 1]", lambda v: _finite(v) and 0 <= v <= 1)
+below_one = _rule("a number in [0, 1)", lambda v: _finite(v) and 0 <= v < 1)
 
 
 def at_least(bound: int) -> Any:

@@ -41,6 +41,19 @@ def _resolve(name: str, known: dict[str, str]) -> str | None:
     return None
 
 
+def _targets(node, mod: str, is_pkg: bool, known: dict[str, str]) -> list[str]:
+    """The dotted names an import statement of module `mod` imports (relative ones resolved;
+    `from pkg import name` names the submodule when `pkg.name` is a module)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = node.module or ""
+    if node.level:
+        anchor = mod.split(".") if is_pkg else mod.split(".")[:-1]
+        anchor = anchor[:len(anchor) - (node.level - 1)]
+        base = ".".join(anchor + ([base] if base else []))
+    return [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+
+
 def edges(known: dict[str, str] | None = None) -> dict[str, dict[str, list[int]]]:
     """importer -> {imported module: [line numbers]}; an import of a package's submodule
     (`from tfdp.certify import core`) counts as an edge to the submodule only."""
@@ -51,18 +64,8 @@ def edges(known: dict[str, str] | None = None) -> dict[str, dict[str, list[int]]
             tree = ast.parse(f.read(), path)
         is_pkg = os.path.basename(path) == "__init__.py"
         for node in ast.walk(tree):
-            targets = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = mod.split(".") if is_pkg else mod.split(".")[:-1]
-                    anchor = anchor[:len(anchor) - (node.level - 1)]
-                    base = ".".join(anchor + ([base] if base else []))
-                for a in node.names:
-                    full = f"{base}.{a.name}"
-                    targets.append(full if full in known else base)
+            targets = (_targets(node, mod, is_pkg, known)
+                       if isinstance(node, (ast.Import, ast.ImportFrom)) else [])
             for t in targets:
                 dest = _resolve(t, known)
                 if dest is not None and dest != mod:
@@ -119,18 +122,7 @@ def _imports(tree: ast.AST, mod: str, is_pkg: bool, known: dict[str, str], top_l
             inside = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                        ast.Lambda))
             if isinstance(child, (ast.Import, ast.ImportFrom)) and in_function != top_level:
-                targets = []
-                if isinstance(child, ast.Import):
-                    targets = [a.name for a in child.names]
-                else:
-                    base = child.module or ""
-                    if child.level:
-                        anchor = mod.split(".") if is_pkg else mod.split(".")[:-1]
-                        anchor = anchor[:len(anchor) - (child.level - 1)]
-                        base = ".".join(anchor + ([base] if base else []))
-                    for a in child.names:
-                        full = f"{base}.{a.name}"
-                        targets.append(full if full in known else base)
+                targets = _targets(child, mod, is_pkg, known)
                 resolved = [_resolve(t, known) or t for t in targets]
                 out.append((child, resolved))
             visit(child, inside)

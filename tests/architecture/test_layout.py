@@ -80,7 +80,9 @@ def test_every_builtin_paper_declares_itself_and_the_registry_imports_no_paper()
 def test_function_level_imports_are_needed_and_say_why():
     """Issue 28: an import inside a function only where it keeps a slow or optional package
     (TensorFlow, Keras, matplotlib, scipy, ...) out of a module whose import does not load one,
-    or for matplotlib (figures only); each says why in a comment ("# lazy: ..." or
+    for matplotlib (figures only), or for an app module (it defines absl flags when imported:
+    a library module defines none, another app only for the subcommand that needs them); each
+    says why in a comment ("# lazy: ..." or
     "# optional: ...") on the line before it, or above its run of imports."""
     known = imports.modules()
     heavy = imports.heavy_at_import(known)
@@ -99,6 +101,8 @@ def test_function_level_imports_are_needed_and_say_why():
         if reason.startswith("# optional:"):
             continue
         for target in targets:
+            if target.startswith("tfdp.apps.") and target != mod:
+                continue  # an app defines absl flags when imported: only where they are wanted
             root = target.split(".")[0]
             loads = (root if target not in known and root in imports.HEAVY else
                      next((heavy[p] for p in imports._parents(target, known)  # pylint: disable=protected-access

@@ -30,9 +30,7 @@ import numpy as np
 
 from tfdp.apps import cli
 import dataclasses
-from tfdp.apps import train as train_app
 from tfdp import rundir
-import tfdp.apps.train
 
 _BEFORE = set(flags.FLAGS)
 SUBCOMMANDS = ("samplers", "dp", "training", "gpm-hist", "gpm-dpsgd", "gpm-bounds",
@@ -278,6 +276,8 @@ def _blackbox_run(spec: Any, data: Any, rng: np.random.Generator) -> tuple:
     Returns:
       (canaries, training inputs with canaries, RunResult, scores).
     """
+    # lazy: an app module defines absl flags when imported
+    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
     # lazy: loads scipy; importing tfdp.apps.audit does not
     from tfdp.audit import training  # pylint: disable=import-outside-toplevel
     # lazy: loads keras; importing tfdp.apps.audit does not
@@ -315,6 +315,8 @@ def _blackbox_run(spec: Any, data: Any, rng: np.random.Generator) -> tuple:
 
 def _whitebox_run(spec: Any, data: Any, rng: np.random.Generator) -> tuple:
     """White-box DP-SGD run with Dirac gradient canaries (`tfdp.audit.whitebox`)."""
+    # lazy: an app module defines absl flags when imported
+    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
     # lazy: loads scipy/tensorflow; importing tfdp.apps.audit does not
     from tfdp.audit import training, whitebox  # pylint: disable=import-outside-toplevel
 
@@ -337,6 +339,8 @@ def _whitebox_run(spec: Any, data: Any, rng: np.random.Generator) -> tuple:
 
 
 def _cmd_training(out: str, spec: Any) -> None:
+    # lazy: an app module defines absl flags when imported
+    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
     # lazy: loads scipy; importing tfdp.apps.audit does not
     from tfdp.audit import training  # pylint: disable=import-outside-toplevel
 
@@ -579,15 +583,21 @@ def _define_training_common_flags() -> None:
     apps' boolean one (both only steer logging)."""
     if "tfdp.apps.train" not in sys.modules and "verbose" in flags.FLAGS:
         delattr(flags.FLAGS, "verbose")
+    # lazy: an app module defines absl flags when imported
+    import tfdp.apps.train  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
 
 
 def _train_common_flags() -> tuple:
+    # lazy: an app module defines absl flags when imported
+    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
     return tuple(n for n in train_app.COMMON_FLAGS if n not in OWN_FLAGS)
 
 
 def define_training_flags() -> None:
     """Defines every tfdp-train flag, the methods' too, for `tfdp-audit training`."""
     _define_training_common_flags()
+    # lazy: an app module defines absl flags when imported
+    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
     train_app.define_method_flags()
 
 

@@ -24,7 +24,6 @@ import numpy as np
 from tfdp import data
 from tfdp.train.base import StepContext
 import tempfile
-from tfdp.apps import train as train_app
 from tfdp import tf_privacy_shim
 from importlib import metadata
 import threading
@@ -130,6 +129,8 @@ def _train_path_step(system: str, model: str, args: Any) -> tuple[Callable, dict
     # lazy: loads tensorflow; importing tfdp.bench.dpsgd_worker does not
     import tensorflow as tf
     from tfdp import kernels
+    # lazy: tfdp.apps.train defines absl flags when imported; library modules define none
+    from tfdp.apps import train as train_app
     # lazy: loads keras; importing tfdp.bench.dpsgd_worker does not
     from tfdp.train import loop
     # lazy: loads tensorflow; importing tfdp.bench.dpsgd_worker does not

@@ -111,7 +111,7 @@ class AdLMConfig:
         "freshly shuffled batches each epoch.", choices=BATCH_SCHEDULES)
     bn_momentum: float = options.field(
         0.9, "Batch-norm moving-average momentum (bn_clip).",
-        check=options._rule("a number in [0, 1)", lambda v: 0.0 <= v < 1.0))  # pylint: disable=protected-access
+        check=options.below_one)
     bn_eval: str = options.field(
         "moving", "bn_clip batch norm at inference: moving statistics, or batch statistics as "
         "the code release (evaluate in large batches; the loop uses 1000).",

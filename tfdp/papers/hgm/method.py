@@ -40,9 +40,6 @@ R_SOURCES = ("nonprivate_pretrain", "public_split", "uniform", "file")
 R_PRETRAIN_ENTRY = "hgm_r_nonprivate_pretrain"
 _GAMMA_SALT = 7919  # folds the step seed into the robustness-noise stream
 
-_below_one = options._rule("a number in [0, 1)", lambda v: 0.0 <= v < 1.0)  # pylint: disable=protected-access
-
-
 @options.declare("hgm_")
 class SecureSGDConfig(privatize.DPSGDSettings):
     """Secure-SGD / HGM / PixelDP settings (the hgm_* flags without the prefix): the single
@@ -79,7 +76,7 @@ class SecureSGDConfig(privatize.DPSGDSettings):
                                 check=options.nonnegative)
     r_mix: float = options.field(0.0, "Weight lam of the uniform vector mixed into r.",
                                  check=options.unit_interval)
-    r_floor: float = options.field(0.01, "Floor of r relative to 1/K.", check=_below_one)
+    r_floor: float = options.field(0.01, "Floor of r relative to 1/K.", check=options.below_one)
     pretrain_epochs: int = options.field(1, "Noise-free pre-training epochs for r.",
                                          check=options.at_least(1))
     pretrain_examples: int = options.field(5000, "Examples whose gradients give r.",

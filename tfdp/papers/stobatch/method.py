@@ -64,7 +64,6 @@ DTYPES = models.COMPUTE_DTYPES
 
 ADV_SOURCES = ("noisy", "raw")
 ADV_NOISES = ("train", "zero")
-_FRACTION = options._rule("a number in [0, 1)", lambda v: 0.0 <= v < 1.0)  # pylint: disable=protected-access
 
 
 @options.declare("stobatch_")
@@ -114,7 +113,7 @@ class StoBatchConfig:
         check=options.positive)
     bn_momentum: float = options.field(
         0.99, "StoBatch: momentum of the BN moving statistics (used at inference and by the "
-        "training attacks; short runs need a smaller value).", check=_FRACTION)
+        "training attacks; short runs need a smaller value).", check=options.below_one)
     bn_eval: str = options.field(
         "moving", "StoBatch: BN at inference and in the training attacks: moving (default) or "
         "batch (statistics of the evaluated batch; the reference code's MNIST/CIFAR-10 "
