@@ -131,7 +131,7 @@ def _imports(tree: ast.AST, mod: str, is_pkg: bool, known: dict[str, str], top_l
     return out
 
 
-def _parents(name: str, known: dict[str, str]) -> list[str]:
+def parents(name: str, known: dict[str, str]) -> list[str]:
     """`name` and the packages above it that importing it runs (their __init__)."""
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)
@@ -161,7 +161,7 @@ def heavy_at_import(known: dict[str, str] | None = None) -> dict[str, str]:
         seen.add(mod)
         for target in direct.get(mod, ()):
             if target in known:
-                for dep in _parents(target, known):
+                for dep in parents(target, known):
                     found = heavy(dep, seen)
                     if found:
                         result[mod] = found
@@ -172,7 +172,7 @@ def heavy_at_import(known: dict[str, str] | None = None) -> dict[str, str]:
         return None
 
     for mod in known:
-        for dep in _parents(mod, known):
+        for dep in parents(mod, known):
             found = heavy(dep, set())
             if found:
                 result[mod] = found

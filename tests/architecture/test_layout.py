@@ -105,7 +105,7 @@ def test_function_level_imports_are_needed_and_say_why():
                 continue  # an app defines absl flags when imported: only where they are wanted
             root = target.split(".")[0]
             loads = (root if target not in known and root in imports.HEAVY else
-                     next((heavy[p] for p in imports._parents(target, known)  # pylint: disable=protected-access
+                     next((heavy[p] for p in imports.parents(target, known)
                            if p in heavy), None))
             if loads is None:
                 problems.append(f"{where}: {target} loads no slow package: import it at the top")

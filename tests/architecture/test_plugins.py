@@ -120,7 +120,8 @@ def test_a_toy_paper_trains_and_reproduces_from_the_command_line(toy_paper, tmp_
                           "--dataset=sample", "--toy_hidden=0",
                           f"--model_dir={tmp_path / 'bad'}"],
                          cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    assert bad.returncode != 0 and "--toy_hidden: expected an integer >= 1, got 0" in bad.stderr + bad.stdout
+    assert bad.returncode != 0
+    assert "--toy_hidden: expected an integer >= 1, got 0" in bad.stderr + bad.stdout
     results, work = tmp_path / "results", tmp_path / "work"
     run = subprocess.run([sys.executable, "-m", "tfdp.apps.reproduce", "--scale=smoke",
                           "--papers=toy", f"--results_dir={results}", f"--work_dir={work}"],

@@ -28,7 +28,8 @@ def _method(model_dir, **options):
 @pytest.mark.parametrize("name,value,text", [
     ("stobatch_adv_source", "clean",
      r"--stobatch_adv_source: expected one of \['noisy', 'raw'\], got 'clean'"),
-    ("stobatch_adv_noise", "half", r"--stobatch_adv_noise: expected one of \['train', 'zero'\], got 'half'"),
+    ("stobatch_adv_noise", "half",
+     r"--stobatch_adv_noise: expected one of \['train', 'zero'\], got 'half'"),
     ("stobatch_input_clip", 0.0, "--stobatch_input_clip: expected a finite number > 0"),
     ("stobatch_input_clip", float("inf"), "--stobatch_input_clip: expected a finite number"),
 ])

@@ -219,7 +219,8 @@ class _RobustnessNoise:
         if self.mechanism == "hgm":  # HGM Theorem 2/3, Alg. 1 line 3, Eq. 10
             return mechanisms.hgm_multiplier(epsilon=self.eps_r, delta=self.settings.delta_r)
         if self.mechanism == "agm":  # Balle & Wang 2018 (the HGM paper's AGM baseline)
-            return mechanisms.analytic_gaussian_sigma(epsilon=self.eps_r, delta=self.settings.delta_r,
+            return mechanisms.analytic_gaussian_sigma(epsilon=self.eps_r,
+                                                      delta=self.settings.delta_r,
                                                       sensitivity=1.0)
         # classical GM, PixelDP (HGM Theorem 1): sqrt(2 ln(1.25/delta_r)) / eps_r
         return mechanisms.classical_gaussian_multiplier(self.settings.delta_r) / self.eps_r
