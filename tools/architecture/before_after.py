@@ -5,7 +5,8 @@ anything else they run) must leave a run's outputs as they were: this trains eac
 `tfdp-train` argument list once with a checkout of commit BEFORE and once with a checkout of
 AFTER (each in its own `git worktree`, run with that tree on PYTHONPATH), then compares the
 final weights (every array, exactly), metrics.json (except wall-clock seconds) and the ledger's
-numbers. The record goes to OUT (JSON).
+numbers. The record goes to OUT (JSON), written after each run; a run that fails with either
+checkout is recorded with its error and counts as not the same.
 
 Run from the repository root with real data in TFDP_DATA_DIR:
     python tools/architecture/before_after.py BEFORE AFTER OUT -- ARGS [-- ARGS ...]
@@ -59,7 +60,7 @@ def _train(tree: str, args: list[str], run_dir: str) -> dict:
     cmd = [sys.executable, "-m", "tfdp.apps.train", *args, f"--model_dir={run_dir}"]
     out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed in {tree}:\n{out.stderr[-3000:]}")
+        return {"failed": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "?"}
     weights = subprocess.run([sys.executable, "-c", _WEIGHTS,
                               os.path.join(run_dir, "model.keras")], cwd=tree, env=env,
                              capture_output=True, text=True, check=True)
@@ -98,22 +99,34 @@ def main(argv: list[str]) -> None:
         for i, args in enumerate(runs):
             results = {name: _train(tree, args, os.path.join(work, f"run{i}-{name}"))
                        for name, tree in trees.items()}
-            same = {part: results["before"][part] == results["after"][part]
-                    for part in ("weights_sha256", "metrics", "ledger")}
-            check = {"command": "tfdp-train " + " ".join(shlex.quote(a) for a in args),
-                     "same": all(same.values()), "same_parts": same,
-                     "final_test_accuracy": results["after"]["metrics"].get("test_accuracy"),
-                     "epsilon": results["after"]["ledger"]["epsilon"]}
+            check = {"command": "tfdp-train " + " ".join(shlex.quote(a) for a in args)}
+            failed = {name: r["failed"] for name, r in results.items() if "failed" in r}
+            if failed:  # recorded, never counted as the same
+                check.update(same=False, failed=failed)
+            else:
+                same = {part: results["before"][part] == results["after"][part]
+                        for part in ("weights_sha256", "metrics", "ledger")}
+                check.update(same=all(same.values()), same_parts=same,
+                             final_test_accuracy=results["after"]["metrics"].get(
+                                 "test_accuracy"),
+                             epsilon=results["after"]["ledger"]["epsilon"])
             record["checks"].append(check)
             print(json.dumps(check), flush=True)
+            _write(out_path, record)
     finally:
         for tree in trees.values():
             subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=_ROOT,
                            check=False)
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    with open(out_path, "w", encoding="utf-8") as f:
+    _write(out_path, record)
+
+
+def _write(path: str, record: dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1)
         f.write("\n")
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":
