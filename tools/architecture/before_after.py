@@ -24,15 +24,9 @@ import sys
 import tempfile
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_TIMES = {"seconds", "started_utc", "finished_utc", "time"}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def _strip(value):
-    if isinstance(value, dict):
-        return {k: _strip(v) for k, v in value.items() if k not in _TIMES}
-    if isinstance(value, list):
-        return [_strip(v) for v in value]
-    return value
+from rerun_check import _strip  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def _ledger_numbers(path: str) -> dict:
