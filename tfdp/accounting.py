@@ -12,7 +12,7 @@ import numpy as np
 
 from tfdp import checks
 from tfdp.mechanisms import _validate
-from tfdp.rundir import write_json_atomic
+from tfdp import rundir
 
 COMPOSITIONS = ("sequential", "parallel", "separate")
 # Neighbouring relations a sound epsilon can refer to: "replace_one" (bounded DP: one record's
@@ -429,7 +429,7 @@ class PrivacyLedger:
 
     def save(self, path: str) -> str:
         """Writes the ledger as JSON atomically; returns the path (inf is written as "inf")."""
-        return write_json_atomic(path, self.to_dict())
+        return rundir.write_json_atomic(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str) -> "PrivacyLedger":

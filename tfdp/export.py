@@ -105,7 +105,8 @@ _EVALUATION_KEYS = ("clean_accuracy", "clean_accuracy_ci95", "clean_certified_ac
                     "value_range", "size_range", "prediction", "attack_target",
                     "attack_labels", "nb_iter", "eot_draws", "certification",
                     "certified_accuracy_note", "num_draws", "alpha", "bound", "robust_rule")
-# ledger.json: the public summary and the entries (mechanism, budget, notes, DP-SGD segments).
+# ledger.json: the public summary and the entries (mechanism, budget, notes, DP-SGD segments
+# and their dp_accounting event).
 _LEDGER_SPEC = {
     **{k: ANY for k in ("epsilon", "delta", "claimed_epsilon", "claimed_delta", "differs",
                         "relation", "guarantee", "note", "noise_seed", "noise_seed_note")},
@@ -113,7 +114,9 @@ _LEDGER_SPEC = {
         **{k: ANY for k in ("name", "mechanism", "epsilon", "delta", "protects",
                             "composition", "group", "claimed_epsilon", "claimed_delta",
                             "note", "relation", "covers")},
-        "segments": [{k: ANY for k in accounting.SEGMENT_KEYS}]}],
+        "segments": [{k: ANY for k in accounting.SEGMENT_KEYS}],
+        # the dp_accounting event of the segments (sampling rates, noise multipliers, counts)
+        "dp_event": ANY}],
 }
 # The certification parameters: public hyper-parameters of the mechanisms, constants, and
 # sensitivities of the released weights (StoBatch's Delta_r^h). Secure-SGD's r_stats keep

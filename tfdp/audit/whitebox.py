@@ -66,12 +66,12 @@ def dirac_dpsgd_class(coords: np.ndarray, included: np.ndarray, store: dict) -> 
                 return dpsgd.per_example_cross_entropy(yi, logits)[0], logits
 
             grads, metrics = privatize.dpsgd_gradients(
-                ctx, model, variables, x, y, example_loss, l2_clip=self.l2_clip,
+                ctx, model, variables, x, y, example_loss, l2_clip=self.settings.l2_clip,
                 noise_multiplier=self.noise_multiplier, clipping=self.clipping_path(),
                 mask=ctx.row_mask() if self.pads_lots() else None)
             batch = float(ctx.global_batch_size)
             q = batch / float(self._require_spec().num_train)  # the lots' Poisson rate
-            c = float(self.l2_clip)
+            c = float(self.settings.l2_clip)
             sampled = tf.random.stateless_uniform(
                 [coords.size], seed=ctx.step_seed(_CANARY_SALT), dtype=tf.float64) < q
             joined = tf.logical_and(sampled, tf.constant(member))
