@@ -74,6 +74,15 @@ def test_reasons_are_generated_from_the_data():
     reason = extract.verdict(row, extract.Value(92.4, "", [92.4]), [m])[1]
     assert "AdLM's MNIST CNN" in reason and "optimizer adam (paper sgd)" in reason
     assert "batch_size 256 (paper 600)" in reason and "paper_settings rows" in reason
+    # The row also declares the full scale's baseline (the paper's network); a model is
+    # described by the one its own settings select, never by both.
+    assert {b.tfdp_network for b in row.baselines} >= {"tfdp's small CNN (substitute)"}
+    assert len(row.baselines) == 2
+    assert "small CNN (substitute) [cnn]" in reason and "without its batch norm" not in reason
+    assert reason.count("baseline dpsgd runs") == 1, reason
+    with open(os.path.join(_RESULTS, "reduced", row.id + ".json"), encoding="utf-8") as f:
+        committed = json.load(f)["reason"]
+    assert committed.count("baseline dpsgd runs") == 1, committed
     # The paper-settings row runs the paper's network and settings: no deviation named.
     row = registry.ROWS_BY_ID["adlm.mnist.dpsgd.eps0.25.paper_settings"]
     job = row.jobs["reduced"]["run"]

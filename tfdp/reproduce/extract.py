@@ -13,6 +13,8 @@ import math
 import statistics
 from typing import Any, Callable
 
+from tfdp import registry as _papers
+from tfdp.reproduce import registry as _rows_registry
 from tfdp.reproduce.registry import Row
 
 VERDICTS = ("reproduced", "within band", "ordering holds", "not reproduced")
@@ -505,14 +507,30 @@ def _privacy_fact(models: list[Model]) -> str:
     return "; ".join(out)
 
 
+def _baseline_of(row: Row, method: str, config: dict[str, Any]):
+    """The Baseline its paper's rows module (`baseline_for`) gives a model's method and
+    settings, or None when the paper declares none."""
+    paper = _papers.papers().get(row.paper)
+    module = None if paper is None else _rows_registry.rows_module(paper)
+    baseline_for = getattr(module, "baseline_for", None)
+    if baseline_for is None:
+        return None
+    return baseline_for(method, {k: str(v) for k, v in config.items()})
+
+
 def _baseline_fact(row: Row, models: list[Model]) -> str:
     """Which baseline deviates from its paper's network / settings, and how."""
-    out = []
-    for spec in getattr(row, "baselines", ()) or ():
-        ms = [m for m in models if m.method == spec.method]
-        if not ms:
+    out, done = [], set()
+    for declared in getattr(row, "baselines", ()) or ():
+        ms = [m for m in models if m.method == declared.method]
+        if not ms or declared.method in done:
             continue
+        done.add(declared.method)
         got = ms[0].config
+        # A row may declare several descriptions of one baseline method (one per scale: the
+        # reduced scale's substitute, the full scale's paper network); the model's own
+        # settings pick the one that describes it.
+        spec = _baseline_of(row, declared.method, got) or declared
         diffs = []
         for key, want in spec.paper_settings:
             have = got.get(key)
