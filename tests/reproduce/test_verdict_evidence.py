@@ -243,3 +243,28 @@ def test_reduced_rows_behind_the_conclusions_rest_on_three_seeds(row_id):
     assert len(rec["seeds"]) >= 3 and len(rec["per_seed"]) == len(rec["seeds"]), rec["seeds"]
     assert rec["value_sd"] is not None and rec["value_sd"] >= 0
     assert rec["value"] == pytest.approx(sum(rec["per_seed"]) / len(rec["per_seed"]))
+
+
+def test_a_methods_paper_explains_its_model_at_chance_in_any_papers_row():
+    # Secure-SGD is HGM's method: HGM's rows module states why a Secure-SGD model under the
+    # sound l_inf sensitivity sits at chance, in HGM's rows and in StoBatch's alike.
+    cfg = registry.settings("flags/hgm/mnist_reduced.flags", ("--epsilon=2",))
+    assert cfg["hgm_sensitivity_mode"] == "layer_max"
+    for row_id in ("hgm.mnist.secure_sgd_rise", "stobatch.mnist.secure_sgd.eps2"):
+        row = registry.ROWS_BY_ID[row_id]
+        at_chance = _model(method="secure_sgd", accuracy=11.0, config=cfg)
+        reason = extract.verdict(row, extract.Value(11.0, "", [11.0]), [at_chance])[1]
+        assert "sound l_inf sensitivity (layer_max)" in reason, reason
+        assert "eps_r = 4, L = 0.2" in reason, reason
+        assert reason.count("sound l_inf sensitivity") == 1
+    row = registry.ROWS_BY_ID["hgm.mnist.secure_sgd_rise"]
+    # Not said of a model that learned, nor under the code release's (unsound) mode.
+    learned = _model(method="secure_sgd", accuracy=60.0, config=cfg)
+    assert "sound l_inf" not in extract.verdict(row, extract.Value(9.0, "", [9.0]),
+                                                [learned])[1]
+    unsound = dict(cfg, hgm_sensitivity_mode="code_spectral")
+    assert "sound l_inf" not in extract.verdict(row, extract.Value(9.0, "", [9.0]), [_model(
+        method="secure_sgd", accuracy=11.0, config=unsound)])[1]
+    # Methods of papers without the hook (DP-SGD is a core method) get no note.
+    assert "sound l_inf" not in extract.verdict(row, extract.Value(9.0, "", [9.0]), [_model(
+        method="dpsgd", accuracy=11.0, config=cfg)])[1]

@@ -565,7 +565,26 @@ def facts(row: Row, models: list[Model] | None) -> str:
     text = _baseline_fact(row, models)
     if text:
         parts.append(text)
+    text = _method_notes(models)
+    if text:
+        parts.append(text)
     return "; ".join(parts)
+
+
+def _method_notes(models: list[Model]) -> str:
+    """What the paper of each model's method says of it (its rows module's `model_note`),
+    once per distinct note (named by the first model it concerns)."""
+    out, seen = [], set()
+    for m in models:
+        paper = _papers.papers().get(_papers.METHOD_PAPER.get(m.method) or "")
+        module = None if paper is None else _rows_registry.rows_module(paper)
+        note = getattr(module, "model_note", None)
+        text = None if note is None else note(
+            m.method, {k: str(v) for k, v in m.config.items()}, m.near_chance)
+        if text and text not in seen:
+            seen.add(text)
+            out.append(f"{_name(m)}: {text}")
+    return "; ".join(out)
 
 
 def inconclusive(row: Row, models: list[Model] | None) -> str | None:

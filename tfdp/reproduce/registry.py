@@ -18,6 +18,8 @@ this one. Besides its rows function, a paper's rows module may define
     fractions of, per data set; absent: none.
   BASELINE_METHODS = (method, ...): the baseline methods among its rows' models (the tests
     check that each is declared by `baseline_for`); absent: none.
+  model_note(method, cfg, near_chance) -> str | None: a fact about a model of one of the
+    paper's own methods (in any paper's row) that a generated reason states; absent: none.
 
 Scales:
   smoke: seconds to a few minutes in total on a CPU; CI runs it. Only the verdicts of rows

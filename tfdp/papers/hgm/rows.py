@@ -1,8 +1,9 @@
 """HGM / Secure-SGD's reproduction rows (Phan et al., IJCAI 2019): Figures 1-5 and the text.
 
 `rows()` is the paper's rows target (`tfdp.papers.hgm.PAPER`). `baseline_for` names the
-network and settings of each baseline, and `SIZE_UNITS` the pixel range the attack sizes are
-fractions of (`tfdp.reproduce.registry` reads both through `tfdp.registry`).
+network and settings of each baseline, `SIZE_UNITS` the pixel range the attack sizes are
+fractions of (`tfdp.reproduce.registry` reads both through `tfdp.registry`), and
+`model_note` what a reason says of a model of HGM's methods, in any paper's row.
 """
 
 from __future__ import annotations
@@ -76,6 +77,29 @@ def baseline_for(method: str, cfg: dict[str, str]) -> Baseline | None:
     """The baseline a model of an HGM row is, given its method (settings unused), or None."""
     del cfg  # every HGM baseline is the same at every setting
     return _BASELINES.get(method)
+
+
+# The sensitivity modes whose certificates are sound (docs/hgm.md, "Findings").
+_SOUND_SENSITIVITY = ("layer_max", "layer_sum")
+
+
+def model_note(method: str, cfg: dict[str, str], near_chance: bool) -> str | None:
+    """A fact about a model of one of HGM's methods that a reason should state, or None.
+
+    A Secure-SGD / HGM-PixelDP model at chance under a sound l_inf sensitivity mode is what
+    the HGM bounds predict at the paper's eps_r and L (docs/hgm.md, "Findings"), not a
+    shortfall of scale; the reason says so, with the model's settings.
+    """
+    del method  # every method of this paper with a sensitivity mode is concerned
+    mode = cfg.get("hgm_sensitivity_mode")
+    if not near_chance or mode not in _SOUND_SENSITIVITY:
+        return None
+    eps_r, bound = cfg.get("hgm_eps_r"), cfg.get("hgm_construction_bound")
+    at = ", ".join(f"{k} = {v}" for k, v in (("eps_r", eps_r), ("L", bound)) if v)
+    return (f"conv1 is bounded with the sound l_inf sensitivity ({mode}), which "
+            f"{'at ' + at + ' ' if at else ''}leaves conv1's signal below the robustness "
+            "noise: more epochs do not lift such a model off chance (docs/hgm.md, Findings); "
+            "the paper's per-map bound trains but is not sound")
 
 
 # --------------------------------------------------------------------------------------------
