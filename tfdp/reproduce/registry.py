@@ -325,9 +325,10 @@ def train_command(method: str, dataset: str, eps: float | None, scale: str,
       scale: smoke | short | reduced | full (short has no flagfile: a name that does not
         exist, so the job reports "not available in this build").
       eps_r: robustness budget override (HGM methods), or None for the flagfile's.
-      variant: StoBatch only: a flagfile variant, e.g. "authors_path" for
+      variant: a flagfile variant of the HGM methods or StoBatch, e.g. "authors_path" for
         `flags/stobatch/<dataset>_<scale>_authors_path.flags` (the authors' code release's
-        data path, issue 29 item 5).
+        data path, issue 29 item 5) or "sound_l2" for
+        `flags/hgm/<dataset>_<scale>_sound_l2.flags` (the sound l2 sensitivity).
 
     Returns:
       (repository-relative flagfile, override arguments).
@@ -340,9 +341,11 @@ def train_command(method: str, dataset: str, eps: float | None, scale: str,
         # PixelDP (and AGM) use uniform r; the flagfile's r source is for Secure-SGD.
         e += ("--hgm_r_source=uniform",) if method in ("pixeldp", "secure_sgd_agm") else ()
         r = () if eps_r is None else (f"--hgm_eps_r={eps_r:g}",)
-        return f"flags/hgm/{dataset}_{scale}.flags", (f"--method={method}",) + e + r
+        suffix = f"_{variant}" if variant else ""
+        return f"flags/hgm/{dataset}_{scale}{suffix}.flags", (f"--method={method}",) + e + r
     if variant and method != "stobatch":
-        raise ValueError(f"variant: only StoBatch has flagfile variants, got {method!r}")
+        raise ValueError(f"variant: only the HGM methods and StoBatch have flagfile variants, "
+                         f"got {method!r}")
     if method == "stobatch":
         suffix = f"_{variant}" if variant else ""
         return (f"flags/stobatch/{dataset}_{scale}{suffix}.flags",
