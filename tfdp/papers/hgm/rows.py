@@ -111,7 +111,7 @@ def model_note(method: str, cfg: dict[str, str], near_chance: bool) -> str | Non
     at = ", ".join(f"{k} = {v}" for k, v in (("eps_r", eps_r), ("L", bound)) if v)
     return (f"conv1 is bounded with the sound l_inf sensitivity ({mode}), which "
             f"{'at ' + at + ' ' if at else ''}leaves conv1's signal below the robustness "
-            "noise; in tfdp's runs 5-10 times the epochs left such models at chance (docs/hgm.md, "
+            "noise; in tfdp's runs 5-10 times the epochs left Secure-SGD at chance (docs/hgm.md, "
             "Findings); the paper's per-map bound trains but is not sound, the sound l2 "
             "bound trains (the *.sound_l2 rows)")
 
