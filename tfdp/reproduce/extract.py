@@ -507,15 +507,22 @@ def _privacy_fact(models: list[Model]) -> str:
     return "; ".join(out)
 
 
+def _rows_hook(paper_name: str | None, name: str):
+    """A paper's optional rows-module hook (`baseline_for`, `model_note`), or None."""
+    paper = _papers.papers().get(paper_name or "")
+    module = None if paper is None else _rows_registry.rows_module(paper)
+    return getattr(module, name, None)
+
+
+def _settings_text(config: dict[str, Any]) -> dict[str, str]:
+    return {k: str(v) for k, v in config.items()}
+
+
 def _baseline_of(row: Row, method: str, config: dict[str, Any]):
     """The Baseline its paper's rows module (`baseline_for`) gives a model's method and
     settings, or None when the paper declares none."""
-    paper = _papers.papers().get(row.paper)
-    module = None if paper is None else _rows_registry.rows_module(paper)
-    baseline_for = getattr(module, "baseline_for", None)
-    if baseline_for is None:
-        return None
-    return baseline_for(method, {k: str(v) for k, v in config.items()})
+    baseline_for = _rows_hook(row.paper, "baseline_for")
+    return None if baseline_for is None else baseline_for(method, _settings_text(config))
 
 
 def _baseline_fact(row: Row, models: list[Model]) -> str:
@@ -575,12 +582,11 @@ def _method_notes(models: list[Model]) -> str:
     """What the paper of each model's method says of it (its rows module's `model_note`),
     once per distinct note (named by the first model it concerns)."""
     out, seen = [], set()
+    _papers.ensure_loaded()  # METHOD_PAPER is filled on first use
     for m in models:
-        paper = _papers.papers().get(_papers.METHOD_PAPER.get(m.method) or "")
-        module = None if paper is None else _rows_registry.rows_module(paper)
-        note = getattr(module, "model_note", None)
-        text = None if note is None else note(
-            m.method, {k: str(v) for k, v in m.config.items()}, m.near_chance)
+        note = _rows_hook(_papers.METHOD_PAPER.get(m.method), "model_note")
+        text = None if note is None else note(m.method, _settings_text(m.config),
+                                              m.near_chance)
         if text and text not in seen:
             seen.add(text)
             out.append(f"{_name(m)}: {text}")

@@ -8,9 +8,9 @@ fractions of (`tfdp.reproduce.registry` reads both through `tfdp.registry`), and
 
 from __future__ import annotations
 
-from tfdp.reproduce.registry import (EOT_ARGS, NOISY_METHODS, SCALES, Baseline, Criterion, Job,
-                                     Row, combine, eot_soundness_row, eval_args, python,
-                                     trainer_jobs)
+from tfdp.reproduce.registry import (EOT_ARGS, HGM_METHODS, NOISY_METHODS, SCALES, Baseline,
+                                     Criterion, Job, Row, combine, eot_soundness_row, eval_args,
+                                     python, trainer_jobs)
 
 # --------------------------------------------------------------------------------------------
 # Jobs
@@ -44,16 +44,15 @@ def _hgm(method: str, dataset: str, eps: float | None, sizes: str, certify: bool
             est, eval_est = (540 if method == "adlm" else 60), 20
         out[scale] = trainer_jobs("hgm", method, dataset, eps, scale,
                                   args or eval_args(sizes, certify), eps_r=eps_r,
-                                  variant=variant if method in _VARIANT_METHODS else "",
+                                  # A flagfile variant (flags/hgm/<dataset>_<scale>_<variant>.flags)
+                                  # holds HGM's methods; other roles keep their own flagfiles.
+                                  variant=variant if method in HGM_METHODS else "",
                                   num_examples=num_examples,
                                   size_unit=SIZE_UNITS[dataset], compute=_COMPUTE.get(dataset, ""),
                                   est_seconds=est, eval_est_seconds=eval_est)
     return out
 
 
-# The methods a flagfile variant applies to (flags/hgm/<dataset>_<scale>_<variant>.flags
-# selects them with --method); the other roles of a variant row keep their own flagfiles.
-_VARIANT_METHODS = ("secure_sgd", "secure_sgd_agm", "hgm_pixeldp", "pixeldp")
 # The sound-l2 rows' evaluation images, for both models of a comparison (Secure-SGD's
 # Monte-Carlo prediction takes 500 draws per image).
 _SOUND_L2_EXAMPLES = {"reduced": 500}
