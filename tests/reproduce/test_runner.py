@@ -201,3 +201,88 @@ def test_outputs_go_under_runs_unless_the_repository_is_named(tmp_path):
     out = tmp_path / "runs" / "reproduce" / "results"
     assert (out / "REPRODUCTION.md").exists() and (out / "preamble.md").exists()
     assert sorted(os.listdir(tmp_path)) == ["runs"]
+
+
+def _write_job(res, scale, key, **fields):
+    os.makedirs(os.path.join(res, scale, "jobs"), exist_ok=True)
+    rec = dict({"status": "ok", "key": key, "output": {}}, **fields)
+    with open(os.path.join(res, scale, "jobs", f"{key}.json"), "w", encoding="utf-8") as f:
+        json.dump(rec, f)
+
+
+def test_an_evaluation_of_a_model_retrained_since_runs_again_and_its_row_is_stale(
+        tmp_path, monkeypatch):
+    """An evaluation scores the model its training job made when it ran; a later rerun of that
+    training makes it outdated: it runs again, and meanwhile its rows are stale."""
+    row = registry.ROWS_BY_ID["stobatch.mnist.eot_soundness"]
+    tasks = runner.tasks_for([row], "smoke", 1)
+    train = next(t for t in tasks if t.job.kind == "train")
+    ev = next(t for t in tasks if t.job.kind == "evaluate")
+    assert runner.model_task(ev, "smoke") == train and runner.model_task(train, "smoke") is None
+    res, work = str(tmp_path / "res"), str(tmp_path / "work")
+    _write_job(res, "smoke", train.key, finished_utc="2026-11-26T10:00:00Z")
+    _write_job(res, "smoke", ev.key, started_utc="2026-11-25T09:00:00Z")  # before: outdated
+    os.makedirs(os.path.join(work, "smoke", train.key))
+    open(os.path.join(work, "smoke", train.key, "model.keras"), "w").close()
+    done = runner.load_job(res, "smoke", ev.key)
+    why = runner.outdated(res, "smoke", ev, done)
+    assert why is not None and train.key in why and "2026-11-26T10:00:00Z" in why
+    # Its row is stale, with the earlier number kept apart, never as a result.
+    with open(os.path.join(res, "smoke", f"{row.id}.json"), "w", encoding="utf-8") as f:
+        json.dump({"id": row.id, "verdict": "reproduced", "value": 0.0, "value_text": "0",
+                   "jobs": [ev.key]}, f)
+    rec = runner.compute_row(row, "smoke", 1, res)
+    assert rec["verdict"] == extract.STALE and rec["value"] is None
+    assert rec["previous_value"] == 0.0 and ev.key in rec["reason"] and train.key in rec["reason"]
+    ran = []
+    monkeypatch.setattr(runner, "run_task", lambda task, *a: ran.append(task.key) or {
+        "status": "ok"})
+    messages = []
+    status = runner.run_tasks([train, ev], "smoke", res, work, None, log=messages.append)
+    assert ran == [ev.key] and status[train.key].startswith("skipped")
+    assert any("ran again" in m and "runs again" in m for m in messages)
+    # An evaluation that saw the training's current record is current (and is skipped).
+    _write_job(res, "smoke", ev.key, started_utc="2026-11-25T09:00:00Z",
+               model_finished_utc="2026-11-26T10:00:00Z")
+    assert runner.outdated(res, "smoke", ev, runner.load_job(res, "smoke", ev.key)) is None
+    ran.clear()
+    runner.run_tasks([train, ev], "smoke", res, work, None, log=lambda m: None)
+    assert ran == []
+    # ... until the training runs again (its record names another finish time).
+    _write_job(res, "smoke", train.key, finished_utc="2026-11-27T10:00:00Z")
+    assert runner.outdated(res, "smoke", ev, runner.load_job(res, "smoke", ev.key))
+
+
+def test_a_training_that_runs_again_takes_its_finished_evaluations_with_it(tmp_path, monkeypatch):
+    row = registry.ROWS_BY_ID["stobatch.mnist.eot_soundness"]
+    tasks = runner.tasks_for([row], "smoke", 1)
+    train = next(t for t in tasks if t.job.kind == "train")
+    ev = next(t for t in tasks if t.job.kind == "evaluate")
+    res, work = str(tmp_path / "res"), str(tmp_path / "work")
+    # The training's job file was deleted (to rerun it); its evaluation is still recorded.
+    _write_job(res, "smoke", ev.key, started_utc="2026-11-25T09:00:00Z",
+               model_finished_utc="2026-11-24T10:00:00Z")
+    ran = []
+    monkeypatch.setattr(runner, "run_task", lambda task, *a: ran.append(task.key) or {
+        "status": "ok"})
+    runner.run_tasks([train, ev], "smoke", res, work, None, log=lambda m: None)
+    assert ran == [train.key, ev.key]
+
+
+def test_every_committed_result_scores_its_models_current_training():
+    """No row of the committed report has a value that rests on an evaluation of a model
+    whose training job ran again after it (such a row is stale until it reruns)."""
+    results = os.path.join(runner.REPO_ROOT, "results", "reproduce")
+    rows = runner.load_rows(results)
+    checked = 0
+    for (scale, rid), rec in rows.items():
+        row = registry.ROWS_BY_ID.get(rid)
+        if row is None or rec.get("value") is None or not row.jobs.get(scale):
+            continue
+        for job in row.jobs[scale].values():
+            for seed in (rec.get("seeds") or [1]) if job.seeded else [None]:
+                task = runner.Task(job, seed)
+                done = runner.load_job(results, scale, task.key)
+                assert runner.outdated(results, scale, task, done) is None, (scale, rid)
+                checked += job.kind == "evaluate"
+    assert checked > 100

@@ -27,7 +27,7 @@ NOT_AVAILABLE = "not available in this build"
 INCONCLUSIVE = "inconclusive"
 # A row whose definition (its jobs) changed since its JSON was written: the old number is kept
 # only as `previous_value`, never presented as a result of the new definition.
-STALE = "stale (definition changed; rerun)"
+STALE = "stale (rerun)"
 CHANCE_MARGIN = 5.0
 MIN_CERTIFIED = 20
 NUM_CLASSES = {"mnist": 10, "cifar10": 10, "sample": 10, "tiny_imagenet": 30}

@@ -32,7 +32,7 @@ def _cell(rec: dict | None) -> str:
     verdict = rec["verdict"]
     if verdict == extract.STALE:
         prev = rec.get("previous_value_text") or "—"
-        return f"—<br>**{verdict}** (earlier definition: {_md(prev)})"
+        return f"—<br>**{verdict}** (earlier result: {_md(prev)})"
     value = rec.get("value_text") or "—"
     seeds = rec.get("seeds") or []
     if len(seeds) <= 1 and rec.get("value") is not None and rec.get("jobs") and any(
@@ -357,7 +357,7 @@ def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None 
     out.append("## Summary of verdicts\n")
     counted = extract.VERDICTS + (extract.RECORDED, extract.INCONCLUSIVE, extract.STALE)
     out.append("| paper | scale | reproduced | within band | ordering holds | not reproduced | "
-               "recorded | inconclusive | stale (definition changed) | rows without a result "
+               "recorded | inconclusive | stale (rerun) | rows without a result "
                "(no job, or not run) |")
     out.append("|---|---|---|---|---|---|---|---|---|---|")
     for paper in registry.PAPERS:
@@ -373,8 +373,9 @@ def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None 
                f"is within {extract.CHANCE_MARGIN:g} points of chance, or the row certifies "
                f"nothing or fewer than {extract.MIN_CERTIFIED} examples; counted apart from "
                f"the verdicts. **stale**: the row's definition (attack-size unit, baseline "
-               f"settings, Monte-Carlo scoring) changed after its jobs ran; the earlier "
-               f"number is shown only as such, never as a result. A cell with several seeds "
+               f"settings, Monte-Carlo scoring) changed after its jobs ran, or a model it "
+               f"scores was retrained after its evaluation ran; the earlier number is shown "
+               f"only as such, never as a result. A cell with several seeds "
                f"shows mean ± standard deviation; \"(1 seed)\" marks a single-seed result.\n")
     if fig_links:
         out.append("## Figures\n")

@@ -114,6 +114,38 @@ def unavailable(job: Job) -> str | None:
     return None
 
 
+def model_task(task: Task, scale: str) -> Task | None:
+    """The training task whose model an evaluation task scores (None for other kinds)."""
+    if task.job.kind != "evaluate" or not task.job.depends:
+        return None
+    return Task(registry.train_job(scale, task.job.depends), task.seed)
+
+
+def outdated(results_dir: str, scale: str, task: Task, done: dict | None) -> str | None:
+    """Why a finished evaluation no longer scores its model, or None if it does.
+
+    An evaluation scores the model its training job produced when the evaluation ran. When
+    that training job ran again afterwards (a code change, a deleted job file, a lost run
+    directory), the evaluation describes a model that no longer exists: it runs again, and
+    until it has, the rows resting on it are stale. Evaluations record the training job's
+    `finished_utc` they saw (`model_finished_utc`); older records are compared by time.
+    """
+    dep = model_task(task, scale)
+    if dep is None or done is None:
+        return None
+    trained = load_job(results_dir, scale, dep.key)
+    if trained is None:
+        return f"{task.key} scored a model whose training job {dep.key} has no finished record"
+    finished = trained.get("finished_utc") or ""
+    seen = done.get("model_finished_utc")
+    current = (seen == finished) if seen is not None else (
+        (done.get("started_utc") or "") >= finished)
+    if current:
+        return None
+    return (f"{task.key} scored the model of {dep.key} as it was before that training job "
+            f"ran again (finished {finished})")
+
+
 def _job_file(results_dir: str, scale: str, key: str) -> str:
     return os.path.join(results_dir, scale, "jobs", f"{key}.json")
 
@@ -252,6 +284,11 @@ def run_task(task: Task, scale: str, results_dir: str, work_dir: str,
     job = task.job
     record = {"job": job.id, "key": task.key, "kind": job.kind, "scale": scale,
               "seed": task.seed, "command": task.command(), "versions": versions()}
+    dep = model_task(task, scale)
+    if dep is not None:  # the model this evaluation scores (see `outdated`)
+        trained = load_job(results_dir, scale, dep.key)
+        record.update(model_job=dep.key,
+                      model_finished_utc=(trained or {}).get("finished_utc"))
     adopted = _adopt(task) if job.kind == "train" else None
     if adopted is not None:
         record.update(status="ok", output=adopted, seconds=float(
@@ -325,9 +362,12 @@ def run_tasks(tasks: list[Task], scale: str, results_dir: str, work_dir: str,
             why = unavailable(registry.train_job(scale, t.job.depends))
         if why is not None:
             status[t.key] = f"{extract.NOT_AVAILABLE}: {why}"
-        elif load_job(results_dir, scale, t.key) is not None:
+        elif (done := load_job(results_dir, scale, t.key)) is not None and (
+                stale := outdated(results_dir, scale, t, done)) is None:
             status[t.key] = "skipped (already complete)"
         else:
+            if done is not None:
+                log(f"tfdp-reproduce: {stale}; it runs again")
             todo.append(t)
     # An evaluation needs its training run's directory; when the training's job file is
     # complete but the directory is gone (another machine, a cleaned work dir), the training
@@ -348,6 +388,14 @@ def run_tasks(tasks: list[Task], scale: str, results_dir: str, work_dir: str,
             log(f"tfdp-reproduce: {dep.key} is complete but its run directory {run_dir} is "
                 "missing; it runs again for the evaluations that need it")
     todo = rerun + todo
+    # A training that runs now makes its finished evaluations outdated: they run after it.
+    for t in tasks:
+        dep = model_task(t, scale)
+        if dep is not None and dep.key in queued and t.key not in {x.key for x in todo}:
+            todo.append(t)
+            status.pop(t.key, None)
+    order = {t.key: i for i, t in enumerate(tasks)}
+    todo.sort(key=lambda x: order.get(x.key, -1))
     skipped = sum(1 for v in status.values() if v.startswith("skipped"))
     log(f"tfdp-reproduce: scale {scale}: {len(tasks)} jobs, {skipped} already complete, "
         f"{len(todo)} to run, {len(tasks) - skipped - len(todo)} not available in this build")
@@ -519,6 +567,7 @@ def compute_row(row: Row, scale: str, seeds: int, results_dir: str,
     outs: dict[str, list[dict]] = {}
     by_role: dict[str, list[dict]] = {}
     records = []
+    stale = []
     for role, job in sorted(jobs.items()):
         why = unavailable(job) or (unavailable(registry.train_job(scale, job.depends))
                                    if job.depends else None)
@@ -530,9 +579,20 @@ def compute_row(row: Row, scale: str, seeds: int, results_dir: str,
             done = load_job(results_dir, scale, task.key)
             if done is None:
                 return None
+            why_stale = outdated(results_dir, scale, task, done)
+            if why_stale is not None:
+                stale.append((task.key, why_stale))
             outs.setdefault(role, []).append(done["output"])
             by_role.setdefault(role, []).append(done)
             records.append(done)
+    if stale:
+        old = _load_row(results_dir, scale, row.id) or {}
+        rec = _stale_record(row, old, [r["key"] for r in records], [k for k, _ in stale],
+                            "; ".join(w for _, w in stale))
+        rec.update({k: v for k, v in base.items() if k not in rec})
+        if write:
+            _write_json(_row_file(results_dir, scale, row.id), rec)
+        return rec
     value = extract.extract(row, outs)
     if value is None:
         return None
@@ -587,11 +647,14 @@ def dry_run(rows: list[Row], scale: str, seeds: int, log: Callable[[str], None] 
         if why:
             note += f"; {extract.NOT_AVAILABLE}: {why}"
         data = "  [needs --data_dir or TFDP_DATA_DIR]" if t.job.needs_data else ""
-        done = results_dir is not None and load_job(results_dir, scale, t.key) is not None
+        rec = load_job(results_dir, scale, t.key) if results_dir is not None else None
+        done = rec is not None and outdated(results_dir, scale, t, rec) is None
         if done:
             note += "; finished (results_dir)"
         else:
             left += t.job.est_seconds
+            if rec is not None:
+                note += "; finished before its model was retrained (runs again)"
         log(f"{t.command()}{data}\n    # {note}")
         total += t.job.est_seconds
     log(f"# CPU estimate if run here: about {_fmt_seconds(total)} "
@@ -632,6 +695,30 @@ def expected_jobs(row: Row, scale: str, seeds: int) -> list[str]:
     return keys
 
 
+def _load_row(results_dir: str, scale: str, row_id: str) -> dict | None:
+    path = _row_file(results_dir, scale, row_id)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _stale_record(row: Row, old: dict, want: list[str], rerun: list[str], why: str) -> dict:
+    """A stale row record: no value; the earlier number only as `previous_value`."""
+    rec = {k: v for k, v in old.items() if k not in ("value", "value_text", "per_seed",
+                                                      "value_sd", "detail", "reason",
+                                                      "jobs", "commands", "verdict")}
+    rec.update(
+        id=row.id, verdict=extract.STALE, value=None, value_text="—",
+        previous_value=old.get("previous_value", old.get("value")),
+        previous_value_text=old.get("previous_value_text", old.get("value_text")),
+        previous_jobs=old.get("jobs") or old.get("previous_jobs") or [], expected_jobs=want,
+        reason=f"{why}; the earlier number is not a result of the current jobs; rerun: "
+               f"{', '.join(rerun)}",
+        criterion=row.criterion.describe(row.unit), setting=row.setting, source=row.source)
+    return rec
+
+
 def mark_stale(row: Row, scale: str, seeds: int, old: dict, results_dir: str) -> bool:
     """Marks a row JSON stale when its recorded jobs are not the row's current jobs.
 
@@ -647,19 +734,11 @@ def mark_stale(row: Row, scale: str, seeds: int, old: dict, results_dir: str) ->
         return False
     if old.get("verdict") == extract.STALE and old.get("expected_jobs") == want:
         return False
-    rec = {k: v for k, v in old.items() if k not in ("value", "value_text", "per_seed",
-                                                      "value_sd", "detail", "reason",
-                                                      "jobs", "commands", "verdict")}
     missing = sorted(set(want) - set(had))
-    rec.update(
-        verdict=extract.STALE, value=None, value_text="—",
-        previous_value=old.get("previous_value", old.get("value")),
-        previous_value_text=old.get("previous_value_text", old.get("value_text")),
-        previous_jobs=had, expected_jobs=want,
-        reason=("the row's definition changed (issue 29: attack-size unit, baseline "
-                "settings or Monte-Carlo scoring); its earlier number came from other jobs "
-                f"and is not a result of this definition; rerun: {', '.join(missing)}"),
-        criterion=row.criterion.describe(row.unit), setting=row.setting, source=row.source)
+    rec = _stale_record(row, old, want, missing,
+                        "the row's definition changed (issue 29: attack-size unit, baseline "
+                        "settings or Monte-Carlo scoring); its earlier number came from other "
+                        "jobs")
     _write_json(_row_file(results_dir, scale, row.id), rec)
     return True
 
