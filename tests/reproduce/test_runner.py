@@ -234,6 +234,11 @@ def test_an_evaluation_of_a_model_retrained_since_runs_again_and_its_row_is_stal
     rec = runner.compute_row(row, "smoke", 1, res)
     assert rec["verdict"] == extract.STALE and rec["value"] is None
     assert rec["previous_value"] == 0.0 and ev.key in rec["reason"] and train.key in rec["reason"]
+    lines = []  # the dry run counts it as work left, and says why
+    runner.dry_run([row], "smoke", 1, log=lines.append, results_dir=res)
+    text = "\n".join(lines)
+    assert "finished before its model was retrained (runs again)" in text
+    assert f"about {runner._fmt_seconds(ev.job.est_seconds)}" in text.splitlines()[-1]  # pylint: disable=protected-access
     ran = []
     monkeypatch.setattr(runner, "run_task", lambda task, *a: ran.append(task.key) or {
         "status": "ok"})
