@@ -291,3 +291,32 @@ def test_every_committed_result_scores_its_models_current_training():
                 assert runner.outdated(results, scale, task, done) is None, (scale, rid)
                 checked += job.kind == "evaluate"
     assert checked > 100
+
+
+def test_a_retraining_to_the_same_weights_keeps_its_evaluations_current(tmp_path):
+    """The training job records a digest of the weights; an evaluation that saw the same
+    digest stays current when the training reran (a seeded rerun at the same code)."""
+    import keras  # pylint: disable=import-outside-toplevel
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.layers[0].set_weights([np.ones((3, 2), "float32"), np.zeros(2, "float32")])
+    a, b = str(tmp_path / "a.keras"), str(tmp_path / "b.keras")
+    model.save(a)
+    model.save(b)
+    assert runner.weights_digest(a) == runner.weights_digest(b) is not None
+    model.layers[0].set_weights([np.ones((3, 2), "float32"), np.full(2, 1e-7, "float32")])
+    model.save(b)
+    assert runner.weights_digest(a) != runner.weights_digest(b)
+    row = registry.ROWS_BY_ID["stobatch.mnist.eot_soundness"]
+    tasks = runner.tasks_for([row], "smoke", 1)
+    train = next(t for t in tasks if t.job.kind == "train")
+    ev = next(t for t in tasks if t.job.kind == "evaluate")
+    res = str(tmp_path / "res")
+    _write_job(res, "smoke", train.key, finished_utc="2026-11-27T10:00:00Z",
+               output={"weights_sha256": runner.weights_digest(a)})
+    same = dict(started_utc="2026-11-25T09:00:00Z", model_finished_utc="2026-11-24T10:00:00Z",
+                model_weights_sha256=runner.weights_digest(a))
+    _write_job(res, "smoke", ev.key, **same)
+    assert runner.outdated(res, "smoke", ev, runner.load_job(res, "smoke", ev.key)) is None
+    _write_job(res, "smoke", ev.key, **dict(same, model_weights_sha256=runner.weights_digest(b)))
+    assert runner.outdated(res, "smoke", ev, runner.load_job(res, "smoke", ev.key))

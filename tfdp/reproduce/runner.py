@@ -14,9 +14,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import glob
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import io
 import json
 import os
 import platform
@@ -24,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from typing import Any, Callable, Iterable
 
 from tfdp.reproduce import extract, registry
@@ -126,9 +129,10 @@ def outdated(results_dir: str, scale: str, task: Task, done: dict | None) -> str
 
     An evaluation scores the model its training job produced when the evaluation ran. When
     that training job ran again afterwards (a code change, a deleted job file, a lost run
-    directory), the evaluation describes a model that no longer exists: it runs again, and
-    until it has, the rows resting on it are stale. Evaluations record the training job's
-    `finished_utc` they saw (`model_finished_utc`); older records are compared by time.
+    directory) and gave other weights, the evaluation describes a model that no longer
+    exists: it runs again, and until it has, the rows resting on it are stale. Evaluations
+    record the training job's `finished_utc` and `weights_sha256` they saw; a retraining to
+    the same weights keeps them current. Older records are compared by time.
     """
     dep = model_task(task, scale)
     if dep is None or done is None:
@@ -137,6 +141,9 @@ def outdated(results_dir: str, scale: str, task: Task, done: dict | None) -> str
     if trained is None:
         return f"{task.key} scored a model whose training job {dep.key} has no finished record"
     finished = trained.get("finished_utc") or ""
+    digest = (trained.get("output") or {}).get("weights_sha256")
+    if digest is not None and done.get("model_weights_sha256") == digest:
+        return None  # retrained since, to the same weights (a seeded rerun at the same code)
     seen = done.get("model_finished_utc")
     current = (seen == finished) if seen is not None else (
         (done.get("started_utc") or "") >= finished)
@@ -192,10 +199,36 @@ PUBLIC_METRICS = ("test_accuracy", "epochs_completed", "steps", "stopped_early",
                   "segments")
 
 
+def weights_digest(model_path: str) -> str | None:
+    """SHA-256 over a saved model's weight arrays (names, dtypes, shapes, bytes), or None.
+
+    The archive itself is not hashed (it records when it was saved); two runs that produce
+    the same weights have the same digest. A digest of the released model is post-processing
+    of it and reveals nothing the model does not.
+    """
+    if not os.path.exists(model_path):
+        return None
+    import h5py  # pylint: disable=import-outside-toplevel
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(model_path) as z, z.open("model.weights.h5") as raw:
+        with h5py.File(io.BytesIO(raw.read()), "r") as h5:
+            names: list[str] = []
+            h5.visititems(lambda name, obj: names.append(name)
+                          if isinstance(obj, h5py.Dataset) else None)
+            for name in sorted(names):
+                arr = h5[name][()]
+                digest.update(f"{name}|{arr.dtype.str}|{getattr(arr, 'shape', ())}|".encode())
+                digest.update(arr.tobytes() if hasattr(arr, "tobytes") else bytes(arr))
+    return digest.hexdigest()
+
+
 def _read_run(run_dir: str) -> dict:
     with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as f:
         metrics = json.load(f)
     out = {"metrics": {k: metrics[k] for k in PUBLIC_METRICS if k in metrics}}
+    digest = weights_digest(os.path.join(run_dir, "model.keras"))
+    if digest is not None:
+        out["weights_sha256"] = digest
     ledger_path = os.path.join(run_dir, "ledger.json")
     if os.path.exists(ledger_path):
         with open(ledger_path, encoding="utf-8") as f:
@@ -288,7 +321,9 @@ def run_task(task: Task, scale: str, results_dir: str, work_dir: str,
     if dep is not None:  # the model this evaluation scores (see `outdated`)
         trained = load_job(results_dir, scale, dep.key)
         record.update(model_job=dep.key,
-                      model_finished_utc=(trained or {}).get("finished_utc"))
+                      model_finished_utc=(trained or {}).get("finished_utc"),
+                      model_weights_sha256=(trained or {}).get("output", {}).get(
+                          "weights_sha256"))
     adopted = _adopt(task) if job.kind == "train" else None
     if adopted is not None:
         record.update(status="ok", output=adopted, seconds=float(
