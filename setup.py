@@ -18,6 +18,7 @@ setup(
         "matplotlib>=3.8",
         "dp-accounting>=0.6,<0.7",
         "pillow>=10",
+        "h5py>=3.10",  # tfdp-reproduce digests saved weights (keras depends on it too)
     ],
     # TensorFlow comes through an extra, because the CPU and the CUDA builds are different
     # distributions that must not be installed side by side:

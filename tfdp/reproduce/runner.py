@@ -29,6 +29,8 @@ import time
 import zipfile
 from typing import Any, Callable, Iterable
 
+import h5py
+
 from tfdp.reproduce import extract, registry
 from tfdp.reproduce.registry import Job, Row
 from tfdp.train import registry as methods
@@ -208,7 +210,6 @@ def weights_digest(model_path: str) -> str | None:
     """
     if not os.path.exists(model_path):
         return None
-    import h5py  # pylint: disable=import-outside-toplevel
     digest = hashlib.sha256()
     with zipfile.ZipFile(model_path) as z, z.open("model.weights.h5") as raw:
         with h5py.File(io.BytesIO(raw.read()), "r") as h5:
