@@ -30,6 +30,7 @@ import zipfile
 from typing import Any, Callable, Iterable
 
 import h5py
+import numpy as np
 
 from tfdp.reproduce import extract, registry
 from tfdp.reproduce.registry import Job, Row
@@ -217,9 +218,9 @@ def weights_digest(model_path: str) -> str | None:
             h5.visititems(lambda name, obj: names.append(name)
                           if isinstance(obj, h5py.Dataset) else None)
             for name in sorted(names):
-                arr = h5[name][()]
-                digest.update(f"{name}|{arr.dtype.str}|{getattr(arr, 'shape', ())}|".encode())
-                digest.update(arr.tobytes() if hasattr(arr, "tobytes") else bytes(arr))
+                arr = np.asarray(h5[name][()])
+                digest.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
+                digest.update(arr.tobytes())
     return digest.hexdigest()
 
 
@@ -425,10 +426,12 @@ def run_tasks(tasks: list[Task], scale: str, results_dir: str, work_dir: str,
                 "missing; it runs again for the evaluations that need it")
     todo = rerun + todo
     # A training that runs now makes its finished evaluations outdated: they run after it.
+    in_todo = {x.key for x in todo}
     for t in tasks:
         dep = model_task(t, scale)
-        if dep is not None and dep.key in queued and t.key not in {x.key for x in todo}:
+        if dep is not None and dep.key in queued and t.key not in in_todo:
             todo.append(t)
+            in_todo.add(t.key)
             status.pop(t.key, None)
     order = {t.key: i for i, t in enumerate(tasks)}
     todo.sort(key=lambda x: order.get(x.key, -1))
