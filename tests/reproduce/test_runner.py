@@ -293,6 +293,37 @@ def test_every_committed_result_scores_its_models_current_training():
     assert checked > 100
 
 
+# The last change to what a committed seeded command computes (929e9e9, committed at this
+# time: grappler's memory-optimizer pass off; before it 4cfe1dd, noise streams keyed by the
+# run). A job that started earlier ran code that no longer exists. A change to what committed
+# commands compute moves this date forward; the test then names the jobs to run again.
+_LAST_COMPUTE_CHANGE_UTC = "2026-11-26T14:45:46Z"
+
+
+def test_every_committed_result_ran_on_code_no_older_than_what_it_exercises():
+    """Issue 29 item 7: every job a committed row's value rests on (its evaluations and the
+    trainings they score) started after the last change to what such jobs compute."""
+    results = os.path.join(runner.REPO_ROOT, "results", "reproduce")
+    old, checked = [], set()
+    for (scale, rid), rec in runner.load_rows(results).items():
+        row = registry.ROWS_BY_ID.get(rid)
+        if row is None or rec.get("value") is None or not row.jobs.get(scale):
+            continue
+        for job in row.jobs[scale].values():
+            for seed in (rec.get("seeds") or [1]) if job.seeded else [None]:
+                task = runner.Task(job, seed)
+                for t in (task, runner.model_task(task, scale)):
+                    if t is None or (scale, t.key) in checked:
+                        continue
+                    checked.add((scale, t.key))
+                    done = runner.load_job(results, scale, t.key)
+                    assert done is not None, (scale, rid, t.key)
+                    if (done.get("started_utc") or "") < _LAST_COMPUTE_CHANGE_UTC:
+                        old.append((scale, t.key, done.get("started_utc")))
+    assert not old, old
+    assert len(checked) > 150
+
+
 def test_a_retraining_to_the_same_weights_keeps_its_evaluations_current(tmp_path):
     """The training job records a digest of the weights; an evaluation that saw the same
     digest stays current when the training reran (a seeded rerun at the same code)."""
