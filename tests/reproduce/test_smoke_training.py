@@ -8,7 +8,9 @@ the committed one apart from timings and those rows.
 All three rows are seeded and deterministic on one kind of machine (training: grappler's
 memory-optimizer scheduling pass is off, tfdp/tf_options.py; evaluation: --seed keys the loaded
 model's noise layers, layers.set_noise_seeds): each must give the committed verdict and value (a
-small tolerance covers float rounding on another CPU) and an identical ledger.
+small tolerance covers float rounding on another CPU) and an identical ledger. The committed
+smoke jobs ran with `--verbose=0`, and tfdp-reproduce now trains with `--verbose=1` (progress
+in the job's log); tests/train/test_train_app.py checks that this leaves the weights alone.
 """
 
 import json
@@ -86,6 +88,15 @@ def test_smoke_training_rows_rerun_to_the_committed_results(tmp_path, real_data_
     # Every removed job ran again (none was adopted or skipped) and finished.
     assert "adopted" not in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
     assert len(re.findall(r"^\s+done in ", proc.stdout + proc.stderr, re.M)) == len(removed)
+    # Each job names its log, and a training's log shows its progress, one line per epoch.
+    for key in removed:
+        log_path = tmp_path / "work" / "smoke" / f"{key}.log"
+        assert f"  log: {log_path}" in proc.stdout, key
+        if key.startswith("train."):
+            with open(log_path, encoding="utf-8") as f:
+                text = f.read()
+            assert re.search(r"^epoch 1/\d+ +step \d+", text, re.M), (key, text[-1000:])
+            assert "test accuracy: " in text, (key, text[-1000:])
     for row_id in ROWS:
         with open(res / "smoke" / f"{row_id}.json", encoding="utf-8") as f:
             new = json.load(f)

@@ -167,6 +167,31 @@ def test_app_stop_and_resume_equals_uninterrupted(tmp_path):
     assert resumed.metrics["test_accuracy"] == full.metrics["test_accuracy"]
 
 
+def test_progress_output_leaves_the_trained_model_alone(tmp_path, capsys):
+    """--verbose=1 checks the test accuracy after every epoch but the last (inference advances
+    the noise layers' draw counters); the run must end bit for bit where --verbose=0 ends.
+    tfdp-reproduce trains with --verbose=1; the committed jobs ran with --verbose=0."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    options = {"stobatch_attack_iters": 2, "stobatch_architecture": "tiny",
+               "stobatch_hidden_units": 8}
+    runs = {}
+    for verbose in (0, 1):
+        values = _values(tmp_path, method="stobatch", epsilon=2.0, epochs=2, num_train=100,
+                         num_test=20, seed=5, batch_size=50, verbose=verbose,
+                         model_dir=str(tmp_path / f"v{verbose}"))
+        runs[verbose] = train_app.execute(train_app.resolve(values, options))
+    out = capsys.readouterr().out
+    assert "epoch 1/2" in out and "test acc " in out  # the check ran (verbose=1)
+    quiet, loud = runs[0], runs[1]
+    assert quiet.metrics["test_accuracy"] == loud.metrics["test_accuracy"]
+    assert quiet.ledger == loud.ledger
+    for a, b in zip(quiet.model.get_weights(), loud.model.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(quiet.model.non_trainable_variables, loud.model.non_trainable_variables,
+                    strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 @pytest.mark.slow  # about 2 minutes on a loaded 2-core machine; test_loop covers the loop
 def test_app_dpsgd_defaults_resume_bit_identical(tmp_path):
     # tfdp-train's defaults (auto clipping, Poisson lots padded to bucket sizes, the auto

@@ -296,7 +296,10 @@ def _argv(task: Task, run_dir: str, work_dir: str, scale: str) -> list[str]:
     argv += args
     if job.kind == "train":
         seed = task.seed if task.seed is not None else 1
-        argv += [f"--seed={seed}", f"--model_dir={run_dir}", "--verbose=0"]
+        # --verbose=1: one progress line per epoch in the job's log (off a terminal); the
+        # per-epoch test-accuracy check puts the model's state back, so the weights are the
+        # same as with --verbose=0 (tests/train/test_train_app.py).
+        argv += [f"--seed={seed}", f"--model_dir={run_dir}", "--verbose=1"]
     elif job.kind == "evaluate":
         dep = os.path.join(work_dir, scale, job.depends + (
             "" if task.seed is None else f"@seed{task.seed}"))
@@ -353,6 +356,7 @@ def run_task(task: Task, scale: str, results_dir: str, work_dir: str,
         if data_dir:
             env["TFDP_DATA_DIR"] = data_dir
         log_path = os.path.join(work_dir, scale, f"{task.key}.log")
+        log(f"  log: {log_path}")
         with open(log_path, "w", encoding="utf-8") as logf:
             proc = subprocess.run(argv, cwd=REPO_ROOT, env=env, stdout=logf,
                                   stderr=subprocess.STDOUT, check=False)
