@@ -274,22 +274,28 @@ def test_a_training_that_runs_again_takes_its_finished_evaluations_with_it(tmp_p
     assert ran == [train.key, ev.key]
 
 
-def test_every_committed_result_scores_its_models_current_training():
-    """No row of the committed report has a value that rests on an evaluation of a model
-    whose training job ran again after it (such a row is stale until it reruns)."""
-    results = os.path.join(runner.REPO_ROOT, "results", "reproduce")
-    rows = runner.load_rows(results)
-    checked = 0
-    for (scale, rid), rec in rows.items():
+_RESULTS = os.path.join(runner.REPO_ROOT, "results", "reproduce")
+
+
+def _committed_tasks():
+    """(scale, row id, task) for every job a committed row's value rests on directly."""
+    for (scale, rid), rec in runner.load_rows(_RESULTS).items():
         row = registry.ROWS_BY_ID.get(rid)
         if row is None or rec.get("value") is None or not row.jobs.get(scale):
             continue
         for job in row.jobs[scale].values():
             for seed in (rec.get("seeds") or [1]) if job.seeded else [None]:
-                task = runner.Task(job, seed)
-                done = runner.load_job(results, scale, task.key)
-                assert runner.outdated(results, scale, task, done) is None, (scale, rid)
-                checked += job.kind == "evaluate"
+                yield scale, rid, runner.Task(job, seed)
+
+
+def test_every_committed_result_scores_its_models_current_training():
+    """No row of the committed report has a value that rests on an evaluation of a model
+    whose training job ran again after it (such a row is stale until it reruns)."""
+    checked = 0
+    for scale, rid, task in _committed_tasks():
+        done = runner.load_job(_RESULTS, scale, task.key)
+        assert runner.outdated(_RESULTS, scale, task, done) is None, (scale, rid)
+        checked += task.job.kind == "evaluate"
     assert checked > 100
 
 
@@ -303,23 +309,16 @@ _LAST_COMPUTE_CHANGE_UTC = "2026-11-26T14:45:46Z"
 def test_every_committed_result_ran_on_code_no_older_than_what_it_exercises():
     """Issue 29 item 7: every job a committed row's value rests on (its evaluations and the
     trainings they score) started after the last change to what such jobs compute."""
-    results = os.path.join(runner.REPO_ROOT, "results", "reproduce")
     old, checked = [], set()
-    for (scale, rid), rec in runner.load_rows(results).items():
-        row = registry.ROWS_BY_ID.get(rid)
-        if row is None or rec.get("value") is None or not row.jobs.get(scale):
-            continue
-        for job in row.jobs[scale].values():
-            for seed in (rec.get("seeds") or [1]) if job.seeded else [None]:
-                task = runner.Task(job, seed)
-                for t in (task, runner.model_task(task, scale)):
-                    if t is None or (scale, t.key) in checked:
-                        continue
-                    checked.add((scale, t.key))
-                    done = runner.load_job(results, scale, t.key)
-                    assert done is not None, (scale, rid, t.key)
-                    if (done.get("started_utc") or "") < _LAST_COMPUTE_CHANGE_UTC:
-                        old.append((scale, t.key, done.get("started_utc")))
+    for scale, rid, task in _committed_tasks():
+        for t in (task, runner.model_task(task, scale)):
+            if t is None or (scale, t.key) in checked:
+                continue
+            checked.add((scale, t.key))
+            done = runner.load_job(_RESULTS, scale, t.key)
+            assert done is not None, (scale, rid, t.key)
+            if (done.get("started_utc") or "") < _LAST_COMPUTE_CHANGE_UTC:
+                old.append((scale, t.key, done.get("started_utc")))
     assert not old, old
     assert len(checked) > 150
 
