@@ -168,8 +168,8 @@ def test_app_stop_and_resume_equals_uninterrupted(tmp_path):
 
 
 def test_progress_output_leaves_the_trained_model_alone(tmp_path, capsys):
-    """--verbose=1 checks the test accuracy after every epoch but the last (inference advances
-    the noise layers' draw counters); the run must end bit for bit where --verbose=0 ends.
+    """--verbose=1 checks the test accuracy after every epoch but the last (an inference pass
+    between training epochs); the run must end bit for bit where --verbose=0 ends.
     tfdp-reproduce trains with --verbose=1; the committed jobs ran with --verbose=0."""
     import numpy as np  # pylint: disable=import-outside-toplevel
     options = {"stobatch_attack_iters": 2, "stobatch_architecture": "tiny",
