@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import secrets
 import sys
 import time
@@ -25,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp import checks, rundir, tf_options
-from tfdp.train import report
+from tfdp.train import integrity, report
 from tfdp.train.base import (OPTIMIZERS, DataSpec, Method, StepContext, derive_seed,
                              lot_bucket, make_optimizer)
 from tfdp.train.strategy import (STRATEGIES, cpu_mirrored_strategy, is_chief, make_strategy,
@@ -46,7 +47,8 @@ _EVAL_BATCH = 1000
 _STREAM_SETUP, _STREAM_SHUFFLE, _STREAM_FIXED, _STREAM_INIT, _STREAM_STEPS = 1, 2, 3, 4, 5
 _STREAM_PUBLIC, _STREAM_LAYERS = 6, 7
 # Checkpoint names the run itself uses; a method's `build` may not return them.
-_RUN_STATE = ("generator", "epoch", "step", "run_key", "run_secret", "ledger_digest")
+_RUN_STATE = ("generator", "epoch", "step", "run_key", "run_secret", "ledger_digest",
+              "ledger_state", integrity.CONFIG_STATE)
 # Bits of OS entropy in a run key drawn when no --seed is given (issue: >= 128).
 SECRET_BITS = 256
 
@@ -68,8 +70,7 @@ def storage_message(model_dir: str, e: BaseException) -> str:
         reason = e.strerror or type(e).__name__
     else:
         path = model_dir
-        text = str(getattr(e, "message", None) or e).strip()
-        reason = text.splitlines()[0] if text else type(e).__name__
+        reason = integrity.clean_error_text(e)
     return (f"{path}: cannot write the run's files ({reason}); the last checkpoint and the "
             f"result files written before are intact (free space or fix permissions, then "
             f"resume with --resume --model_dir={model_dir})")
@@ -385,6 +386,9 @@ class Run:
         self.prior_segments: list = []
         self.latest_checkpoint: str | None = None
         self._pending_config: dict | None = None
+        # config.json as this run last wrote it (stored with each checkpoint).
+        self._config_record: dict | None = None
+        self.fallback: dict | None = None  # the older checkpoint a resume fell back to
 
     # ------------------------------------------------------------------ phases
 
@@ -409,7 +413,7 @@ class Run:
         self._setup(accounting, spec)
         self.spend = self.method.step_spend()
         if self.resume:
-            self._check_ledger_against_checkpoint(accounting)
+            self._check_ledger_against_checkpoint(accounting, config)
         if self.spend is not None:
             if self.spend.name in self.ledger:
                 self.prior_segments = list(
@@ -428,7 +432,7 @@ class Run:
                                           name="run_secret")
         self.run_key_var = None  # the scalar key of checkpoints written before run_secret
         if self.resume:
-            latest = tf.train.latest_checkpoint(rundir.checkpoint_dir(self.cfg.model_dir))
+            latest = self._choose_checkpoint()
             self.latest_checkpoint = latest
             self.run_key, user_supplied = self._restore_secret(latest)
             if self.cfg.seed is not None and (not user_supplied
@@ -443,6 +447,8 @@ class Run:
                 self.ledger.noise_seed = "user_supplied" if user_supplied else "os_entropy"
             if self.rd.exists(rundir.CONFIG_FILE) or self.chief:
                 self.stored_config = self.rd.read_json(rundir.CONFIG_FILE)
+            if self.chief:
+                self._check_config_against_checkpoint()
             seg_path = os.path.join(rundir.checkpoint_dir(self.cfg.model_dir),
                                     rundir.SEGMENTS_FILE)
             if os.path.exists(seg_path):
@@ -453,6 +459,48 @@ class Run:
             self.run_secret_var.assign(_encode_secret(self.run_key, user_supplied))
             self.ledger = accounting.PrivacyLedger()
             self.ledger.noise_seed = "user_supplied" if user_supplied else "os_entropy"
+
+    def _choose_checkpoint(self) -> str:
+        """The newest checkpoint that reads back completely; says which newer ones it skips.
+
+        Raises:
+          ValueError: naming the newest checkpoint when none reads back.
+        """
+        ckpt_dir = rundir.checkpoint_dir(self.cfg.model_dir)
+        latest = tf.train.latest_checkpoint(ckpt_dir)
+        if not latest:
+            raise ValueError("resume: the run directory holds no checkpoint")
+        chosen, damaged = integrity.readable_checkpoints(ckpt_dir)
+        if chosen is None:
+            path, reason = damaged[0] if damaged else (latest, "unreadable")
+            raise ValueError(f"{path}: cannot read the checkpoint ({reason}); no older intact "
+                             "checkpoint is left to resume from")
+        if damaged:
+            step = tf.train.load_checkpoint(chosen).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE")
+            self.fallback = {"checkpoint": chosen, "step": int(step),
+                             "damaged": [p for p, _ in damaged]}
+            self._say(f"resume: {damaged[0][0]} is damaged ({damaged[0][1]}); resuming from "
+                      f"the older intact checkpoint {chosen} (step {int(step)})")
+        return chosen
+
+    def _check_config_against_checkpoint(self) -> None:
+        """Refuses a config.json that differs from the record in the checkpoint."""
+        latest = self.latest_checkpoint
+        if integrity.CONFIG_STATE not in _checkpoint_names(latest):
+            return  # a checkpoint written before the configuration was stored with it
+        var = tf.Variable(b"", dtype=tf.string, trainable=False)
+        try:
+            tf.train.Checkpoint(**{integrity.CONFIG_STATE: var}).restore(
+                latest).expect_partial()
+        except (tf.errors.OpError, ValueError, IndexError) as e:
+            raise ValueError(f"{latest}: cannot read the checkpoint ({_first_line(e)})") from None
+        recorded = integrity.read_config_record(var.numpy(), latest)
+        diff = integrity.config_edit(self.stored_config, recorded,
+                                     tuple(self.method.resume_mutable_flags))
+        if diff is not None:
+            raise ValueError(integrity.config_edit_message(self.rd.file(rundir.CONFIG_FILE),
+                                                           latest, diff))
+        self._config_record = dict(self.stored_config)
 
     def _restore_secret(self, latest: str) -> tuple[int, bool]:
         """The run key from the checkpoint (`run_secret`, or an older run's `run_key`)."""
@@ -543,12 +591,14 @@ class Run:
 
     def _write_config(self, config: dict) -> None:
         if not self.chief:
+            self._config_record = dict(config)
             return
         rd, cfg = self.rd, self.cfg
         if not self.resume:
             if self.flags_text is not None:
                 rd.write_text(rundir.FLAGS_FILE, self.flags_text)
             rd.write_json(rundir.CONFIG_FILE, config)
+            self._config_record = rd.read_json(rundir.CONFIG_FILE)
         elif self.stored_config:
             updated = dict(self.stored_config)
             for key in self.method.resume_mutable_flags:
@@ -576,20 +626,28 @@ class Run:
         config = self.rd.read_json(rundir.CONFIG_FILE)
         config.update(updates)
         self.rd.write_json(rundir.CONFIG_FILE, config)
+        self._config_record = self.rd.read_json(rundir.CONFIG_FILE)
 
     def _flush_pending(self) -> None:
         """Writes the resume's config.json update and ledger (before its first step)."""
         if self._pending_config is not None and self.chief:
             self.rd.write_json(rundir.CONFIG_FILE, self._pending_config)
+            self._config_record = self.rd.read_json(rundir.CONFIG_FILE)
             self.ledger.save(self.rd.file(rundir.LEDGER_FILE))
         self._pending_config = None
 
-    def _check_ledger_against_checkpoint(self, accounting) -> None:
-        """Refuses a resume whose ledger.json does not cover what the checkpoint ran.
+    def _check_ledger_against_checkpoint(self, accounting, config: Mapping[str, Any]) -> None:
+        """Refuses a resume whose ledger.json is not the run's; drops replayed charges.
 
         The per-step entry's charged steps must reach the checkpoint's step counter, and
-        ledger.json must be the ledger saved with the checkpoint (same sha256 digest) or an
-        extension of it (steps charged for an epoch that began after the checkpoint).
+        ledger.json must be the ledger saved with the checkpoint or that ledger with its
+        per-step entry charged further (steps charged for an epoch that began after the
+        checkpoint); any other difference is refused, naming the field and both values.
+        The steps charged after the checkpoint are recomputed by this resume with the same
+        lots and noise (both keyed by the run's secret key and the step's position) when the
+        resume runs them with the same settings as the stopped process: they release nothing
+        new, and the ledger restarts from the checkpoint's (docs/ledger.md). Otherwise they
+        stay charged and the resume charges its steps again.
         """
         latest = self.latest_checkpoint
         path = self.rd.file(rundir.LEDGER_FILE)
@@ -615,16 +673,47 @@ class Run:
             return  # a checkpoint written before the ledger was stored with it
         text = state.numpy().decode("utf-8", "replace")
         try:
-            saved = accounting.PrivacyLedger.from_dict(json.loads(text)).to_dict()
+            saved_ledger = accounting.PrivacyLedger.from_dict(json.loads(text))
         except (ValueError, json.JSONDecodeError) as e:
             raise ValueError(f"{latest}: the ledger stored in the checkpoint is corrupt "
                              f"({_first_line(e)})") from None
-        if not _ledger_extends(saved, file_dict):
+        saved = saved_ledger.to_dict()
+        diff = self._ledger_difference(accounting, saved, path)
+        if diff is not None:
+            field, in_file, in_ckpt = diff
             raise ValueError(
                 f"resume: {path} (sha256 {_ledger_digest(file_dict)[:16]}, {charged} charged "
                 f"steps) does not match the ledger saved in the checkpoint {latest} (sha256 "
                 f"{_ledger_digest(saved)[:16]}, {_charged_steps(saved, self.spend)} charged "
-                "steps); restore the run's own ledger.json")
+                f"steps): {field} is {integrity.short(in_file)} in the file but "
+                f"{integrity.short(in_ckpt)} in the checkpoint; restore the run's own "
+                "ledger.json")
+        if self.spend is None or charged == ran:
+            return
+        multi_worker = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        differences = (["strategy (multi-worker replay is not verified bit-identical)"]
+                       if multi_worker else
+                       integrity.replay_differences(self.stored_config, config))
+        if differences:
+            self._say(f"resume: the {charged - ran} steps after the checkpoint {latest} are "
+                      f"charged again: this resume runs them differently ({', '.join(differences)})")
+            return
+        saved_ledger.noise_seed = self.ledger.noise_seed
+        self.ledger = saved_ledger
+        self._say(f"resume: from step {ran} ({latest}); the {charged - ran} steps run after it "
+                  "are replayed with the same lots and noise and charged once")
+
+    def _ledger_difference(self, accounting, saved: Mapping[str, Any], path: str
+                           ) -> tuple[str, Any, Any] | None:
+        """The first field where ledger.json differs from what the checkpoint allows."""
+        raw = rundir.read_json(path)
+        expected = accounting.PrivacyLedger.from_dict(dict(saved))
+        name = self.spend.name if self.spend is not None else None
+        if name is not None and name in expected and name in self.ledger:
+            file_segs = self.ledger.get(name).get("segments") or []
+            if accounting._extends(expected.get(name)["segments"], file_segs):  # pylint: disable=protected-access
+                self.spend.record(expected, file_segs)
+        return integrity.first_difference(raw, expected.to_dict())
 
     def _build(self) -> None:
         """The method's state (inside the strategy scope), the run's counters, the checkpoint."""
@@ -649,14 +738,21 @@ class Run:
                                             name="ledger_state")
         run_state = ({"run_key": self.run_key_var} if self.run_key_var is not None
                      else {"run_secret": self.run_secret_var})
-        # A checkpoint written before the ledger was stored with it keeps its old layout.
-        if not (self.resume and "ledger_state" not in _checkpoint_names(self.latest_checkpoint)):
+        # The run's configuration as config.json holds it (private state; checked on resume).
+        self.config_state_var = tf.Variable(b"", dtype=tf.string, trainable=False,
+                                            name=integrity.CONFIG_STATE)
+        # A checkpoint written before the ledger (or configuration) was stored with it keeps
+        # its old layout.
+        names = _checkpoint_names(self.latest_checkpoint) if self.resume else None
+        if names is None or "ledger_state" in names:
             run_state["ledger_state"] = self.ledger_state_var
+        if names is None or integrity.CONFIG_STATE in names:
+            run_state[integrity.CONFIG_STATE] = self.config_state_var
         ckpt = tf.train.Checkpoint(generator=self.generator, epoch=self.epoch_var,
                                    step=self.step_var, **run_state, **objects)
         self.manager = tf.train.CheckpointManager(ckpt, self.ckpt_dir, max_to_keep=2)
         if self.resume:
-            latest = tf.train.latest_checkpoint(rundir.checkpoint_dir(self.cfg.model_dir))
+            latest = self.latest_checkpoint
             try:
                 status = ckpt.restore(latest)
                 status.assert_existing_objects_matched()
@@ -664,14 +760,74 @@ class Run:
                 raise ValueError(f"{latest}: the checkpoint does not match this run's model "
                                  f"and state ({e})") from None
 
+    def _segments_with(self, seg: dict, n_steps: int, num_train: int) -> list:
+        """The per-step entry's segments once `n_steps` more steps of `seg` have run.
+
+        A segment that continues the previous one (same start, lot size, data size and
+        sigma; e.g. a resume from the step where the last one stopped) extends it, so a
+        resumed run records the same segments as an uninterrupted one.
+        """
+        new = self.spend.segment(seg["start_step"], seg["steps"] + n_steps, seg["passes"] + 1,
+                                 num_train, self.cfg.batch_size)
+        if self.prior_segments:
+            last = self.prior_segments[-1]
+            same = all(last[k] == new[k] for k in ("num_examples", "batch_size",
+                                                    "noise_multiplier"))
+            if same and last["start_step"] + last["steps"] == new["start_step"]:
+                merged = dict(last, steps=last["steps"] + new["steps"],
+                              passes=last["passes"] + new["passes"])
+                return self.prior_segments[:-1] + [merged]
+        return self.prior_segments + [new]
+
+    def _budget_steps(self, seg: dict, n_steps: int, num_train: int) -> int:
+        """How many of the epoch's `n_steps` steps fit in --epsilon (all of them without one).
+
+        The budget is the ledger's claimed total (the sound total for Poisson lots; for
+        shuffled batches the Poisson analysis that sigma was solved with, docs/ledger.md).
+
+        Raises:
+          ValueError: when not one more step fits and this process has run none yet,
+            naming the spent and the next step's epsilon (nothing has been written).
+        """
+        target = self.cfg.epsilon
+        if target is None or self.spend is None or n_steps <= 0:
+            return n_steps
+        limit = float(target) * (1 + 1e-9)
+
+        def spent_after(k: int) -> float:
+            trial = accounting.PrivacyLedger.from_dict(self.ledger.to_dict())
+            self.spend.record(trial, self._segments_with(seg, k, num_train))
+            return float(trial.claimed_total()[0])
+
+        if spent_after(n_steps) <= limit:
+            return n_steps
+        lo, hi = 0, n_steps  # spent_after(lo) fits (or lo = 0), spent_after(hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if spent_after(mid) <= limit:
+                lo = mid
+            else:
+                hi = mid
+        if lo == 0 and seg["steps"] == 0:
+            now = (float(self.ledger.claimed_total()[0]) if self.spend.name in self.ledger
+                   else 0.0)
+            raise ValueError(
+                f"--epsilon: the budget is spent: the run in {self.rd.path} has spent epsilon "
+                f"= {now:.6g} of --epsilon={target:g} at step {int(self.step_var.numpy())} and "
+                f"one more step would bring it to {spent_after(1):.6g}; nothing was run "
+                "(start a new run to train with a larger budget)")
+        self._say(f"stopping at the budget: {lo} of the epoch's {n_steps} steps fit in "
+                  f"--epsilon={target:g} (one more would spend {spent_after(lo + 1):.6g})")
+        return lo
+
     def _charge_epoch(self, seg: dict, n_steps: int, num_train: int) -> None:
         # Charge the epoch before running it: the ledger never lags behind the steps.
         if self.spend is None or n_steps <= 0:
             return
+        segments = self._segments_with(seg, n_steps, num_train)
         seg["steps"] += n_steps
         seg["passes"] += 1
-        self.spend.record(self.ledger, self.prior_segments + [self.spend.segment(
-            seg["start_step"], seg["steps"], seg["passes"], num_train, self.cfg.batch_size)])
+        self.spend.record(self.ledger, segments)
         if self.chief:
             self.ledger.save(self.rd.file(rundir.LEDGER_FILE))
 
@@ -720,6 +876,10 @@ class Run:
         num_train = len(data.x_train)
         max_steps = self._step_cap()
         self._refuse_empty_resume(max_steps)
+        if max_steps is None or int(self.step_var.numpy()) < max_steps:
+            # Refused before anything is written when not one more step fits the budget.
+            self._budget_steps({"start_step": int(self.step_var.numpy()), "steps": 0,
+                                "passes": 0}, 1, num_train)
         reporter = report.Reporter(self.rd.file(rundir.TENSORBOARD_DIR) if self.chief else None,
                                    self.verbose, self.print_fn)
         step_fn = self.make_step_fn()
@@ -742,6 +902,12 @@ class Run:
             if n_steps <= 0:
                 stopped = True
                 break
+            fit = self._budget_steps(seg, n_steps, num_train)
+            if fit < n_steps:
+                stopped = True
+                n_steps = fit
+                if n_steps <= 0:
+                    break
             self._flush_pending()
             self._charge_epoch(seg, n_steps, num_train)
             reporter.start_epoch(epoch, cfg.epochs, n_steps)
@@ -771,6 +937,8 @@ class Run:
                 self.ledger.save(self.rd.file(rundir.LEDGER_FILE))
             if last or halt or (epoch + 1) % self.checkpoint_every == 0:
                 self.ledger_state_var.assign(json.dumps(self.ledger.to_dict(), sort_keys=True))
+                if self._config_record is not None:
+                    self.config_state_var.assign(integrity.config_record(self._config_record))
                 self.manager.save(checkpoint_number=epoch + 1)
                 self._save_progress(segments, segment, epoch_means)
             if halt:

@@ -1,0 +1,239 @@
+"""A run's files checked against its checkpoint, and the checkpoint a resume starts from.
+
+The checkpoint is the run's private record: with the model it stores the run's secret key,
+the ledger as charged when it was written (`ledger_state`) and the run's configuration with
+its sha256 digest (`run_config`). On resume, config.json and ledger.json are compared with
+them and an edited field is refused, naming the field and both values. A resume starts
+from the newest checkpoint whose files read back completely (a truncated or corrupt newer
+one is skipped and named). See docs/ledger.md ("Resume, replay and edited files").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+from typing import Any, Iterable, Mapping, Optional
+
+import tensorflow as tf
+
+__all__ = ["CONFIG_STATE", "config_record", "read_config_record", "first_difference",
+           "config_edit", "replay_differences", "readable_checkpoints", "remove_temp_files",
+           "clean_error_text"]
+
+# Checkpoint name of the run's configuration record.
+CONFIG_STATE = "run_config"
+
+# config.json keys a resume rewrites (besides the method's resume-mutable flags): the resume
+# history, the device split and the flags of the latest segment (checked key by key below).
+_RESUME_WRITTEN = ("resumes", "num_replicas", "cpu_replicas", "strategy",
+                   "noise_kernel_fallback")
+# Flags (config.json "flags") that steer only how a run executes; a resume may change them.
+_CONTROL_FLAGS = ("model_dir", "strategy", "cpu_replicas", "checkpoint_every", "noise_kernel",
+                  "data_dir", "num_test", "stop_after_epochs", "verbose")
+# Settings that do not change what a step computes: a resume that differs from the stopped
+# process only in these replays its steps bit for bit.
+_REPLAY_NEUTRAL = ("epochs", "resumes", "data_dir", "data_dir_source", "num_test",
+                   "certification", "flags.epochs", "flags.checkpoint_every", "flags.data_dir",
+                   "flags.num_test", "flags.model_dir", "flags.stop_after_epochs",
+                   "flags.verbose")
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, allow_nan=True)
+
+
+def config_record(config: Mapping[str, Any]) -> bytes:
+    """The checkpoint's record of a run configuration: its JSON with a sha256 digest."""
+    text = _canonical(dict(config))
+    return _canonical({"config": json.loads(text),
+                       "sha256": hashlib.sha256(text.encode()).hexdigest()}).encode()
+
+
+def read_config_record(value: bytes, path: str) -> dict:
+    """The configuration stored by `config_record`.
+
+    Raises:
+      ValueError: naming `path` when the record is not valid JSON or fails its digest.
+    """
+    try:
+        record = json.loads(value.decode("utf-8"))
+        config = record["config"]
+        digest = record["sha256"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise ValueError(f"{path}: the run configuration stored in the checkpoint is "
+                         "corrupt") from None
+    if hashlib.sha256(_canonical(config).encode()).hexdigest() != digest:
+        raise ValueError(f"{path}: the run configuration stored in the checkpoint fails its "
+                         "sha256 digest (corrupt)")
+    return config
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if isinstance(a, float) or isinstance(b, float):
+            if math.isnan(a) or math.isnan(b):
+                return math.isnan(a) and math.isnan(b)
+            return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15)
+        return a == b
+    return a == b
+
+
+def first_difference(a: Any, b: Any, path: str = "",
+                     ignore: Iterable[str] = ()) -> Optional[tuple[str, Any, Any]]:
+    """The first field (a dotted path, list items as `[i]` or `[name]`) where `a` and `b`
+    differ, with both values; None when they agree. Paths in `ignore` are skipped.
+
+    Lists of dicts that all carry a "name" (ledger entries) are compared by name.
+    """
+    ignore = tuple(ignore)
+    if path in ignore:
+        return None
+    missing = "(missing)"
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in a or key not in b:
+                if sub not in ignore:
+                    return sub, a.get(key, missing), b.get(key, missing)
+                continue
+            found = first_difference(a[key], b[key], sub, ignore)
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        named = all(isinstance(x, dict) and "name" in x for x in a + b)
+        if named:
+            da, db = {x["name"]: x for x in a}, {x["name"]: x for x in b}
+            if list(da) != list(db):
+                return path, [x["name"] for x in a], [x["name"] for x in b]
+            for name in da:
+                found = first_difference(da[name], db[name], f"{path}[{name}]", ignore)
+                if found:
+                    return found
+            return None
+        if len(a) != len(b):
+            return path, a, b
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = first_difference(x, y, f"{path}[{i}]", ignore)
+            if found:
+                return found
+        return None
+    return None if _same_value(a, b) else (path, a, b)
+
+
+def short(value: Any, limit: int = 120) -> str:
+    text = _canonical(value) if isinstance(value, (dict, list)) else repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def config_edit(on_disk: Mapping[str, Any], recorded: Mapping[str, Any],
+                mutable: Iterable[str]) -> Optional[tuple[str, Any, Any]]:
+    """The first field where config.json differs from the checkpoint's record of it.
+
+    A resume that stopped before its first checkpoint leaves config.json with its resume
+    entry, device split and the flags it changed; those (and the method's resume-mutable
+    flags) may differ, nothing else.
+
+    Returns:
+      (field, value in config.json, value in the checkpoint), or None.
+    """
+    mutable = tuple(mutable)
+    ignore = list(_RESUME_WRITTEN) + list(mutable) + [f"flags.{k}" for k in
+                                                      tuple(_CONTROL_FLAGS) + mutable]
+    return first_difference(dict(on_disk), dict(recorded), ignore=ignore)
+
+
+def config_edit_message(path: str, checkpoint: str, diff: tuple[str, Any, Any]) -> str:
+    """One line refusing an edited config.json."""
+    field, disk, ckpt = diff
+    return (f"resume: {path} was edited: {field} is {short(disk)} there but "
+            f"{short(ckpt)} in the run's checkpoint {checkpoint} (which decides the "
+            "accounting); restore the value, or start a new run to change it")
+
+
+def replay_differences(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Settings in which a resume differs from the process that ran after its checkpoint.
+
+    `previous` is config.json as that process wrote it, `current` the resume's configuration.
+    An empty list means every step after the checkpoint is recomputed with the same lots,
+    noise, devices and hyperparameters.
+    """
+    out = []
+    ignore = list(_REPLAY_NEUTRAL)
+    prev, cur = dict(previous), dict(current)
+    while True:
+        diff = first_difference(prev, cur, ignore=ignore)
+        if diff is None:
+            return out
+        out.append(diff[0])
+        ignore.append(diff[0])
+
+
+def readable_checkpoints(ckpt_dir: str) -> tuple[Optional[str], list[tuple[str, str]]]:
+    """(newest checkpoint whose every tensor reads back, [(newer damaged one, reason)]).
+
+    The first element is None when no checkpoint reads back.
+    """
+    state = tf.train.get_checkpoint_state(ckpt_dir)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    latest = tf.train.latest_checkpoint(ckpt_dir)
+    if latest and latest not in paths:
+        paths.append(latest)
+    paths = [p if os.path.isabs(p) else os.path.join(ckpt_dir, p) for p in paths]
+    damaged = []
+    for path in reversed(paths):
+        reason = _unreadable(path)
+        if reason is None:
+            return path, damaged
+        damaged.append((path, reason))
+    return None, damaged
+
+
+def _unreadable(path: str) -> Optional[str]:
+    """Why the checkpoint at `path` cannot be read back completely (None: it can)."""
+    try:
+        reader = tf.train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (tf.errors.OpError, ValueError, IndexError, OSError) as e:
+        return clean_error_text(e)
+    return None
+
+
+def remove_temp_files(ckpt_dir: str) -> list[str]:
+    """Removes what a failed checkpoint write leaves (`ckpt-N_temp` folders, `*.tempstate*`).
+
+    Returns:
+      The removed paths.
+    """
+    removed = []
+    if not os.path.isdir(ckpt_dir):
+        return removed
+    for name in sorted(os.listdir(ckpt_dir)):
+        path = os.path.join(ckpt_dir, name)
+        if re.search(r"_temp($|[/_.-])", name) or ".tempstate" in name:
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.remove(path)
+                except OSError:
+                    continue
+            removed.append(path)
+    return removed
+
+
+def clean_error_text(e: BaseException) -> str:
+    """The first line of an error without TensorFlow's internals (`{{function_node ...}}`,
+    `[Op:...]`)."""
+    text = str(getattr(e, "message", None) or e).strip()
+    line = text.splitlines()[0] if text else type(e).__name__
+    line = re.sub(r"\{\{[^}]*\}\}\s*", "", line)
+    line = re.sub(r"\s*\[Op:[^\]]*\]", "", line).strip()
+    return line or type(e).__name__
