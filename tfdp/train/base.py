@@ -464,6 +464,20 @@ class Method(abc.ABC):
         """
         return False
 
+    def replays_identically(self) -> bool:
+        """Whether a resume recomputes the steps after its checkpoint bit for bit.
+
+        The steps' lots and noise are keyed by the run key and the step's position, so a
+        resume draws the same ones again; the floating-point result is also the same when each
+        step runs the graph it ran in the stopped process: fixed-size batches, padded lots, or
+        one graph traced for any batch size (a graph traced for a static size can differ in
+        the last bit). True lets the run charge the replayed steps once (docs/ledger.md);
+        False keeps them charged again. Override to True only with a test that resumes the
+        method bit for bit (tests/train/test_replay.py).
+        """
+        return (self.batch_schedule() != "poisson" or self.pads_lots()
+                or self.trace_any_batch_size())
+
     def pads_lots(self) -> bool:
         """Whether batches of varying size (Poisson lots) are padded to a few static sizes.
 

@@ -201,10 +201,19 @@ class DPSGD(Method):
         # The vectorized path does not differ, and keeps the graphs its results were made with.
         return self.clipping_path() != "vectorized"
 
+    def replays_identically(self) -> bool:
+        # DP-SGD's own step on the vectorized path runs the same graph traced for a static or
+        # any batch size (above); tests/train/test_replay.py resumes it bit for bit. A
+        # subclass with its own step (Secure-SGD) keeps the general rule.
+        own_step = type(self).train_step is DPSGD.train_step
+        return (own_step and self.clipping_path() == "vectorized") or super().replays_identically()
+
     def setup_state(self) -> dict:
+        # The note goes with it: a resumed run's ledger entry reads as the uninterrupted one's.
         return {"noise_multiplier": np.float64(self.noise_multiplier),
-                "steps": np.int64(self._steps)}
+                "steps": np.int64(self._steps), "note": np.str_(getattr(self, "_note", ""))}
 
     def restore_setup_state(self, state) -> None:
         self.noise_multiplier = float(state["noise_multiplier"])
         self._steps = int(state["steps"])
+        self._note = str(state["note"]) if "note" in state else ""

@@ -36,8 +36,10 @@ _CONTROL_FLAGS = ("model_dir", "strategy", "cpu_replicas", "checkpoint_every", "
                   "data_dir", "num_test", "stop_after_epochs", "verbose")
 # Settings that do not change what a step computes: a resume that differs from the stopped
 # process only in these replays its steps bit for bit.
+# (noise_seed: the key itself comes from the checkpoint; noise_kernel_fallback: a message,
+# the kernel used is flags.noise_kernel.)
 _REPLAY_NEUTRAL = ("epochs", "resumes", "data_dir", "data_dir_source", "num_test",
-                   "certification", "flags.epochs", "flags.checkpoint_every", "flags.data_dir",
+                   "certification", "noise_seed", "noise_kernel_fallback", "flags.epochs", "flags.checkpoint_every", "flags.data_dir",
                    "flags.num_test", "flags.model_dir", "flags.stop_after_epochs",
                    "flags.verbose")
 

@@ -691,12 +691,17 @@ class Run:
         if self.spend is None or charged == ran:
             return
         multi_worker = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-        differences = (["strategy (multi-worker replay is not verified bit-identical)"]
-                       if multi_worker else
-                       integrity.replay_differences(self.stored_config, config))
+        if multi_worker:
+            differences = ["multi-worker steps are not verified to replay bit for bit"]
+        elif not self.method.replays_identically():
+            differences = [f"{self.cfg.method}'s steps with these settings do not replay bit "
+                           "for bit"]
+        else:
+            differences = integrity.replay_differences(self.stored_config, config)
         if differences:
             self._say(f"resume: the {charged - ran} steps after the checkpoint {latest} are "
-                      f"charged again: this resume runs them differently ({', '.join(differences)})")
+                      "charged again: this resume does not recompute them bit for bit ("
+                      + "; ".join(differences) + ")")
             return
         saved_ledger.noise_seed = self.ledger.noise_seed
         self.ledger = saved_ledger
