@@ -138,17 +138,28 @@ def config_edit(on_disk: Mapping[str, Any], recorded: Mapping[str, Any],
                 mutable: Iterable[str]) -> Optional[tuple[str, Any, Any]]:
     """The first field where config.json differs from the checkpoint's record of it.
 
-    A resume that stopped before its first checkpoint leaves config.json with its resume
-    entry, device split and the flags it changed; those (and the method's resume-mutable
-    flags) may differ, nothing else.
+    config.json must be the record, except after a resume that stopped before its first
+    checkpoint: that resume appended its entry to "resumes" and may have rewritten the
+    device split, the flags it changed and the method's resume-mutable settings (which must
+    then be the ones its "resumes" entry names).
 
     Returns:
       (field, value in config.json, value in the checkpoint), or None.
     """
+    disk, rec = dict(on_disk), dict(recorded)
     mutable = tuple(mutable)
+    old_resumes = rec.get("resumes") or []
+    new_resumes = disk.get("resumes") or []
+    if not (isinstance(new_resumes, list) and len(new_resumes) > len(old_resumes)
+            and new_resumes[:len(old_resumes)] == old_resumes):
+        return first_difference(disk, rec)
+    last = new_resumes[-1] if isinstance(new_resumes[-1], dict) else {}
+    for key in mutable:
+        if key in last and key in disk and not _same_value(disk[key], last[key]):
+            return key, disk[key], last[key]
     ignore = list(_RESUME_WRITTEN) + list(mutable) + [f"flags.{k}" for k in
                                                       tuple(_CONTROL_FLAGS) + mutable]
-    return first_difference(dict(on_disk), dict(recorded), ignore=ignore)
+    return first_difference(disk, rec, ignore=ignore)
 
 
 def config_edit_message(path: str, checkpoint: str, diff: tuple[str, Any, Any]) -> str:

@@ -71,6 +71,12 @@ def storage_message(model_dir: str, e: BaseException) -> str:
     else:
         path = model_dir
         reason = integrity.clean_error_text(e)
+        # TensorFlow starts with the (temporary) file it failed on: name its folder instead.
+        found = re.match(r"(/\S+?)[;:]\s+(.+)$", reason)
+        if found:
+            path, reason = os.path.dirname(found.group(1)), found.group(2)
+            if os.path.basename(path).endswith("_temp"):
+                path = os.path.dirname(path)
     return (f"{path}: cannot write the run's files ({reason}); the last checkpoint and the "
             f"result files written before are intact (free space or fix permissions, then "
             f"resume with --resume --model_dir={model_dir})")
@@ -718,7 +724,10 @@ class Run:
             file_segs = self.ledger.get(name).get("segments") or []
             if accounting._extends(expected.get(name)["segments"], file_segs):  # pylint: disable=protected-access
                 self.spend.record(expected, file_segs)
-        return integrity.first_difference(raw, expected.to_dict())
+        want = expected.to_dict()
+        # The entries first: the totals only follow from them.
+        return (integrity.first_difference(raw.get("entries"), want.get("entries"), "entries")
+                or integrity.first_difference(raw, want))
 
     def _build(self) -> None:
         """The method's state (inside the strategy scope), the run's counters, the checkpoint."""
@@ -1116,6 +1125,8 @@ def train(method: Method, data: Data, *, strategy: tf.distribute.Strategy | None
                        flags_text=flags_text, config_extra=config_extra, verbose=verbose,
                        print_fn=print_fn).run()
         except _STORAGE_ERRORS as e:
+            if chief:  # what the failed write left (e.g. an orphan ckpt-N_temp folder)
+                integrity.remove_temp_files(rundir.checkpoint_dir(cfg.model_dir))
             raise StorageError(storage_message(cfg.model_dir, e)) from None
     except BaseException:
         if lock is not None and lock.created_dir and not rundir.result_files(lock.path):
