@@ -760,6 +760,9 @@ def export_run(model_dir: str, export_dir: str, *, overwrite: bool = False,
     for name in (rundir.CONFIG_FILE, rundir.MODEL_FILE, rundir.LEDGER_FILE):
         if not run.exists(name):
             raise ValueError(f"model_dir: {run.path} has no {name}; is it a finished run?")
+    problem = rundir.model_file_problem(run.file(rundir.MODEL_FILE))
+    if problem:
+        raise ValueError(rundir.corrupt_model_message(run.file(rundir.MODEL_FILE), problem))
     target = check_export_dir(export_dir, overwrite)
     if os.path.commonpath([target, run.path]) == target:
         raise ValueError("export_dir: must not be the run directory or a folder holding it")

@@ -29,12 +29,16 @@ def load_run(model_dir: str) -> tuple[Any, dict]:
         (keras model, config dict).
 
     Raises:
-        ValueError: if the directory lacks config.json or model.keras.
+        ValueError: if the directory lacks config.json or model.keras, or model.keras is
+            corrupt (truncated, bad CRC).
     """
     rd = rundir.RunDir(model_dir)
     for name in (rundir.CONFIG_FILE, rundir.MODEL_FILE):
         if not rd.exists(name):
             raise ValueError(f"model_dir: {rd.path} has no {name}; is it a finished run?")
+    problem = rundir.model_file_problem(rd.file(rundir.MODEL_FILE))
+    if problem:
+        raise ValueError(rundir.corrupt_model_message(rd.file(rundir.MODEL_FILE), problem))
     registry.import_keras_objects()  # the papers' registered layers and models
     config = rd.read_json(rundir.CONFIG_FILE)
     model = keras.saving.load_model(rd.file(rundir.MODEL_FILE), compile=False)

@@ -10,6 +10,7 @@ import os
 import socket
 import tempfile
 import time
+import zipfile
 from typing import Any, Iterator
 import shutil
 import io
@@ -391,3 +392,25 @@ def save_model(model: Any, path: str) -> None:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def model_file_problem(path: str) -> str | None:
+    """Why the model file at `path` (model.keras, a zip archive) is corrupt; None when it
+    reads back whole (every member's CRC checked) or does not exist."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        return f"not a complete Keras archive: {e}"
+    if bad is not None:
+        return f"member {bad} fails its CRC check"
+    return None
+
+
+def corrupt_model_message(path: str, problem: str) -> str:
+    """One line saying that model.keras is corrupt and what to do."""
+    return (f"{path}: the model file is corrupt ({problem}); the run's checkpoint is not "
+            "affected: restore the file from a copy, or rewrite it with tfdp-train --resume "
+            f"--epochs=<more> --model_dir={os.path.dirname(path)}")

@@ -96,6 +96,9 @@ def check_model_dir(model_dir: str) -> str | None:
     if not os.path.exists(os.path.join(model_dir, rundir.MODEL_FILE)):
         return (f"--model_dir: {model_dir} holds no trained model ({rundir.MODEL_FILE}); "
                 "finish the run first (tfdp-train --resume --model_dir=...)")
+    problem = rundir.model_file_problem(os.path.join(model_dir, rundir.MODEL_FILE))
+    if problem:
+        return rundir.corrupt_model_message(os.path.join(model_dir, rundir.MODEL_FILE), problem)
     if not os.access(model_dir, os.W_OK):
         return f"--model_dir: {model_dir} is not writable (evaluation.json goes there)"
     return None

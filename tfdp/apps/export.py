@@ -75,8 +75,9 @@ def main(argv: list[str]) -> None:
                                    bound=FLAGS.bound, draws_per_step=FLAGS.draws_per_step,
                                    include_keras=FLAGS.include_keras,
                                    out_of_range=FLAGS.out_of_range)
-    except ValueError as e:
-        raise app.UsageError(f"--{e}" if str(e).split(":")[0] in FLAGS else str(e)) from e
+    except ValueError as e:  # one line, like the other tools (not absl's usage block)
+        text = f"--{e}" if str(e).split(":")[0] in FLAGS else str(e)
+        sys.exit(f"tfdp-export: error: {text}")
     except OSError as e:  # full disk, read-only directory: one line, nothing half-written
         sys.exit(f"tfdp-export: error: {e.filename or export_dir}: cannot write the export "
                  f"({e.strerror or type(e).__name__}); nothing was exported")

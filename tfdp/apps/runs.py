@@ -23,6 +23,7 @@ import math
 import os
 import sys
 from typing import Any, Optional, Sequence
+from tfdp import rundir
 from tfdp.train import report
 
 CONFIDENCE = 0.95
@@ -183,6 +184,9 @@ def summarize(run_dir: str) -> RunRow:
     claimed = epsilon_value(claimed_raw, has_entries)
     if _locked(run_dir):
         status = "running"
+    elif metrics is not None and rundir.model_file_problem(
+            os.path.join(run_dir, rundir.MODEL_FILE)):
+        status = "damaged (model.keras corrupt)"
     elif metrics is not None and os.path.exists(os.path.join(run_dir, "model.keras")):
         status = "finished"
         if metrics.get("stopped_early"):
