@@ -62,6 +62,8 @@ import tfdp
 CARD_FILE = "model_card.json"
 KERAS_FILE = "model.keras"
 CARD_FORMAT = "tfdp-model-card/1"
+# The SavedModel attribute holding the sha256 of model_card.json (hex, tf.string variable).
+CARD_DIGEST = "model_card_sha256"
 DEFAULT_DRAWS_PER_STEP = 256
 SIGNATURES = ("serving_default", "serve", "noisy_predict", "certify")
 
@@ -800,6 +802,10 @@ def export_run(model_dir: str, export_dir: str, *, overwrite: bool = False,
     try:
         card_path = rundir.write_json_atomic(os.path.join(staging, CARD_FILE), card)
         module.model_card = tf.saved_model.Asset(card_path)
+        # The card bound to the model: its sha256, a variable of the SavedModel, checked at
+        # load (`ExportedModel`, docs/export.md).
+        module.model_card_sha256 = tf.Variable(_sha256(card_path), trainable=False,
+                                               name=CARD_DIGEST)
         with noise_layers.noise_kernel("portable"):  # any retrace stays portable
             tf.saved_model.save(module, tmp, signatures=signatures)
         shutil.copyfile(card_path, os.path.join(tmp, CARD_FILE))
@@ -948,6 +954,34 @@ def noisy_in_process(model: Any, x: Any, seed: int) -> np.ndarray:
 # ------------------------------------------------------------------ loading an export
 
 
+def check_card_binding(loaded: Any, export_dir: str) -> Optional[str]:
+    """Checks that the export's model_card.json files are the card it was exported with.
+
+    Args:
+      loaded: the loaded SavedModel (`tf.saved_model.load(export_dir)`).
+      export_dir: the export directory.
+
+    Returns:
+      The card's sha256, or None for an export made before cards were bound (no digest).
+
+    Raises:
+      ValueError: one line naming the edited card file and both digests.
+    """
+    if not hasattr(loaded, CARD_DIGEST):
+        return None
+    want = getattr(loaded, CARD_DIGEST).numpy().decode("ascii")
+    for path in (os.path.join(export_dir, CARD_FILE),
+                 os.path.join(export_dir, "assets", CARD_FILE)):
+        if os.path.isfile(path):
+            got = _sha256(path)
+            if got != want:
+                raise ValueError(f"saved_model: {path} is not the card this model was exported "
+                                 f"with (sha256 {got[:16]}..., the SavedModel's "
+                                 f"{CARD_DIGEST} is {want[:16]}...); it was edited: export the "
+                                 "run again")
+    return want
+
+
 class ExportedModel:
     """An exported SavedModel and its model card, as the evaluation harness uses it.
 
@@ -969,8 +1003,9 @@ class ExportedModel:
             card_path = os.path.join(self.path, "assets", CARD_FILE)
         if not os.path.isfile(card_path):
             raise ValueError(f"saved_model: {self.path} has no {CARD_FILE}")
-        self.card = _read_json(card_path)
         self.loaded = tf.saved_model.load(self.path)
+        self.card = _read_json(card_path)
+        check_card_binding(self.loaded, self.path)
         self.signatures = sorted(self.loaded.signatures.keys())
 
     @property
@@ -986,12 +1021,33 @@ class ExportedModel:
     def has_noise(self) -> bool:
         return hasattr(self.loaded, "noisy_predict")
 
+    def check_input(self, x: Any) -> None:
+        """Refuses inputs whose shape the signatures do not take, naming the card's.
+
+        Raises:
+          ValueError: naming the expected shape and dtype (from the card) and the given.
+        """
+        shape = (self.card.get("data") or {}).get("input_shape")
+        if not shape:
+            return
+        got = list(getattr(x, "shape", np.shape(x)))
+        dtype = getattr(getattr(x, "dtype", None), "name", None) or str(np.asarray(x).dtype)
+        if len(got) != len(shape) + 1 or [int(d) for d in got[1:]] != [int(d) for d in shape]:
+            raise ValueError(f"x: the model takes float32 batches of shape [batch, "
+                             f"{', '.join(str(int(d)) for d in shape)}] (model card "
+                             f"data.input_shape), got shape {got} ({dtype})")
+        if not (dtype.startswith("float") or dtype.startswith("int")
+                or dtype.startswith("uint")):
+            raise ValueError(f"x: the model takes float32 values, got {dtype}")
+
     def noise_free(self, x: tf.Tensor) -> tf.Tensor:
         """Noise-free logits (the `serve` endpoint); differentiable."""
+        self.check_input(x)
         return self.loaded.serve(tf.cast(x, tf.float32))
 
     def noisy(self, x: tf.Tensor) -> tf.Tensor:
         """Logits of one noisy pass with a fresh random seed per call; differentiable."""
+        self.check_input(x)
         seed = tf.random.uniform([], 0, 2**62, dtype=tf.int64)
         return self.loaded.noisy_predict(tf.cast(x, tf.float32), seed)["logits"]
 
@@ -1005,6 +1061,7 @@ class ExportedModel:
         if not hasattr(self.loaded, "certify"):
             raise ValueError("saved_model: the export has no certify signature (the run has "
                              "no certification entry)")
+        self.check_input(x)
         n = checks.check_positive_int(num_draws, "num_draws", allow_integral_float=True)
         if n > serving_inputs.MAX_NUM_DRAWS:
             raise ValueError(f"num_draws must be <= {serving_inputs.MAX_NUM_DRAWS}, got {n}")
