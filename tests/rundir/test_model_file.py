@@ -7,7 +7,6 @@ import sys
 import zipfile
 
 from tfdp import rundir
-from tfdp.apps import evaluate as evaluate_app
 from tfdp.apps import runs
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -42,9 +41,12 @@ def test_model_file_problem_tells_a_truncated_archive(tmp_path):
 def test_runs_lists_a_corrupt_model_as_damaged_and_evaluate_calls_it_corrupt(tmp_path):
     run = _finished_looking_run(tmp_path, truncate=True)
     assert runs.summarize(str(run)).status == "damaged (model.keras corrupt)"
-    msg = evaluate_app.check_model_dir(str(run))
-    assert msg.startswith(f"{run / rundir.MODEL_FILE}: the model file is corrupt")
-    assert "File not found" not in msg
+    env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run([sys.executable, "-m", "tfdp.apps.evaluate", f"--model_dir={run}"],
+                          cwd=_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert f"{run / rundir.MODEL_FILE}: the model file is corrupt" in done.stderr, done.stderr
+    assert "File not found" not in done.stderr
 
 
 def test_export_of_a_corrupt_model_is_one_line(tmp_path):

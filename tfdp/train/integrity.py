@@ -31,6 +31,10 @@ CONFIG_STATE = "run_config"
 # history, the device split and the flags of the latest segment (checked key by key below).
 _RESUME_WRITTEN = ("resumes", "num_replicas", "cpu_replicas", "strategy",
                    "noise_kernel_fallback")
+# Entries the run rewrites after every epoch from the model's state (a method's
+# `epoch_config_updates`, e.g. StoBatch's certification), also between checkpoints; they do
+# not enter the accounting.
+_REFRESHED = ("certification",)
 # Flags (config.json "flags") that steer only how a run executes; a resume may change them.
 _CONTROL_FLAGS = ("model_dir", "strategy", "cpu_replicas", "checkpoint_every", "noise_kernel",
                   "data_dir", "num_test", "stop_after_epochs", "verbose")
@@ -39,9 +43,9 @@ _CONTROL_FLAGS = ("model_dir", "strategy", "cpu_replicas", "checkpoint_every", "
 # (noise_seed: the key itself comes from the checkpoint; noise_kernel_fallback: a message,
 # the kernel used is flags.noise_kernel.)
 _REPLAY_NEUTRAL = ("epochs", "resumes", "data_dir", "data_dir_source", "num_test",
-                   "certification", "noise_seed", "noise_kernel_fallback", "flags.epochs", "flags.checkpoint_every", "flags.data_dir",
-                   "flags.num_test", "flags.model_dir", "flags.stop_after_epochs",
-                   "flags.verbose")
+                   "certification", "noise_seed", "noise_kernel_fallback", "flags.epochs",
+                   "flags.checkpoint_every", "flags.data_dir", "flags.num_test",
+                   "flags.model_dir", "flags.stop_after_epochs", "flags.verbose")
 
 
 def _canonical(obj: Any) -> str:
@@ -152,13 +156,13 @@ def config_edit(on_disk: Mapping[str, Any], recorded: Mapping[str, Any],
     new_resumes = disk.get("resumes") or []
     if not (isinstance(new_resumes, list) and len(new_resumes) > len(old_resumes)
             and new_resumes[:len(old_resumes)] == old_resumes):
-        return first_difference(disk, rec)
+        return first_difference(disk, rec, ignore=_REFRESHED)
     last = new_resumes[-1] if isinstance(new_resumes[-1], dict) else {}
     for key in mutable:
         if key in last and key in disk and not _same_value(disk[key], last[key]):
             return key, disk[key], last[key]
-    ignore = list(_RESUME_WRITTEN) + list(mutable) + [f"flags.{k}" for k in
-                                                      tuple(_CONTROL_FLAGS) + mutable]
+    ignore = (list(_REFRESHED) + list(_RESUME_WRITTEN) + list(mutable)
+              + [f"flags.{k}" for k in tuple(_CONTROL_FLAGS) + mutable])
     return first_difference(disk, rec, ignore=ignore)
 
 

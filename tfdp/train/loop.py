@@ -722,7 +722,8 @@ class Run:
         name = self.spend.name if self.spend is not None else None
         if name is not None and name in expected and name in self.ledger:
             file_segs = self.ledger.get(name).get("segments") or []
-            if accounting._extends(expected.get(name)["segments"], file_segs):  # pylint: disable=protected-access
+            old_segs = expected.get(name)["segments"]
+            if accounting._extends(old_segs, file_segs):  # pylint: disable=protected-access
                 self.spend.record(expected, file_segs)
         want = expected.to_dict()
         # The entries first: the totals only follow from them.
@@ -1164,22 +1165,6 @@ def _charged_steps(ledger_dict: Mapping[str, Any], spend: Any) -> int:
         if e.get("name") == spend.name:
             return sum(int(seg["steps"]) for seg in e.get("segments") or [])
     return 0
-
-
-def _ledger_extends(saved: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
-    """True when `current` is `saved`, or `saved` with per-step entries charged further."""
-    old = {e["name"]: e for e in saved.get("entries", [])}
-    new = {e["name"]: e for e in current.get("entries", [])}
-    if set(old) != set(new):
-        return False
-    for name, a in old.items():
-        b = new[name]
-        if a.get("segments") is None or b.get("segments") is None:
-            if a != b:
-                return False
-        elif not accounting._extends(a["segments"], b["segments"]):  # pylint: disable=protected-access
-            return False
-    return True
 
 
 def _first_line(e: BaseException) -> str:
