@@ -204,8 +204,6 @@ def test_sigkills_at_random_points_give_the_uninterrupted_ledger_and_weights(tmp
     for _ in range(4):
         started = rundir.has_checkpoint(str(killed))
         args = base + [f"--model_dir={killed}"] + (["--resume"] if started else [])
-        if started:
-            args = [a for a in args if not a.startswith("--epochs")]
         seen = _checkpoint_number(killed)
         proc = subprocess.Popen(args, cwd=_ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
@@ -221,8 +219,7 @@ def test_sigkills_at_random_points_give_the_uninterrupted_ledger_and_weights(tmp
         if os.path.exists(killed / rundir.METRICS_FILE):
             break
     if not os.path.exists(killed / rundir.METRICS_FILE):
-        args = [a for a in base if not a.startswith("--epochs")]
-        subprocess.run(args + [f"--model_dir={killed}", "--resume"], cwd=_ROOT, env=env,
+        subprocess.run(base + [f"--model_dir={killed}", "--resume"], cwd=_ROOT, env=env,
                        check=True, capture_output=True, timeout=1800)
     assert kills >= 2
     assert _ledger(killed) == _ledger(clean)
