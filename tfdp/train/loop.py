@@ -972,9 +972,9 @@ class Run:
         """The method's step cap, lifted when a resume asks for more epochs than planned.
 
         --resume --epochs=N (larger) asks for more epochs than the plan the cap was set for
-        (e.g. DP-SGD's sigma solved for --epsilon over the old number of epochs): they run,
-        and every step is charged to the ledger, which may then exceed --epsilon (the
-        summary says so).
+        (e.g. DP-SGD's sigma solved for --epsilon over the old number of epochs): they run
+        and every step is charged, up to --epsilon when it is set (`_budget_steps` stops the
+        run at the budget, or refuses a resume with none left).
         """
         cap = self.method.max_steps()
         stored_epochs = self.stored_config.get("epochs") if self.resume else None
