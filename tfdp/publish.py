@@ -13,7 +13,7 @@ writes a new directory with:
   training statistic, seed, data hash or path is copied; metrics.json keeps the test
   accuracy and the run's progress counters only;
 * flags.txt with the public flags only (no seed, path or run control);
-* certificates.tsv (per test example: computed on the test split only);
+* certificates.tsv and tfdp-evaluate's plot (computed on the test split only);
 * published.json: what was copied and what was withheld.
 
 Everything else (checkpoints/, logs/, workers/, saved_model/, the lock) stays behind. The
@@ -41,7 +41,9 @@ _FLAGS_HEADER = ("# Published copy of a run's flags: the public hyper-parameters
                  "local paths and run controls\n# are left out; train again with --flagfile="
                  "flags.txt --model_dir=<new directory> (the noise then comes from OS "
                  "entropy).\n")
-_COPIED_AS_IS = (rundir.MODEL_FILE, rundir.CERTIFICATES_FILE)
+# Copied byte for byte: the model (saved without seeds), the per-test-example certificates
+# and tfdp-evaluate's plot (tfdp.evaluate.PLOT_FILE; test-set accuracies only).
+_COPIED_AS_IS = (rundir.MODEL_FILE, rundir.CERTIFICATES_FILE, "accuracy_vs_attack_size.png")
 
 
 def _read_json(path: str) -> Any:
