@@ -150,3 +150,14 @@ def test_command_line(tmp_path, finished_run, capsys):
     assert publish_app.main([f"--model_dir={finished_run}", f"--out={out}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("tfdp-publish: error: --out: ")
+
+
+def test_a_corrupt_result_file_is_named(tmp_path, finished_run, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run, ignore=shutil.ignore_patterns(".lock"))
+    (run / rundir.LEDGER_FILE).write_text("{not json")
+    out = tmp_path / "public"
+    assert publish_app.main([f"--model_dir={run}", f"--out={out}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"tfdp-publish: error: {run / rundir.LEDGER_FILE}: corrupt"), err
+    assert not out.exists() and [n for n in os.listdir(tmp_path) if n.startswith(".tmp")] == []

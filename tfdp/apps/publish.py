@@ -43,8 +43,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         publish.check_out_dir(args.out)
         cli.import_tensorflow(verbose=args.verbose)  # the allow-list lives in tfdp.export
         manifest = publish.publish_run(args.model_dir, args.out)
-    except ValueError as e:
-        print(f"tfdp-publish: error: --{e}", file=sys.stderr)
+    except ValueError as e:  # names the argument ("model_dir: ...", "out: ...") or the file
+        text = str(e)
+        flag = "--" if text.split(":")[0] in ("model_dir", "out") else ""
+        print(f"tfdp-publish: error: {flag}{text}", file=sys.stderr)
         return 2
     except OSError as e:  # full disk, read-only folder: nothing half-written is left
         print(f"tfdp-publish: error: --out: cannot write {e.filename or args.out} "
