@@ -33,6 +33,9 @@ def test_python_api_and_module_entry_points_are_quiet():
     assert api.stdout.strip() == "2.0" and _notices(api.stderr) == [], api.stderr
     table = _py("-m", "tfdp.mechanisms", "--epsilons=1")
     assert "| 1 |" in table.stdout and _notices(table.stderr) == [], table.stderr
+    # An app's --verbose still shows them (cli.import_tensorflow(verbose=True)).
+    verbose = _py("-c", "from tfdp.apps import cli; cli.import_tensorflow(verbose=True)")
+    assert _notices(verbose.stderr), verbose.stderr
 
 
 def test_other_output_of_the_import_is_passed_on():

@@ -18,13 +18,13 @@ import textwrap
 from typing import Callable, Iterable, Optional, Sequence
 from absl import flags
 
-from tfdp import quiet_start
+from tfdp import quiet_start as tf_start
 
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
 
 # Start-up notices TensorFlow prints on every import (tfdp/quiet_start.py; held back by
 # default; any other line written during the import is passed on).
-_TF_NOISE = quiet_start.TF_NOISE
+_TF_NOISE = tf_start.TF_NOISE
 
 
 def help_requested(argv: Sequence[str]) -> Optional[str]:
@@ -108,6 +108,7 @@ def import_tensorflow(verbose: bool = False):
       The tensorflow module.
     """
     if verbose:
+        tf_start.uninstall()  # the user asked for the start-up log: no filter at all
         # lazy: loads tensorflow; importing tfdp.apps.cli does not
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         return tf
