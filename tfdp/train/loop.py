@@ -422,8 +422,8 @@ class Run:
         # The certification entry may depend on setup's results (e.g. HGM's redistribution r).
         config["certification"] = self.method.certification_config()
         self._write_config(config)
-        self._write_private_state(fingerprint)
         self._build()
+        self._write_private_state(fingerprint)  # after build: a refused build leaves nothing
 
     def _load_or_start(self, accounting) -> None:
         # The run key: every random stream of the run derives from it (principle 5). It is a
