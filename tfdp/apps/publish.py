@@ -18,6 +18,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from tfdp import publish
 from tfdp.apps import cli
 
 
@@ -36,8 +37,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Console entry point; returns the exit status."""
     args = _parser().parse_args(argv)
-    # lazy: tfdp.publish checks its arguments without TensorFlow
-    from tfdp import publish  # pylint: disable=import-outside-toplevel
     try:
         publish.check_run(args.model_dir)
         publish.check_out_dir(args.out)
