@@ -45,6 +45,7 @@ setup(
             "tfdp-export=tfdp.apps.export:run",
             "tfdp-reproduce=tfdp.apps.reproduce:run",
             "tfdp-runs=tfdp.apps.runs:run",
+            "tfdp-publish=tfdp.apps.publish:run",
         ],
     },
 )

@@ -98,3 +98,50 @@ def find(paths: Iterable[str], pats: dict[bytes, str]) -> list[str]:
             blob = f.read()
         hits += [f"{path}: {what}" for pat, what in pats.items() if pat in blob]
     return hits
+
+
+def _floats(obj) -> list[float]:
+    """Every float of a JSON value (at any depth)."""
+    if isinstance(obj, dict):
+        return [f for v in obj.values() for f in _floats(v)]
+    if isinstance(obj, list):
+        return [f for v in obj for f in _floats(v)]
+    if isinstance(obj, float):
+        return [obj]
+    return []
+
+
+def training_statistics(model_dir: str) -> list[float]:
+    """The run's non-private training statistics (issue 40): the marked statistics of
+    metrics.json and checkpoints/segments.json, and Secure-SGD's r statistics in config.json."""
+    stats: list[float] = []
+    for path in (os.path.join(model_dir, rundir.METRICS_FILE),
+                 os.path.join(rundir.checkpoint_dir(model_dir), rundir.SEGMENTS_FILE)):
+        if os.path.exists(path):
+            stats += _floats(rundir.read_json(path).get(loop.NONPRIVATE_STATS_KEY))
+    config = rundir.read_json(os.path.join(model_dir, rundir.CONFIG_FILE))
+    r_stats = (config.get("certification") or {}).get("r_stats") or {}
+    stats += _floats({k: v for k, v in r_stats.items()
+                      if k in ("pretrain_train_accuracy", "r_min_times_K", "r_max_times_K")})
+    return stats
+
+
+def statistic_patterns(values: Iterable[float], min_chars: int = 8) -> dict[bytes, str]:
+    """Text patterns of training statistics: the JSON text of each float with enough digits
+    not to occur by chance, and its first 6 significant digits (a rounded copy)."""
+    out: dict[bytes, str] = {}
+    for v in values:
+        text = repr(float(v))
+        if len(text.lstrip("-0.")) >= min_chars - 2:
+            out[text.encode()] = f"statistic {text}"
+            out[format(float(v), ".6g").encode()] = f"statistic {text} (6 digits)"
+    return out
+
+
+def data_hash_patterns(model_dir: str) -> dict[bytes, str]:
+    """The hash of the training arrays (checkpoints/private_state.json), as hex text (full
+    and its first 12 characters, what a resume error shows) and as raw bytes."""
+    path = os.path.join(rundir.checkpoint_dir(model_dir), rundir.PRIVATE_STATE_FILE)
+    digest = rundir.read_json(path)["data_sha256"]
+    return {digest.encode(): "data_sha256", digest[:12].encode(): "data_sha256 prefix",
+            bytes.fromhex(digest): "data_sha256 bytes"}

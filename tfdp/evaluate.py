@@ -39,6 +39,10 @@ from tfdp.train import report
 from tfdp import data as data_lib
 
 PLOT_FILE = "accuracy_vs_attack_size.png"
+# Test examples a --certify evaluation of a run directory uses when --num_examples is unset:
+# the run's own num_test (config.json), at most this many (a Monte-Carlo certificate per
+# example and per attack; 1,000 examples give a binomial standard error <= 1.6 points).
+DEFAULT_CERTIFY_EXAMPLES = 1000
 TSV_COLUMNS = ("attack", "attack_size", "index", "label", "prediction", "radius", "correct",
                "certified", "seconds")
 
@@ -61,7 +65,8 @@ class EvalOptions:
         alpha: failure probability of the confidence bounds (eta = 1 - alpha); None = the
             run's or 0.05.
         bound: confidence bound, one of certify.BOUNDS; None = the run's or Clopper-Pearson.
-        num_examples: evaluate the first N test examples (None = all).
+        num_examples: evaluate the first N test examples (None = all; with `certify`,
+            `evaluate_run` uses the run's num_test, at most DEFAULT_CERTIFY_EXAMPLES).
         batch_size: examples per attack / prediction batch.
         draws_per_step: Monte-Carlo draws per forward pass.
         seed: seed of the random starts of the Madry attack; None = OS entropy.
@@ -680,12 +685,53 @@ def plot_accuracy(path: str, summary: Mapping[str, Any]) -> str:
     return path
 
 
-def evaluate_run(model_dir: str, options: EvalOptions) -> dict:
+def default_num_examples(options: EvalOptions, config: Mapping[str, Any]
+                         ) -> tuple[Optional[int], str]:
+    """The number of test examples an evaluation of a run uses, and where it comes from.
+
+    --num_examples when given; else, with --certify (a Monte-Carlo certificate per example
+    and per attack, minutes per hundred examples on a CPU), the run's own num_test from
+    config.json, at most DEFAULT_CERTIFY_EXAMPLES; else every test example.
+    """
+    if options.num_examples is not None:
+        return int(options.num_examples), "--num_examples"
+    if not options.certify:
+        return None, "all test examples"
+    num_test = config.get("num_test")
+    if isinstance(num_test, int) and 0 < num_test <= DEFAULT_CERTIFY_EXAMPLES:
+        return num_test, f"the run's --num_test={num_test}"
+    return DEFAULT_CERTIFY_EXAMPLES, (f"--certify's default cap of {DEFAULT_CERTIFY_EXAMPLES}"
+                                      + (f" (the run used {num_test})"
+                                         if isinstance(num_test, int) else ""))
+
+
+def work_plan(n: int, options: EvalOptions, certification: Optional[Mapping[str, Any]],
+              source: str) -> str:
+    """One line naming the planned work: examples, attack jobs, Monte-Carlo draws, flags."""
+    jobs = 1 + len(options.attacks) * len(options.attack_sizes)
+    certify = bool(options.certify and certification)
+    draws = int(options.num_draws or (certification or {}).get("num_draws") or 1000)
+    what = (f"{n} test examples ({source}) x {jobs} jobs (clean"
+            + (f" + {len(options.attacks)} attacks x {len(options.attack_sizes)} sizes"
+               if jobs > 1 else "") + ")")
+    if certify:
+        what += f", {draws} Monte-Carlo draws each"
+    return (f"evaluating {what}; --num_examples=N sets the number of examples"
+            + (", --num_draws the draws, --attacks/--attack_sizes the jobs" if certify else ""))
+
+
+def evaluate_run(model_dir: str, options: EvalOptions,
+                 say: Optional[Callable[[str], None]] = None) -> dict:
     """Evaluates a run directory; writes evaluation.json, certificates.tsv and a PNG.
+
+    Before any work, `say` gets the planned work (`work_plan`); then a progress line with
+    the rate and the ETA after the first batch and at least every 30 s.
 
     Args:
         model_dir: a run directory left by tfdp-train (model.keras + config.json).
-        options: what to evaluate.
+        options: what to evaluate; with `certify` and no `num_examples`, the run's num_test
+            examples (at most DEFAULT_CERTIFY_EXAMPLES) are evaluated.
+        say: where the plan and progress lines go (default: absl logging.info).
 
     Returns:
         the summary written to evaluation.json.
@@ -699,28 +745,33 @@ def evaluate_run(model_dir: str, options: EvalOptions) -> dict:
     rd = rundir.RunDir(model_dir)
     value_range = tuple(config.get("value_range") or (-1.0, 1.0))
     load_kwargs = dict(config.get("data_options") or {})  # e.g. Tiny ImageNet's num_classes
-    if opts.num_examples is not None:
-        load_kwargs["num_examples"] = int(opts.num_examples)
+    num_examples, source = default_num_examples(opts, config)
+    if num_examples is not None:
+        load_kwargs["num_examples"] = num_examples
+        opts = dataclasses.replace(opts, num_examples=num_examples)
     x, y = data_lib.load(config["dataset"], "test",
                          data_dir=opts.data_dir or config.get("data_dir"),
                          value_range=value_range, **load_kwargs)
+    say = say or (lambda text: logging.info("%s", text))
+    say(work_plan(len(x), opts, config.get("certification"), source))
     start = time.perf_counter()
-    last = [start]
+    last = [None]
 
     def progress(done: int, total: int) -> None:
         now = time.perf_counter()
-        if now - last[0] >= 5.0 or done == total:
+        if last[0] is None or now - last[0] >= 30.0 or done == total:
             last[0] = now
             rate = done / max(now - start, 1e-9)
             eta = (total - done) / max(rate, 1e-9)
-            logging.info("evaluated %d/%d example-attacks (%.1f/s, ETA %.0f s)", done, total,
-                         rate, eta)
+            say(f"evaluated {done}/{total} example-jobs ({rate:.2f}/s, ETA "
+                f"{report.seconds_text(eta)}; attacked jobs run slower than the clean one)")
 
 
     with kernels.noise_kernel_flag(opts.noise_kernel, flag="noise_kernel"):
         summary, records = evaluate_arrays(model, x, y, value_range=value_range,
                                            certification=config.get("certification"),
                                            options=opts, progress=progress)
+    summary["num_examples_source"] = source
     summary["noise_kernel"] = opts.noise_kernel
     if opts.noise_kernel_fallback:
         summary["noise_kernel_fallback"] = opts.noise_kernel_fallback

@@ -246,6 +246,8 @@ def _json_default(o: Any) -> Any:
 
 SETUP_STATE_FILE = "setup_state.npz"
 SEGMENTS_FILE = "segments.json"
+# Inside the checkpoint folder: the hash of the training arrays (issue 40), never published.
+PRIVATE_STATE_FILE = "private_state.json"
 
 
 def checkpoint_dir(path: str) -> str:

@@ -66,3 +66,37 @@ def test_unknown_subcommand():
         flags.FLAGS(["tfdp-audit"])
         with pytest.raises(Exception, match="subcommand"):
             audit_app.main(["tfdp-audit", "nope"])
+
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_no_flagfile_writes_into_the_repository():
+    # Issue 40: `tfdp-audit gpm-hist --flagfile=flags/gpm/hist_smoke.flags` wrote into the
+    # checkout's results/. Flagfiles name work folders; results/ only when asked.
+    offending = []
+    for root, _, files in os.walk(os.path.join(_ROOT, "flags")):
+        for name in files:
+            with open(os.path.join(root, name), encoding="utf-8") as f:
+                for line in f:
+                    value = line.strip().partition("=")[2]
+                    if line.startswith("--") and value.lstrip("./").startswith("results"):
+                        offending.append(f"{name}: {line.strip()}")
+    assert offending == []
+    assert not flags.FLAGS["audit_output_dir"].default.startswith("results")
+
+
+def test_hist_smoke_flagfile_writes_to_a_work_folder(tmp_path, monkeypatch):
+    committed = os.path.join(_ROOT, "results", "gpm")
+
+    def stamps():
+        return {os.path.join(r, n): os.path.getmtime(os.path.join(r, n))
+                for r, _, fs in os.walk(committed) for n in fs}
+
+    before = stamps()
+    monkeypatch.chdir(tmp_path)
+    with flagsaver.flagsaver():
+        _run(["gpm-hist", f"--flagfile={os.path.join(_ROOT, 'flags/gpm/hist_smoke.flags')}",
+              "--gpm_epsilons=1", "--gpm_betas=1e-1", "--audit_trials=50"])
+    assert os.path.exists(tmp_path / "runs" / "audit" / "hist_smoke" / "gpm_hist.csv")
+    assert stamps() == before and not os.path.exists(os.path.join(committed, "hist_smoke"))

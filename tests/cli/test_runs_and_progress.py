@@ -92,7 +92,11 @@ def test_runs_table_three_runs(trained, tmp_path):
         "num_examples": 100, "clean_accuracy": 0.5,
         "attacks": {"fgsm": {"0.1": {"accuracy": 0.4, "certified_accuracy_on_attacked_inputs": None},
                              "0.2": {"accuracy": 0.3, "certified_accuracy_on_attacked_inputs": 0.1}},
-                    "madry": {"0.2": {"accuracy": 0.2, "certified_accuracy_on_attacked_inputs": 0.1}}}})
+                    "madry": {"0.2": {"accuracy": 0.2, "certified_accuracy_on_attacked_inputs": 0.1}}},
+        # Clean certified accuracy per radius (issue 40: the column shows this, not the
+        # certified accuracy on attacked inputs at the largest size).
+        "clean_certified_accuracy": {"0.1": {"value": 0.37, "n": 100},
+                                     "0.2": {"value": 0.25, "n": 100}}})
 
     out = _py("-m", "tfdp.apps.runs", str(base), "--format=csv")
     assert out.returncode == 0, out.stderr
@@ -107,7 +111,12 @@ def test_runs_table_three_runs(trained, tmp_path):
     assert float(rows["dpsgd"]["attacked_accuracy"]) == 0.2
     low, high = float(rows["dpsgd"]["attacked_ci_low"]), float(rows["dpsgd"]["attacked_ci_high"])
     assert low < 0.2 < high and rows["dpsgd"]["attacked_n"] == "100"
-    assert float(rows["dpsgd"]["certified_accuracy"]) == 0.1
+    assert float(rows["dpsgd"]["certified_accuracy"]) == 0.37  # clean, smallest radius
+    assert rows["dpsgd"]["certified_radius"] == "0.1" and rows["dpsgd"]["certified_n"] == "100"
+    at = _py("-m", "tfdp.apps.runs", str(base), "--format=csv", "--radius=0.2")
+    rows_at = {r["run"]: r for r in csv.DictReader(io.StringIO(at.stdout))}
+    assert float(rows_at["dpsgd"]["certified_accuracy"]) == 0.25
+    assert rows_at["dpsgd"]["certified_radius"] == "0.2"
     assert rows["nonprivate"]["sound_epsilon"] == "inf" == rows["legacy"]["sound_epsilon"]
     assert rows["stopped"]["status"] == "stopped" and rows["stopped"]["epochs"] == "2/5"
     assert float(rows["stopped"]["sound_epsilon"]) == 0.51
@@ -117,6 +126,11 @@ def test_runs_table_three_runs(trained, tmp_path):
     assert table.returncode == 0, table.stderr
     body = [line for line in table.stdout.splitlines()[2:] if not line.startswith("(")]
     assert len(body) == 4 and "claimed eps" in table.stdout and "sound eps" in table.stdout
+    assert "clean certified acc @r (smallest evaluated)" in table.stdout.splitlines()[0]
+    assert "0.370 [0.28, 0.47] @0.1" in table.stdout
+    named = _py("-m", "tfdp.apps.runs", str(base), "--radius=0.2")
+    assert "clean certified acc @r=0.2" in named.stdout.splitlines()[0]
+    assert "0.250 [" in named.stdout and "@0.2" in named.stdout
     md = _py("-m", "tfdp.apps.runs", str(base), "--format=markdown",
              f"--plot={tmp_path / 'plot.png'}")
     assert md.returncode == 0, md.stderr
@@ -126,6 +140,8 @@ def test_runs_table_three_runs(trained, tmp_path):
 def test_runs_bad_input(tmp_path):
     out = _py("-m", "tfdp.apps.runs", str(tmp_path / "missing"))
     assert out.returncode == 2 and "DIR" in out.stderr
+    out = _py("-m", "tfdp.apps.runs", str(tmp_path), "--radius=-1")
+    assert out.returncode == 2 and "--radius" in out.stderr
     out = _py("-m", "tfdp.apps.runs", str(tmp_path), "--plot=x.txt")
     assert out.returncode == 2 and "--plot" in out.stderr
     assert not os.path.exists(tmp_path / "x.txt")

@@ -239,11 +239,22 @@ def test_failed_download_becomes_not_found_quickly(tmp_path, monkeypatch, name):
     monkeypatch.setitem(sources.DOWNLOADS, name, files)
     start = time.monotonic()
     with pytest.raises(data.DataNotFoundError) as err:
-        data.load(name, "test", data_dir=str(tmp_path))
+        data.load(name, "test", data_dir=str(tmp_path), download=True)
     assert time.monotonic() - start < 10.0
     msg = str(err.value)
     assert "Download through Keras" in msg and "failed" in msg and "refused" in msg.lower()
     assert str(tmp_path) in msg
+
+
+@pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "cifar10"])
+def test_no_download_unless_asked(tmp_path, monkeypatch, name):
+    # Issue 40: a missing data set is reported, never fetched, unless download=True.
+    def no_network(*args):
+        raise AssertionError(f"download attempted: {args}")
+
+    monkeypatch.setattr(sources, "try_download", no_network)
+    with pytest.raises(data.DataNotFoundError, match=r"Download not attempted"):
+        data.load(name, "test", data_dir=str(tmp_path))
 
 
 def test_datasets_without_download_say_so(tmp_path):
@@ -510,7 +521,7 @@ def test_download_cifar10_archive_is_fetched_checked_and_extracted(tmp_path, htt
     monkeypatch.setitem(sources.DOWNLOADS, "cifar10", [
         ("cifar-10-python.tar.gz", base + "cifar-10-python.tar.gz", _sha256(archive))])
     root = tmp_path / "root"
-    x, y = data.load_uint8("cifar10", "test", data_dir=str(root))
+    x, y = data.load_uint8("cifar10", "test", data_dir=str(root), download=True)
     np.testing.assert_array_equal(x, written["test"][0])
     np.testing.assert_array_equal(y, written["test"][1])
     assert (root / "cifar10" / "cifar-10-batches-py" / "data_batch_5").is_file()
@@ -527,10 +538,10 @@ def test_download_mnist_npz_with_bad_hash_is_refused(tmp_path, http_dir, monkeyp
     monkeypatch.setitem(sources.DOWNLOADS, "mnist",
                         [("mnist.npz", base + "mnist.npz", "0" * 64)])
     with pytest.raises(data.DataNotFoundError, match="hash"):
-        data.load("mnist", data_dir=str(tmp_path / "root"))
+        data.load("mnist", data_dir=str(tmp_path / "root"), download=True)
     assert not (tmp_path / "root" / "mnist" / "mnist.npz").exists()  # not left to be read
     monkeypatch.setitem(sources.DOWNLOADS, "mnist",
                         [("mnist.npz", base + "mnist.npz", _sha256(served / "mnist.npz"))])
-    x, y = data.load_uint8("mnist", "test", data_dir=str(tmp_path / "root"))
+    x, y = data.load_uint8("mnist", "test", data_dir=str(tmp_path / "root"), download=True)
     np.testing.assert_array_equal(x[..., 0], x_te)
     assert (tmp_path / "root" / "mnist" / "mnist.npz").is_file()

@@ -31,7 +31,8 @@ LANGS = ("bash", "sh", "python")
 APPS = {"tfdp-train": "tfdp.apps.train", "tfdp-evaluate": "tfdp.apps.evaluate",
         "tfdp-audit": "tfdp.apps.audit", "tfdp-bench": "tfdp.apps.bench",
         "tfdp-export": "tfdp.apps.export", "tfdp-reproduce": "tfdp.apps.reproduce",
-        "tfdp-runs": "tfdp.apps.runs", "pipeline": "tfdp.apps.pipeline",
+        "tfdp-runs": "tfdp.apps.runs", "tfdp-publish": "tfdp.apps.publish",
+        "pipeline": "tfdp.apps.pipeline",
         "mechanisms": "tfdp.mechanisms"}
 # Flags every absl app accepts besides its own.
 _ABSL_FLAGS = {"flagfile", "undefok", "help", "helpfull", "helpshort"}

@@ -222,3 +222,35 @@ def test_cli_end_to_end_on_trained_run(tmp_path):
             assert isinstance(result["attacks"][name][size]["accuracy"], float)
             assert result["attacks"][name][size]["certified_accuracy_on_attacked_inputs"] is None
     assert len(_read_tsv(os.path.join(run, rundir.CERTIFICATES_FILE))) == 50 * 5
+
+
+def test_certify_defaults_to_the_runs_num_test_and_says_its_plan(tmp_path, noisy_run):
+    # Issue 40: --certify without --num_examples evaluated all 10,000 test images silently.
+    import shutil  # pylint: disable=import-outside-toplevel
+    run = tmp_path / "run"
+    shutil.copytree(noisy_run, run)
+    config = json.load(open(run / rundir.CONFIG_FILE))
+    json.dump(dict(config, num_test=30), open(run / rundir.CONFIG_FILE, "w"))
+    lines = []
+    summary = evaluate.evaluate_run(str(run), evaluate.EvalOptions(
+        attacks=("fgsm",), attack_sizes=(0.1,), certify=True, num_draws=50, batch_size=10,
+        seed=0), say=lines.append)
+    assert summary["num_examples"] == 30
+    assert summary["num_examples_source"] == "the run's --num_test=30"
+    assert lines[0].startswith("evaluating 30 test examples (the run's --num_test=30) x 2 jobs")
+    assert "50 Monte-Carlo draws" in lines[0] and "--num_examples=N" in lines[0]
+    assert "ETA" in lines[1] and lines[1].startswith("evaluated 10/60 example-jobs")
+    assert lines[-1].startswith("evaluated 60/60")
+
+
+def test_default_num_examples():
+    opts = evaluate.EvalOptions(certify=True)
+    assert evaluate.default_num_examples(opts, {"num_test": 500}) == (
+        500, "the run's --num_test=500")
+    n, why = evaluate.default_num_examples(opts, {"num_test": 10000})
+    assert n == evaluate.DEFAULT_CERTIFY_EXAMPLES and "10000" in why
+    assert evaluate.default_num_examples(opts, {})[0] == evaluate.DEFAULT_CERTIFY_EXAMPLES
+    assert evaluate.default_num_examples(evaluate.EvalOptions(), {"num_test": 500}) == (
+        None, "all test examples")  # no Monte-Carlo: every test example, as before
+    assert evaluate.default_num_examples(evaluate.EvalOptions(certify=True, num_examples=7),
+                                         {"num_test": 500}) == (7, "--num_examples")

@@ -84,3 +84,13 @@ def test_nothing_private_leaves_the_run(tmp_path, flagfile, extra, leak_scan):
     card = json.load(open(out / export.CARD_FILE))
     assert card["ledger"]["noise_seed"] == "os_entropy" and card["ledger"]["guarantee"]
     assert card["run"]["noise_seed"] == "os_entropy" and "seed" not in card["run"]
+
+    # The published copy (tfdp-publish, issue 40): no seed, no derived value, no training
+    # statistic (the marked ones and Secure-SGD's r statistics), no hash of the training data.
+    public = tmp_path / "public"
+    _run("tfdp.apps.publish", f"--model_dir={run}", f"--out={public}")
+    pats = dict(seeds)
+    pats.update(leak_scan.statistic_patterns(leak_scan.training_statistics(str(run))))
+    pats.update(leak_scan.data_hash_patterns(str(run)))
+    assert leak_scan.find(leak_scan.all_files(rundir.checkpoint_dir(str(run))), pats)
+    assert leak_scan.find(leak_scan.all_files(str(public)), pats) == []

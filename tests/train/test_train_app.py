@@ -120,7 +120,10 @@ def test_cli_nonprivate_end_to_end_and_flagfile_rerun(tmp_path):
     assert metrics["test_accuracy"] > 0.3
     flags_txt = (first / rundir.FLAGS_FILE).read_text()
     # The seed regenerates the run's noise: it is kept in the checkpoint, never in flags.txt.
-    assert "--method=nonprivate" in flags_txt and "--seed" not in flags_txt
+    flag_lines = [ln for ln in flags_txt.splitlines() if not ln.startswith("#")]
+    assert "--method=nonprivate" in flag_lines and not any(
+        ln.startswith("--seed") for ln in flag_lines)
+    assert train_app.SEED_NOTE in flags_txt.splitlines()[:2]  # the header says so (issue 40)
     # flags.txt and the same --seed re-create the run: same data, same result.
     second = tmp_path / "second"
     out = _cli(f"--flagfile={first / rundir.FLAGS_FILE}", "--seed=3", f"--model_dir={second}")

@@ -18,24 +18,13 @@ import textwrap
 from typing import Callable, Iterable, Optional, Sequence
 from absl import flags
 
+from tfdp import quiet_start as tf_start
+
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
 
-# Start-up notices TensorFlow prints on every import (C++ logging before absl is initialised);
-# held back by default. Any other line written during the import is passed on.
-_TF_NOISE = (
-    "All log messages before absl::InitializeLog() is called",
-    "oneDNN custom operations are on",
-    "cpu_feature_guard.cc",
-    "To enable the following instructions:",
-    "This TensorFlow binary is optimized to use available CPU instructions",
-    "Unable to register cuDNN factory",
-    "Unable to register cuFFT factory",
-    "Unable to register cuBLAS factory",
-    "computation placer already registered",
-    "TF-TRT Warning",
-    "Could not find cuda drivers on your machine",
-    "failed call to cuInit",
-)
+# Start-up notices TensorFlow prints on every import (tfdp/quiet_start.py; held back by
+# default; any other line written during the import is passed on).
+_TF_NOISE = tf_start.TF_NOISE
 
 
 def help_requested(argv: Sequence[str]) -> Optional[str]:
@@ -119,6 +108,7 @@ def import_tensorflow(verbose: bool = False):
       The tensorflow module.
     """
     if verbose:
+        tf_start.uninstall()  # the user asked for the start-up log: no filter at all
         # lazy: loads tensorflow; importing tfdp.apps.cli does not
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         return tf

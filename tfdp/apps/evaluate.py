@@ -33,7 +33,8 @@ flags.DEFINE_float("alpha", None, "Failure probability of the bounds, in (0, 1) 
                    "0.05, i.e. 95% confidence).")
 flags.DEFINE_enum("bound", None, ["clopper_pearson", "hoeffding", "bernstein"],
                   "Confidence bound (default: Clopper-Pearson on argmax counts).")
-flags.DEFINE_integer("num_examples", None, "Evaluate only the first N test examples.")
+flags.DEFINE_integer("num_examples", None, "Evaluate only the first N test examples (default: "
+                     "all; with --certify, the run's --num_test, at most 1000).")
 flags.DEFINE_integer("batch_size", 100, "Examples per batch.")
 flags.DEFINE_integer("draws_per_step", 256, "Monte-Carlo draws per forward pass.")
 flags.DEFINE_integer("seed", None, "Seed of the Madry random starts (unset: OS entropy).")
@@ -126,13 +127,18 @@ def main(argv: list[str]) -> None:
     try:
         # Exclusive use of the run directory: no training or other evaluation writes there.
         with rundir.RunLock(FLAGS.model_dir):
-            summary = evaluate_lib.evaluate_run(FLAGS.model_dir, options)
+            summary = evaluate_lib.evaluate_run(FLAGS.model_dir, options, say=_say)
     except ValueError as e:
         sys.exit(f"tfdp-evaluate: error: {e}")
     for line in evaluate_lib.summary_lines(summary):
         logging.info("%s", line)
     write_tensorboard(FLAGS.model_dir, summary)
     print(f"wrote {summary['model_dir']}/evaluation.json")
+
+
+def _say(text: str) -> None:
+    """The plan and progress lines: on stdout at once (absl's INFO log is off by default)."""
+    print(text, flush=True)
 
 
 def write_tensorboard(model_dir: str, summary: dict) -> None:

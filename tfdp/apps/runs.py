@@ -3,11 +3,14 @@
   tfdp-runs runs/                      # console table, one row per run directory
   tfdp-runs runs/ --format=csv         # or markdown
   tfdp-runs runs/ --plot=runs.png      # accuracy versus sound epsilon of those runs
+  tfdp-runs runs/ --radius=0.1         # clean certified accuracy at radius 0.1
 
 Each row: the run's method and data set, its claimed and sound epsilon (ledger.json; "inf"
 for a run without a privacy guarantee), its test accuracy (metrics.json), the clean, attacked
-and certified accuracies of its latest evaluation (evaluation.json) with 95% Clopper-Pearson
-intervals over the evaluated examples, and its status: finished, stopped (resumable with
+accuracies of its latest evaluation (evaluation.json) with 95% Clopper-Pearson intervals over
+the evaluated examples, its clean certified accuracy (unattacked test inputs whose certified
+radius reaches r; sound certificates only) at the radius --radius names (default: the
+smallest radius the run's evaluation certified at; the cell says which), and its status: finished, stopped (resumable with
 --resume), running (its lock is held) or incomplete. Reads files only; imports no TensorFlow.
 """
 
@@ -167,13 +170,42 @@ def _attacked(evaluation: dict, n: Optional[int]) -> tuple[Optional[Accuracy],
                 best = (key, acc, f"{name}@{size}",
                         res.get("certified_accuracy_on_attacked_inputs"))
     if best is None:
-        return None, None
-    certified = accuracy(best[3], n, f"@{best[0]:g}")
-    return accuracy(best[1], n, best[2]), certified
+        return None
+    return accuracy(best[1], n, best[2])
 
 
-def summarize(run_dir: str) -> RunRow:
-    """The row of one run directory."""
+def clean_certified(evaluation: dict, n: Optional[int], radius: Optional[float] = None
+                    ) -> Optional[Accuracy]:
+    """Clean certified accuracy at `radius` (default: the smallest radius evaluated).
+
+    Reads evaluation.json's `clean_certified_accuracy` (a sound certificate's; an unsound
+    one's numbers are named clean_claimed_certified_accuracy and left out): the fraction of
+    unattacked test inputs classified correctly with a certified radius of at least r.
+    """
+    table = evaluation.get("clean_certified_accuracy")
+    if not isinstance(table, dict):
+        return None
+    sizes = {}
+    for size, res in table.items():
+        try:
+            sizes[float(size)] = res
+        except ValueError:
+            continue
+    if not sizes:
+        return None
+    key = min(sizes) if radius is None else next(
+        (s for s in sizes if math.isclose(s, radius, rel_tol=1e-9, abs_tol=1e-12)), None)
+    if key is None:
+        return None
+    res = sizes[key]
+    value = res.get("value") if isinstance(res, dict) else res
+    count = res.get("n", n) if isinstance(res, dict) else n
+    return accuracy(value, count if isinstance(count, int) else n, f"@{key:g}")
+
+
+def summarize(run_dir: str, radius: Optional[float] = None) -> RunRow:
+    """The row of one run directory (clean certified accuracy at `radius`, see
+    `clean_certified`)."""
     config = _read(os.path.join(run_dir, "config.json")) or {}
     ledger = _read(os.path.join(run_dir, "ledger.json")) or {}
     metrics = _read(os.path.join(run_dir, "metrics.json"))
@@ -213,7 +245,8 @@ def summarize(run_dir: str) -> RunRow:
         n = evaluation.get("num_examples")
         n = n if isinstance(n, int) else None
         row.clean = accuracy(evaluation.get("clean_accuracy"), n)
-        row.attacked, row.certified = _attacked(evaluation, n)
+        row.attacked = _attacked(evaluation, n)
+        row.certified = clean_certified(evaluation, n, radius)
     return row
 
 
@@ -222,7 +255,14 @@ def _eps_text(x: float) -> str:
 
 
 HEADER = ("run", "method", "data", "claimed eps", "sound eps", "test acc", "clean acc",
-          "attacked acc", "attack", "certified acc", "status")
+          "attacked acc", "attack", "clean certified acc @r", "status")
+
+
+def header(radius: Optional[float] = None) -> tuple:
+    """The column titles; the certified column names its radius."""
+    name = (f"clean certified acc @r={radius:g}" if radius is not None
+            else "clean certified acc @r (smallest evaluated)")
+    return tuple(name if h == "clean certified acc @r" else h for h in HEADER)
 
 
 def table_rows(rows: Sequence[RunRow], root: str) -> list[list[str]]:
@@ -235,25 +275,27 @@ def table_rows(rows: Sequence[RunRow], root: str) -> list[list[str]]:
             _eps_text(r.sound_epsilon), r.test.text() if r.test else "-",
             r.clean.text() if r.clean else "-", r.attacked.text() if r.attacked else "-",
             r.attacked.label if r.attacked else "-",
-            r.certified.text() if r.certified else "-", r.status])
+            f"{r.certified.text()} {r.certified.label}" if r.certified else "-", r.status])
     return out
 
 
-def format_console(rows: Sequence[RunRow], root: str) -> str:
+def format_console(rows: Sequence[RunRow], root: str, radius: Optional[float] = None) -> str:
     """A fixed-width table."""
-    cells = [list(HEADER)] + table_rows(rows, root)
+    cells = [list(header(radius))] + table_rows(rows, root)
     widths = [max(len(c[i]) for c in cells) for i in range(len(HEADER))]
     lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(HEADER))).rstrip()
              for c in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append(f"({len(rows)} run{'s' if len(rows) != 1 else ''}; accuracies with 95% "
-                 "Clopper-Pearson intervals; eps rounded up; inf: no privacy guarantee)")
+                 "Clopper-Pearson intervals; eps rounded up; inf: no privacy guarantee; "
+                 "clean certified acc: unattacked test inputs certified at radius r, the @ "
+                 "value; attacked acc: the worst attack at the largest size)")
     return "\n".join(lines)
 
 
-def format_markdown(rows: Sequence[RunRow], root: str) -> str:
+def format_markdown(rows: Sequence[RunRow], root: str, radius: Optional[float] = None) -> str:
     """A Markdown table."""
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines = ["| " + " | ".join(header(radius)) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
               for cells in table_rows(rows, root)]
     return "\n".join(lines)
@@ -265,15 +307,17 @@ def _num(x: Optional[float]) -> str:
     return "inf" if math.isinf(x) else repr(float(x))
 
 
-def format_csv(rows: Sequence[RunRow], root: str) -> str:
-    """CSV with full precision (one column per number)."""
+def format_csv(rows: Sequence[RunRow], root: str, radius: Optional[float] = None) -> str:
+    """CSV with full precision (one column per number); `certified_*` is the clean certified
+    accuracy at `certified_radius`."""
+    del radius  # each row names its radius
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     cols = ["run", "method", "dataset", "claimed_epsilon", "sound_epsilon", "delta", "status",
             "epochs"]
     for kind in ("test", "clean", "attacked", "certified"):
         cols += [f"{kind}_accuracy", f"{kind}_ci_low", f"{kind}_ci_high", f"{kind}_n"]
-    cols.append("attack")
+    cols += ["attack", "certified_radius"]
     w.writerow(cols)
     for r in rows:
         line = [os.path.relpath(r.path, root), r.method, r.dataset, _num(r.claimed_epsilon),
@@ -283,6 +327,7 @@ def format_csv(rows: Sequence[RunRow], root: str) -> str:
             line += ([_num(acc.value), _num(acc.low), _num(acc.high),
                       "" if acc.n is None else str(acc.n)] if acc else ["", "", "", ""])
         line.append(r.attacked.label if r.attacked else "")
+        line.append(r.certified.label.lstrip("@") if r.certified else "")
         w.writerow(line)
     return buf.getvalue()
 
@@ -315,7 +360,7 @@ def plot(rows: Sequence[RunRow], path: str, title: str = "") -> str:
         err = [[p[1].value - p[1].low if p[1].low is not None else 0 for p in pts],
                [p[1].high - p[1].value if p[1].high is not None else 0 for p in pts]]
         label = {"test": "test accuracy", "attacked": "accuracy under the worst attack",
-                 "certified": "certified accuracy"}[kind]
+                 "certified": "clean certified accuracy at r"}[kind]
         ax.errorbar(xs, ys, yerr=err, fmt=marker, capsize=3, label=label)
         if kind == "test":
             for x, y, m in zip(xs, ys, [p[2] for p in pts]):
@@ -355,7 +400,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="output format (default: a console table)")
     parser.add_argument("--plot", metavar="FILE.png", default=None,
                         help="also draw accuracy versus sound epsilon into this file")
+    parser.add_argument("--radius", type=float, default=None, metavar="R",
+                        help="the radius of the clean certified accuracy column (default: the "
+                             "smallest radius each run's evaluation certified at)")
     args = parser.parse_args(argv)
+    if args.radius is not None and not (math.isfinite(args.radius) and args.radius >= 0):
+        print(f"tfdp-runs: error: --radius: expected a finite number >= 0, got {args.radius}",
+              file=sys.stderr)
+        return 2
     if not os.path.isdir(args.dir):
         print(f"tfdp-runs: error: DIR: {args.dir} is not a directory", file=sys.stderr)
         return 2
@@ -364,13 +416,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               file=sys.stderr)
         return 2
     root = os.path.abspath(args.dir)
-    rows = [summarize(d) for d in find_runs(root)]
+    rows = [summarize(d, args.radius) for d in find_runs(root)]
     if not rows:
         print(f"tfdp-runs: no run directories (folders with config.json) under {args.dir}",
               file=sys.stderr)
         return 1
     text = {"table": format_console, "csv": format_csv,
-            "markdown": format_markdown}[args.format](rows, root)
+            "markdown": format_markdown}[args.format](rows, root, args.radius)
     sys.stdout.write(text.rstrip("\n") + "\n")
     if args.plot:
         print(f"wrote {plot(rows, args.plot)}", file=sys.stderr)

@@ -419,16 +419,24 @@ def run_flags(spec: RunSpec) -> dict:
     }
 
 
+# flags.txt's second header line: --seed is left out by design (issue 40).
+SEED_NOTE = ("# --seed is left out by design: a seed regenerates the run's privacy noise, so it "
+             "is kept only in the checkpoint; a re-run draws fresh noise from OS entropy "
+             "unless you add --seed=S yourself (same hyper-parameters, not the same numbers)")
+
+
 def flags_text(spec: RunSpec) -> str:
     """flags.txt: `--name=value` lines that re-create the run with --flagfile.
 
     The run directory is not among them: a copied run directory must never point back at
-    the original, so --model_dir is always given on the command line.
+    the original, so --model_dir is always given on the command line. Nor is --seed (its
+    header says so, `SEED_NOTE`): the seed regenerates the run's privacy noise.
     """
     values = run_flags(spec)
     values["value_range"] = ",".join(repr(float(b)) for b in spec.config.value_range)
     lines = ["# re-run with --flagfile=flags.txt --model_dir=<new directory>; continue this "
-             "run with --resume --model_dir=<this directory>"]
+             "run with --resume --model_dir=<this directory>",
+             SEED_NOTE]
     lines += [f"--{k}={_flag_str(val)}" for k, val in values.items() if val is not None]
     lines += [f"--{k}={_flag_str(val)}" for k, val in sorted(spec.config.options.items())
               if val is not None]

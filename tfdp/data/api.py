@@ -59,9 +59,9 @@ def _check_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
                                                       allow_none=True)
     opts["shuffle_seed"] = _common.check_seed(opts.get("shuffle_seed"), "shuffle_seed")
     if "download" in allowed:
-        if not isinstance(opts.get("download", True), bool):
+        if not isinstance(opts.get("download", False), bool):
             raise ValueError(f"download must be a bool, got {opts['download']!r}")
-        opts.setdefault("download", True)
+        opts.setdefault("download", False)  # never a network access unless asked (issue 40)
     if name == "tiny_imagenet":
         opts["num_classes"] = _common.check_positive_int(opts.get("num_classes"), "num_classes",
                                                          allow_none=True)
@@ -154,7 +154,8 @@ def load(name: str, split: str = "train", data_dir: str | None = None,
           is given); for synthetic, the number generated (default 1024 train, 256 test).
         shuffle_seed: permute the split with this seed before taking num_examples.
         download: for mnist, fashion_mnist, cifar10: download through Keras' file cache
-          tools into `<root>/<NAME>/` when the files are absent (default True).
+          tools into `<root>/<NAME>/` when the files are absent (default False: no network
+          access unless asked).
         num_classes: tiny_imagenet: keep the first K wnids of wnids.txt (labels 0..K-1;
           default all; StoBatch uses 30); synthetic: number of classes (default 10).
         shape: synthetic: shape of one example (default (28, 28, 1)).

@@ -267,7 +267,7 @@ def evaluate_accuracy(model, x: np.ndarray, y: np.ndarray, batch_size: int = _EV
 
 
 # Configuration keys compared on resume, with the flag that sets each (the training data is
-# compared by content through data_sha256).
+# compared by content through data_sha256, kept in the checkpoint folder's private state).
 _RESUME_KEYS = {"method": "--method", "dataset": "--dataset", "batch_size": "--batch_size",
                 "learning_rate": "--learning_rate", "optimizer": "--optimizer",
                 "epsilon": "--epsilon", "delta": "--delta", "value_range": "--value_range",
@@ -277,6 +277,9 @@ _RESUME_KEYS = {"method": "--method", "dataset": "--dataset", "batch_size": "--b
 _NONPRIVATE_NOTE = ("computed on the private training data WITHOUT privacy protection (not "
                     "privatized); for monitoring only, never release it with the model")
 NONPRIVATE_STATS_KEY = "nonprivate_training_stats"
+# Marks the private state file (checkpoints/private_state.json): never published.
+_PRIVATE_NOTE = ("private state of the run (a hash of the training arrays is a membership test "
+                 "for anyone who knows the other records); never release it")
 _UNSET = object()
 
 
@@ -334,8 +337,8 @@ def resume_conflicts(stored: Mapping[str, Any], current: Mapping[str, Any],
     return out
 
 
-def _config_dict(method: Method, data: Data, strategy, num_train: int, num_public: int,
-                 fingerprint: str) -> dict:
+def _config_dict(method: Method, data: Data, strategy, num_train: int, num_public: int
+                 ) -> dict:
     cfg = method.config
     return {
         "method": cfg.method, "dataset": cfg.dataset, "data_dir": data.data_dir,
@@ -350,7 +353,7 @@ def _config_dict(method: Method, data: Data, strategy, num_train: int, num_publi
         "strategy": type(strategy).__name__,
         "num_replicas": int(strategy.num_replicas_in_sync),
         "num_train": int(num_train), "num_public": int(num_public),
-        "num_test": int(len(data.x_test)), "data_sha256": fingerprint,
+        "num_test": int(len(data.x_test)),
         "batch_schedule": method.batch_schedule(),
         "options": dict(cfg.options),
     }
@@ -386,7 +389,8 @@ class Run:
         if not chief:  # other workers save to their own folder inside the run directory
             self.ckpt_dir = os.path.join(self.rd.path, "workers", worker_name(strategy))
         self.start_time = time.time()
-        self.history: dict = {"segments": [], "last_stats": {}}
+        self.history: dict = {"segments": []}
+        self.private_state: dict = {}  # checkpoints/private_state.json (data_sha256)
         self.stored_config: dict = {}
         self.spend = None  # the method's accounting.StepSpend, if it spends per step
         self.prior_segments: list = []
@@ -413,9 +417,9 @@ class Run:
         self._load_or_start(accounting)
         spec = self._split_public()
         config = _config_dict(self.method, self.data, self.strategy, spec.num_train,
-                              self.num_public, fingerprint)
+                              self.num_public)
         config.update(self.config_extra)
-        self._check_resume(config)
+        self._check_resume(dict(config, data_sha256=fingerprint))
         self._setup(accounting, spec)
         self.spend = self.method.step_spend()
         if self.resume:
@@ -429,6 +433,7 @@ class Run:
         config["certification"] = self.method.certification_config()
         self._write_config(config)
         self._build()
+        self._write_private_state(fingerprint)  # after build: a refused build leaves nothing
 
     def _load_or_start(self, accounting) -> None:
         # The run key: every random stream of the run derives from it (principle 5). It is a
@@ -459,6 +464,10 @@ class Run:
                                     rundir.SEGMENTS_FILE)
             if os.path.exists(seg_path):
                 self.history = rundir.read_json(seg_path)
+            private_path = os.path.join(rundir.checkpoint_dir(self.cfg.model_dir),
+                                        rundir.PRIVATE_STATE_FILE)
+            if os.path.exists(private_path):
+                self.private_state = rundir.read_json(private_path)
         else:
             user_supplied = self.cfg.seed is not None
             self.run_key = int(self.cfg.seed) if user_supplied else os_entropy_key()
@@ -553,7 +562,10 @@ class Run:
     def _check_resume(self, config: Mapping[str, Any]) -> None:
         if not (self.resume and self.stored_config):
             return
-        conflicts = resume_conflicts(self.stored_config, config,
+        stored = dict(self.stored_config)  # a run before issue 40 kept data_sha256 here
+        if "data_sha256" in self.private_state:
+            stored["data_sha256"] = self.private_state["data_sha256"]
+        conflicts = resume_conflicts(stored, config,
                                      tuple(self.method.resume_mutable_flags))
         if conflicts:
             raise ValueError("resume: the resume's settings conflict with the run in "
@@ -607,6 +619,7 @@ class Run:
             self._config_record = rd.read_json(rundir.CONFIG_FILE)
         elif self.stored_config:
             updated = dict(self.stored_config)
+            updated.pop("data_sha256", None)  # moved to the private state (issue 40)
             for key in self.method.resume_mutable_flags:
                 if key in config and key != "options":
                     updated[key] = config[key]
@@ -624,6 +637,18 @@ class Run:
             self._pending_config = updated
             return
         self.ledger.save(rd.file(rundir.LEDGER_FILE))
+
+    def _write_private_state(self, fingerprint: str) -> None:
+        """Writes checkpoints/private_state.json: the training data's hash (resume checks).
+
+        The hash of the private training arrays is a membership test, so it is kept in the
+        private checkpoint folder, never in config.json (issue 40).
+        """
+        if not self.chief or self.private_state.get("data_sha256") == fingerprint:
+            return
+        self.private_state = {"never_release": _PRIVATE_NOTE, "data_sha256": fingerprint}
+        rundir.write_json_atomic(os.path.join(rundir.checkpoint_dir(self.cfg.model_dir),
+                                              rundir.PRIVATE_STATE_FILE), self.private_state)
 
     def _refresh_config(self, updates: dict | None) -> None:
         """Writes a method's per-epoch config.json entries (chief only; the run's file)."""
@@ -851,9 +876,11 @@ class Run:
             return
         segment.update(end_epoch=int(self.epoch_var.numpy()), end_step=int(self.step_var.numpy()),
                        seconds=time.time() - self.start_time)
-        stats = epoch_means or self.history.get("last_stats", {})
-        rundir.write_json_atomic(os.path.join(self.ckpt_dir, rundir.SEGMENTS_FILE),
-                                 {"segments": segments + [segment], "last_stats": stats})
+        stats = epoch_means or _last_stats(self.history)
+        rundir.write_json_atomic(os.path.join(self.ckpt_dir, rundir.SEGMENTS_FILE), {
+            "segments": segments + [segment],
+            NONPRIVATE_STATS_KEY: {"privatized": False, "note": _NONPRIVATE_NOTE,
+                                   "last_epoch": dict(stats)}})
 
     def _pad_to(self) -> Callable[[int], int] | None:
         if not self.method.pads_lots():
@@ -1024,7 +1051,7 @@ class Run:
         steps = int(self.step_var.numpy())
         all_segments = segments + [dict(segment, end_epoch=epochs_completed, end_step=steps,
                                         seconds=time.time() - self.start_time)]
-        stats = epoch_means or self.history.get("last_stats", {})
+        stats = epoch_means or _last_stats(self.history)
         metrics = {
             "test_accuracy": test_accuracy,
             "epochs_completed": epochs_completed,
@@ -1136,6 +1163,18 @@ def train(method: Method, data: Data, *, strategy: tf.distribute.Strategy | None
     finally:
         if lock is not None:
             lock.release()
+
+
+def _last_stats(history: Mapping[str, Any]) -> dict:
+    """The last epoch's (non-private) training statistics of a segments.json.
+
+    Written under NONPRIVATE_STATS_KEY with the "never release" note since issue 40; a run
+    before it kept them as "last_stats".
+    """
+    marked = history.get(NONPRIVATE_STATS_KEY)
+    if isinstance(marked, Mapping):
+        return dict(marked.get("last_epoch") or {})
+    return dict(history.get("last_stats") or {})
 
 
 def _checkpoint_names(latest: str | None) -> set[str]:
