@@ -5,6 +5,9 @@
         from_logits=True), metrics=["accuracy"])
     dp.fit(x_train, y_train)
     dp.ledger()           # sound epsilon, accountant, what it covers
+
+Certificates and audits: `tfdp.keras.certify` (Cohen et al. randomized smoothing, l2 attacks,
+the soundness check) and `tfdp.keras.audit` (the one-run canary audit of a fit run).
 """
 
 from tfdp.keras.layers import LayerRule, register, register_batch_mixing, registered
