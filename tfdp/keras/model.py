@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdp import accounting, checks, rundir
+from tfdp.certify import smoothing
 from tfdp.keras import clip, layers
 from tfdp.mechanisms import sampling as noise_sampling
 from tfdp.train import base, report
@@ -93,13 +94,16 @@ class DPModel(keras.Model):
                  delta: float = 1e-5, epochs: Optional[int] = None, l2_clip: float = 1.0,
                  noise_multiplier: Optional[float] = None, accountant: str = "rdp",
                  seed: Optional[int] = None, run_dir: Optional[str] = None,
-                 name: Optional[str] = None):
+                 input_noise: Optional[float] = None, name: Optional[str] = None):
         if not isinstance(model, keras.Model):
             raise TypeError(f"model: expected a keras.Model, got {type(model).__name__}")
         self._validate(batch_size, epsilon, delta, epochs, l2_clip, noise_multiplier,
                        accountant, seed, run_dir)
+        if input_noise is not None:
+            checks.check_positive(input_noise, "input_noise")
         layers.check_model(model)
         super().__init__(name=name or f"dp_{model.name}")
+        self.input_noise = None if input_noise is None else float(input_noise)
         self.inner = model
         self.batch_size = int(batch_size)
         self.target_epsilon = None if epsilon is None else float(epsilon)
@@ -269,6 +273,13 @@ class DPModel(keras.Model):
     def train_step(self, data):
         x, y, positions = data
         mask = tf.cast(tf.greater_equal(positions, 0), tf.float32)
+        seed = self._generator.make_seeds(1)[:, 0]
+        if self.input_noise:
+            # Gaussian data augmentation for randomized smoothing (Cohen et al. 2019): each
+            # example's input plus fresh N(0, s^2 I) from the step seed (by position in the
+            # lot, never by content); per-example processing, the DP analysis is unchanged.
+            x = smoothing.add_gaussian_noise(x, self.input_noise,
+                                             base.step_seed(seed, smoothing.STEP_SALT))
         variables = self.inner.trainable_variables
         sums, losses, y_pred = clip.clipped_gradient_sum(
             self.inner, self._entries, variables, x, y, self._loss_fn, self.l2_clip,
@@ -277,7 +288,6 @@ class DPModel(keras.Model):
         # and from the lot itself: an increment with no data dependency may run (inlined)
         # when the epoch's iterator is already exhausted, counting a step that never ran.
         self._steps.assign_add(tf.cast(tf.reduce_min(positions) >= -1, tf.int64))
-        seed = self._generator.make_seeds(1)[:, 0]
         stddev = self.noise_multiplier * self.l2_clip
         grads = []
         for i, total in enumerate(sums):
@@ -372,7 +382,8 @@ class PrivacyCallback(keras.callbacks.Callback):
 def make_private(model: Any, *, batch_size: int, epsilon: Optional[float] = None,
                  delta: float = 1e-5, epochs: Optional[int] = None, l2_clip: float = 1.0,
                  noise_multiplier: Optional[float] = None, accountant: str = "rdp",
-                 seed: Optional[int] = None, run_dir: Optional[str] = None) -> DPModel:
+                 seed: Optional[int] = None, run_dir: Optional[str] = None,
+                 input_noise: Optional[float] = None) -> DPModel:
     """Wraps a Keras model (Sequential, functional or subclassed) for DP-SGD training in `fit`.
 
     Compile the result as any Keras model (`compile(optimizer, loss, metrics)`), then `fit`
@@ -392,6 +403,8 @@ def make_private(model: Any, *, batch_size: int, epsilon: Optional[float] = None
       accountant: "rdp" or "pld" (`tfdp.accounting.ACCOUNTANTS`).
       seed: the run's key (reproducible lots and noise); None draws 256 bits of OS entropy.
       run_dir: optional directory for ledger.json and TensorBoard events.
+      input_noise: sigma of Gaussian noise added to every training input (train for
+        randomized smoothing, `tfdp.keras.certify`); None: none.
 
     Returns:
       The DPModel.
@@ -401,4 +414,4 @@ def make_private(model: Any, *, batch_size: int, epsilon: Optional[float] = None
     """
     return DPModel(model, batch_size=batch_size, epsilon=epsilon, delta=delta, epochs=epochs,
                    l2_clip=l2_clip, noise_multiplier=noise_multiplier, accountant=accountant,
-                   seed=seed, run_dir=run_dir)
+                   seed=seed, run_dir=run_dir, input_noise=input_noise)
