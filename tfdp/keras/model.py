@@ -204,6 +204,8 @@ class DPModel(keras.Model):
             kwargs.pop(key, None)
         if self.optimizer is None:
             raise ValueError("optimizer: compile the DPModel before fit")
+        if self.distribute_strategy.num_replicas_in_sync != 1:
+            raise ValueError("DPModel.fit runs on one replica (the default strategy)")
         loss_fn = self._per_example_loss()
         x, y = _as_arrays(x, y)
         n = len(x)
@@ -269,6 +271,25 @@ class DPModel(keras.Model):
         ds = tf.data.Dataset.from_generator(epoch_lots, output_signature=signature)
         # floor(n / m) lots per epoch (tells Keras the epoch's length).
         return ds.apply(tf.data.experimental.assert_cardinality(n // m)).prefetch(2)
+
+    def make_train_function(self, force: bool = False):
+        """One traced step graph per padded lot size (a few buckets), fed eagerly.
+
+        Keras' own train function traces one graph over a dataset whose batch size is
+        unknown; the clipping pass runs several times faster in graphs with a static batch
+        size (as tfdp-train's padded lots), so each lot is fetched eagerly and handed to a
+        tf.function that keeps one concrete graph per lot shape.
+        """
+        if self.train_function is not None and not force:
+            return self.train_function
+        step = tf.function(self.train_step, reduce_retracing=False,
+                           jit_compile=bool(self.jit_compile))
+
+        def function(iterator):
+            return step(next(iterator))  # StopIteration at the end of the epoch
+
+        self.train_function = function
+        return function
 
     def train_step(self, data):
         x, y, positions = data
