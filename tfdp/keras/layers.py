@@ -141,7 +141,68 @@ def _dense_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
     return ghost._sq_norms(_ghost_plan(layer, "dense", norm), a, g)  # pylint: disable=protected-access
 
 
+# Largest patch width (prod(kernel size) * input channels) built by an identity convolution;
+# above it the per-offset accumulation is cheaper (measured on CPU, see docs/keras.md).
+_IDENTITY_PATCH_MAX = 256
+
+
+def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
+    """Per-example norms of an ungrouped N-d convolution, or None (use the slice path).
+
+    Patches come from ONE convolution with an identity kernel (exact: each output channel
+    copies one input value; several times faster on CPU than kh*kw strided slices), then the
+    cheaper of A_i^T G_i and the Gram form; for wide patches, the per-example gradient block
+    of each kernel offset, sum_t a_{i,t+offset} g_{i,t} ([B, C, O]), is accumulated instead
+    (no patch tensor; its squared norms add up to the kernel's).
+    """
+    if int(getattr(layer, "groups", 1)) != 1:
+        return None
+    kernel = ghost._kernel_var(layer)  # pylint: disable=protected-access
+    kshape = [int(d) for d in kernel.shape]
+    ksize, cin, cout = kshape[:-2], kshape[-2], kshape[-1]
+    strides = [int(v) for v in layer.strides]
+    rates = [int(v) for v in layer.dilation_rate]
+    spatial = [int(d) for d in a.shape[1:-1]]
+    outs, pads = _pads(layer, spatial, ksize)
+    if any(p for pair in pads for p in pair):
+        a = tf.pad(a, [[0, 0]] + pads + [[0, 0]])
+    b = tf.shape(g)[0]
+    t = int(np.prod(outs))
+    width = int(np.prod(ksize)) * cin
+    gg = tf.reshape(g, [b, t, cout])
+    per_example = None
+    if width <= _IDENTITY_PATCH_MAX and not (max(strides) > 1 and max(rates) > 1):
+        eye = tf.reshape(tf.eye(width, dtype=a.dtype), ksize + [cin, width])
+        p = tf.reshape(tf.nn.convolution(a, eye, strides=strides, padding="VALID",
+                                         dilations=rates), [b, t, width])
+        if _cheaper(t, width, cout) == "ghost":
+            sq = tf.reduce_sum(tf.matmul(p, p, transpose_b=True)
+                               * tf.matmul(gg, gg, transpose_b=True), [1, 2])
+        else:
+            pe = tf.matmul(p, gg, transpose_a=True)                # [B, width, O]
+            sq = tf.reduce_sum(tf.square(pe), [1, 2])
+            per_example = [tf.reshape(pe, [b] + kshape)]
+    else:
+        sq = tf.zeros([b], a.dtype)
+        for offsets in np.ndindex(*ksize):
+            index = [slice(None)]
+            for i, off in enumerate(offsets):
+                start = off * rates[i]
+                index.append(slice(start, start + (outs[i] - 1) * strides[i] + 1, strides[i]))
+            block = tf.matmul(tf.reshape(a[tuple(index)], [b, t, cin]), gg, transpose_a=True)
+            sq += tf.reduce_sum(tf.square(block), [1, 2])
+    if layer.use_bias:
+        bias_g = tf.reduce_sum(gg, 1)
+        sq += tf.reduce_sum(tf.square(bias_g), 1)
+        if per_example is not None:
+            per_example.append(bias_g)
+    return sq, per_example
+
+
 def _conv2d_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
+    fast = _conv_fast_norms(layer, a, g)
+    if fast is not None:
+        return fast
     kh, kw, cin_g, cout = (int(d) for d in ghost._kernel_var(layer).shape)  # pylint: disable=protected-access
     t = int(g.shape[1]) * int(g.shape[2])
     norm = _cheaper(t, kh * kw * cin_g, cout // int(layer.groups))
@@ -185,6 +246,9 @@ def _patches_nd(layer: Any, a: tf.Tensor, ksize: list) -> tf.Tensor:
 
 def _conv_nd_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
     """Conv1D / Conv3D: per-example kernel gradients A_i^T G_i from N-d patches, per group."""
+    fast = _conv_fast_norms(layer, a, g)
+    if fast is not None:
+        return fast
     kernel = ghost._kernel_var(layer)  # pylint: disable=protected-access
     kshape = [int(d) for d in kernel.shape]
     ksize, cin_g, cout = kshape[:-2], kshape[-2], kshape[-1]
@@ -270,10 +334,10 @@ def _install_defaults() -> None:
         "dense: product of norms / ghost norm / per-example kernel (ghost.py)", _dense_norms,
         ghost._is_plain_dense, pre_activation=True))  # pylint: disable=protected-access
     register(keras.layers.Conv2D, LayerRule(
-        "conv2d: ghost norm or per-example kernel from image patches (ghost.py)", _conv2d_norms,
+        "conv2d: identity-convolution patches or per-offset blocks (grouped: ghost.py)", _conv2d_norms,
         ghost._is_plain_conv2d, pre_activation=True))  # pylint: disable=protected-access
     for conv in (keras.layers.Conv1D, keras.layers.Conv3D):
-        register(conv, LayerRule("conv: per-example kernel from N-d patches", _conv_nd_norms,
+        register(conv, LayerRule("conv: identity-convolution patches or per-offset blocks", _conv_nd_norms,
                                  _conv_supports, pre_activation=True))
     register(keras.layers.DepthwiseConv2D, LayerRule(
         "depthwise conv2d: per-channel patches", _depthwise_norms,
