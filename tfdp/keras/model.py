@@ -392,7 +392,12 @@ class PrivacyCallback(keras.callbacks.Callback):
                     os.path.join(self.dp_model.run_dir, "tensorboard"))
             for tag, value in dict(logs or {}, epsilon=shown).items():
                 if isinstance(value, (int, float, np.floating, np.integer)):
-                    report.summary_scalar(self._writer, f"epoch_{tag}", float(value), epoch)
+                    # Training loss / accuracy are computed on the private data without
+                    # noise: labelled so (docs/ledger.md, "Non-private statistics").
+                    name = ("privacy/epsilon" if tag == "epsilon" else
+                            f"validation/{tag[4:]}" if tag.startswith("val_") else
+                            f"nonprivate_train/{tag}")
+                    report.summary_scalar(self._writer, name, float(value), epoch)
             self._writer.flush()
 
     def on_train_end(self, logs=None):
