@@ -193,6 +193,8 @@ def run(**overrides: Any) -> dict:
         "ratio_by_model": {m: ratio_of(m) for m in models},
         "tfprivacy_speedup_by_model": {m: speedup_of(m) for m in models},
         "target_tfprivacy_speedup": TARGET_PEER_SPEEDUP,
+        "measured_path": "fit",
+        "measured_path_description": "Keras' own fit (batch callbacks), as a user runs it",
         "reference": "Keras 3 model.fit step of the same model (non-private, shuffled batches)",
         "candidate": "tfdp.keras.make_private(model).fit step (Poisson lots, registry "
                      "clipping, noise)",
