@@ -27,7 +27,7 @@ setup(
     extras_require={
         "cpu": ["tensorflow-cpu>=2.21,<2.22"],
         "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"],
-        "test": ["pytest>=8", "pytest-xdist>=3"],
+        "test": ["pytest>=8", "pytest-xdist>=3", "build>=1"],  # build: tests/keras/test_wheel.py
         # Viewing a run's logs/ (the event files are written without it):
         #   pip install -e '.[tensorboard]'; tensorboard --logdir runs/
         "tensorboard": ["tensorboard>=2.21,<2.22"],

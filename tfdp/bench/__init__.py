@@ -11,4 +11,5 @@ BENCHMARKS = {
     "stobatch": "tfdp.bench.stobatch",
     "evaluate": "tfdp.bench.evaluate",
     "tf_options": "tfdp.bench.tf_options",
+    "keras_fit": "tfdp.bench.keras_fit",
 }

@@ -46,13 +46,15 @@ RUNS = (
      "tfdp-bench evaluate --output=results/bench/evaluate.json"),
     ("tf_options", "tf_options", {},
      "tfdp-bench tf_options --output=results/bench/tf_options.json"),
+    ("keras_fit", "keras_fit", {},
+     "tfdp-bench keras_fit --output=results/bench/keras_fit.json"),
 )
 PLOT = "dpsgd.png"
 # Whether a benchmark's ratio must stay below (time ratios) or above (throughput) its target.
 DIRECTION = {"layers": "<=", "layers_mnist": "<=", "layers_fused": "<=",
              "layers_mnist_fused": "<=", "gpm": "<=", "dpsgd": "<=",
              "certify": ">=", "certify_smoothing": ">=", "export": ">=", "stobatch": "<=", "evaluate": ">=",
-             "tf_options": "<="}
+             "tf_options": "<=", "keras_fit": "<="}
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -148,6 +150,30 @@ def _dpsgd_section(result: dict, results_dir: str) -> list[str]:
     return lines
 
 
+def _keras_fit_section(result: dict) -> list[str]:
+    """Per model and system: ms/step, ratio to the non-private fit step, TF Privacy's
+    step over tfdp's (medians over rounds, [min, max])."""
+    lines = ["", "| model | system | ms/step | ratio to nonprivate | TF Privacy / tfdp |",
+             "|---|---|---|---|---|"]
+
+    def cell(summary):
+        if not summary:
+            return ""
+        return (f"{_fmt(summary['median'])} [{_fmt(summary['min'])}, "
+                f"{_fmt(summary['max'])}]")
+
+    for model, res in result.get("models", {}).items():
+        for system, v in res.get("systems", {}).items():
+            lines.append(f"| {model} | {system} | {cell(v.get('ms_per_step'))} | "
+                         f"{cell(v.get('ratio_to_nonprivate'))} | "
+                         f"{cell(v.get('speedup_of_tfdp'))} |")
+        for system, why in res.get("skipped", {}).items():
+            lines.append(f"| {model} | {system} | skipped: {why} | | |")
+    lines += ["", f"Load average before / after: {result.get('loadavg_before')} / "
+                  f"{result.get('loadavg_after')}."]
+    return lines
+
+
 def render(results_dir: str = "results/bench") -> str:
     """The BENCHMARKS.md text for the result files in `results_dir`."""
     results = load_results(results_dir)
@@ -194,6 +220,8 @@ def render(results_dir: str = "results/bench") -> str:
                      if r.get("measured_path_description") else "")]
         if stem == "dpsgd":
             lines += _dpsgd_section(r, results_dir)
+        if stem == "keras_fit":
+            lines += _keras_fit_section(r)
         lines.append("")
     return "\n".join(lines)
 

@@ -1,0 +1,167 @@
+"""The registry's clipped sum equals a naive per-example loop, for every registered layer type."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfdp.keras import clip, layers
+
+L = keras.layers
+
+
+def _naive(model, x, y, loss_fn):
+    """Per-example gradients and the median norm, by a Python loop over examples."""
+    variables = model.trainable_variables
+    per_example, norms = [], []
+    for i in range(len(x)):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y[i:i + 1], model(x[i:i + 1], training=True))[0]
+        grads = [tf.convert_to_tensor(g).numpy().astype(np.float64)
+                 for g in tape.gradient(loss, variables)]
+        per_example.append(grads)
+        norms.append(np.sqrt(sum(np.sum(g ** 2) for g in grads)))
+    return per_example, norms
+
+
+def _check(model, x, y, expect_rules=None):
+    """Registry clipped sum == naive loop, at a bound C that clips about half the examples."""
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    model(x[:1])
+    variables = model.trainable_variables
+    per_example, norms = _naive(model, x, y, loss_fn)
+    c = float(np.median(norms))
+    assert max(norms) > c * 1.01 and min(norms) < c * 0.99
+    # Abadi et al. 2016, Alg. 1: g / max(1, ||g|| / C), summed.
+    want = [sum(min(1.0, c / n) * g[j] for g, n in zip(per_example, norms))
+            for j in range(len(variables))]
+    entries = clip.plan(model, variables)
+    assert entries is not None
+    if expect_rules is not None:
+        got = {type(e.layer).__name__: e.rule is not None for e in entries}
+        assert got == expect_rules
+    sums, losses, pred = tf.function(lambda x, y: clip.clipped_gradient_sum(
+        model, entries, variables, x, y, loss_fn, c))(tf.constant(x), tf.constant(y))
+    for v, s, w in zip(variables, sums, want):
+        np.testing.assert_allclose(s.numpy(), w, atol=1e-5, rtol=1e-5, err_msg=v.path)
+    assert losses.shape == (len(x),)
+    assert pred.shape[0] == len(x)
+    return sums
+
+
+RNG = np.random.default_rng(0)
+
+
+def _images(shape, n=6):
+    return RNG.normal(size=(n,) + shape).astype(np.float32), RNG.integers(0, 3, n).astype(np.int32)
+
+
+@pytest.mark.parametrize("name,build,shape", [
+    ("dense", lambda: [L.Flatten(), L.Dense(5, activation="relu"), L.Dense(3)], (4,)),
+    ("dense_seq", lambda: [L.Dense(4, activation="tanh"), L.Flatten(), L.Dense(3)], (5, 3)),
+    ("conv1d", lambda: [L.Conv1D(4, 3, padding="causal", activation="relu"),
+                        L.Conv1D(3, 2, strides=2, dilation_rate=1), L.Flatten(), L.Dense(3)],
+     (9, 2)),
+    ("conv2d", lambda: [L.Conv2D(4, 3, padding="same", activation="relu"),
+                        L.Conv2D(4, 3, strides=2, groups=2), L.Flatten(), L.Dense(3)], (8, 8, 2)),
+    ("conv2d_wide_patches", lambda: [L.Conv2D(3, 3, padding="same", activation="relu"),
+                                      L.Conv2D(2, 2, strides=2, dilation_rate=1), L.Flatten(),
+                                      L.Dense(3)], (6, 6, 40)),
+    ("conv2d_dilated", lambda: [L.Conv2D(3, 3, dilation_rate=2, padding="same"), L.Flatten(),
+                                L.Dense(3)], (7, 7, 2)),
+    ("conv1d_wide_patches", lambda: [L.Conv1D(3, 5, strides=2, padding="causal"), L.Flatten(),
+                                     L.Dense(3)], (9, 60)),
+    ("conv3d", lambda: [L.Conv3D(3, 2, padding="same", activation="relu"), L.Flatten(),
+                        L.Dense(3)], (4, 4, 4, 2)),
+    ("depthwise", lambda: [L.DepthwiseConv2D(3, depth_multiplier=2, padding="same",
+                                             activation="relu"),
+                           L.DepthwiseConv2D(3, strides=2, dilation_rate=1), L.Flatten(),
+                           L.Dense(3)], (7, 7, 2)),
+    ("layernorm", lambda: [L.Dense(6), L.LayerNormalization(), L.Dense(3)], (4,)),
+    ("groupnorm", lambda: [L.Conv2D(4, 3), L.GroupNormalization(groups=2), L.Flatten(),
+                           L.Dense(3)], (6, 6, 1)),
+])
+def test_each_registered_type_matches_naive_loop(name, build, shape):
+    del name
+    x, y = _images(shape)
+    model = keras.Sequential([keras.Input(shape)] + build())
+    _check(model, x, y, expect_rules={type(l).__name__: True for l in model.layers
+                                      if l.trainable_weights})
+
+
+def test_embedding_matches_naive_loop():
+    x = RNG.integers(0, 7, size=(6, 5)).astype(np.int32)
+    x[0, :3] = 2  # repeated ids inside one example
+    y = RNG.integers(0, 3, 6).astype(np.int32)
+    model = keras.Sequential([keras.Input((5,), dtype="int32"), L.Embedding(7, 4),
+                              L.LayerNormalization(), L.Flatten(), L.Dense(3)])
+    _check(model, x, y)
+
+
+class _Scale(L.Layer):
+    """An unregistered layer with a trainable variable (takes the vectorized fallback)."""
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1],), initializer="ones")
+
+    def call(self, inputs):
+        return inputs * self.w
+
+
+def test_functional_mixed_model_with_fallback_matches_naive_loop():
+    inp = keras.Input((8, 8, 2))
+    h = L.Conv2D(4, 3, padding="same", activation="relu")(inp)
+    h = L.GroupNormalization(groups=2)(h)
+    h = L.DepthwiseConv2D(3, padding="same")(h)
+    h = L.LayerNormalization()(h)
+    h = L.Reshape((64, 4))(h)
+    h = L.Conv1D(3, 3)(h)
+    h = _Scale()(h)
+    h = L.Flatten()(h)
+    out = L.Dense(3)(L.Dense(5, activation="relu")(h))
+    model = keras.Model(inp, out)
+    x, y = _images((8, 8, 2))
+    _check(model, x, y)
+
+
+class SubclassedNet(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.conv = L.Conv2D(3, 3, activation="relu")
+        self.norm = L.LayerNormalization()
+        self.flat = L.Flatten()
+        self.out = L.Dense(3)
+
+    def call(self, inputs, training=False):
+        return self.out(self.flat(self.norm(self.conv(inputs))))
+
+
+def test_subclassed_model_matches_naive_loop():
+    x, y = _images((6, 6, 1))
+    _check(SubclassedNet(), x, y)
+
+
+def test_shared_layer_takes_whole_model_path_and_matches():
+    dense = L.Dense(4, activation="relu")
+    inp = keras.Input((4,))
+    out = L.Dense(3)(dense(L.Dense(4)(dense(inp))))
+    model = keras.Model(inp, out)
+    x, y = _images((4,))
+    _check(model, x, y)
+
+
+def test_batchnorm_model_refused_in_one_line():
+    model = keras.Sequential([keras.Input((4,)), L.Dense(4), L.BatchNormalization(name="bn1"),
+                              L.Dense(3)])
+    with pytest.raises(ValueError) as err:
+        clip.plan(model, model.trainable_variables)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "'bn1'" in message and "BatchNormalization" in message
+    assert "GroupNormalization" in message and "LayerNormalization" in message
+
+
+def test_registry_lists_required_types():
+    names = set(layers.registered())
+    assert {"Dense", "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2D", "Embedding",
+            "LayerNormalization", "GroupNormalization"} <= names

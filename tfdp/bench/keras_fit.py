@@ -1,0 +1,208 @@
+"""Benchmark `tfdp-bench keras_fit`: DP-SGD on a user's Keras model through `fit`.
+
+The path of README "Your own model": `tfdp.keras.make_private(model).fit` against the same
+model's non-private Keras `fit` step, and against TF Privacy's DPModel `fit` on the same
+network (tf-keras), on the MNIST CNN and a small CIFAR-10 residual network with
+GroupNormalization. Each system runs in its own process (`tfdp.bench.keras_fit_worker`),
+one at a time; every round trains one epoch of each system in a rotated order, so slow drifts
+of a shared machine's load hit all systems alike. A round's ms/step is the median of its
+steps' times as the framework's own batch callbacks see them; reported are the medians and
+ranges over rounds and of the per-round ratios to the non-private step.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from tfdp import options
+from tfdp.bench import dpsgd as dpsgd_bench
+from tfdp.bench import keras_fit_worker
+
+TARGET_RATIO = 1.5          # DP-SGD fit step / non-private fit step (issue 41)
+TARGET_PEER_SPEEDUP = 2.0   # TF Privacy's step / tfdp's step (issue 41)
+
+OPTIONS = options.OptionSet("keras_bench_")
+
+_MODELS = OPTIONS.list("keras_bench_models", list(keras_fit_worker.MODELS),
+                       "Models: mnist (README's CNN) and/or cifar10 (small ResNet with "
+                       "GroupNormalization).")
+_SYSTEMS = OPTIONS.list("keras_bench_systems", list(keras_fit_worker.SYSTEMS),
+                        f"Systems, from {keras_fit_worker.SYSTEMS}; nonprivate is always "
+                        "included (the reference).")
+_BATCH = OPTIONS.integer("keras_bench_batch_size", 256, "Lot / batch size.")
+_NUM_TRAIN = OPTIONS.integer("keras_bench_num_train", 12800,
+                             "Training examples (an epoch is num_train // batch_size steps).")
+_ROUNDS = OPTIONS.integer("keras_bench_rounds", 3, "Interleaved rounds (one epoch each).")
+_CLIP = OPTIONS.float("keras_bench_l2_clip", 1.0, "Clipping bound C.")
+_SIGMA = OPTIONS.float("keras_bench_noise_multiplier", 1.1, "Noise multiplier sigma.")
+_PEER_PYTHON = OPTIONS.string("keras_bench_peer_python", "",
+                              "Interpreter of tfprivacy-dpmodel (an environment with tf-keras "
+                              "and tensorflow-privacy); empty: $TFDP_BENCH_PEER_PYTHON, else "
+                              "this interpreter.")
+_TIMEOUT = OPTIONS.integer("keras_bench_worker_timeout", 3600,
+                           "Seconds a worker may take to start or to answer a round.")
+
+
+class _Worker:
+    """A worker process speaking keras_fit_worker's line protocol."""
+
+    def __init__(self, system: str, model: str, cfg: dict):
+        python = cfg["peer_python"] if system == "tfprivacy-dpmodel" else ""
+        cmd = [python or sys.executable, "-m", "tfdp.bench.keras_fit_worker",
+               f"--system={system}", f"--model={model}", f"--batch_size={cfg['batch_size']}",
+               f"--num_train={cfg['num_train']}", f"--l2_clip={cfg['l2_clip']}",
+               f"--noise_multiplier={cfg['noise_multiplier']}"]
+        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        if system == "tfprivacy-dpmodel":
+            env["TF_USE_LEGACY_KERAS"] = "1"
+        self.system = system
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, text=True, env=env, cwd=root)
+        self.info = self._read()
+
+    def _read(self) -> dict:
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                self.stderr.seek(0)
+                raise RuntimeError(f"worker {self.system} ended: "
+                                   f"{self.stderr.read()[-2000:]}")
+            if line.strip().startswith("{"):
+                return json.loads(line)
+
+    def run(self) -> dict:
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+
+
+def _summary(values: list) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _bench_model(model: str, systems: list, cfg: dict) -> dict:
+    workers, skipped, setup = {}, {}, {}
+    try:
+        for system in systems:
+            try:
+                w = _Worker(system, model, cfg)
+            except RuntimeError as e:
+                if system == "nonprivate":
+                    raise
+                skipped[system] = f"failed during start-up: {e}"[:2000]
+                continue
+            if "skipped" in w.info:
+                skipped[system] = w.info["skipped"]
+                w.close()
+                continue
+            workers[system], setup[system] = w, w.info
+        names = list(workers)
+        times = {s: [] for s in names}
+        means = {s: [] for s in names}
+        for rnd in range(cfg["rounds"]):
+            k = rnd % len(names)
+            for system in names[k:] + names[:k]:
+                msg = workers[system].run()
+                times[system].append(float(msg["ms_per_step"]))
+                means[system].append(float(msg["mean_ms_per_step"]))
+    finally:
+        for w in workers.values():
+            w.close()
+    ref = times["nonprivate"]
+    out = {}
+    for system in names:
+        out[system] = {"ms_per_step": _summary(times[system]),
+                       "ratio_to_nonprivate": _summary([t / r for t, r in
+                                                        zip(times[system], ref)]),
+                       "ms_per_round": times[system], "mean_ms_per_round": means[system],
+                       "setup": setup[system]}
+    if "tfdp-keras" in out and "tfprivacy-dpmodel" in out:
+        out["tfprivacy-dpmodel"]["speedup_of_tfdp"] = _summary(
+            [p / t for p, t in zip(times["tfprivacy-dpmodel"], times["tfdp-keras"])])
+    return {"systems": out, "skipped": skipped, "data": setup["nonprivate"].get("data")}
+
+
+def run(**overrides: Any) -> dict:
+    """Runs the benchmark; see the module docstring.
+
+    Returns:
+      dict with ratio (MNIST, tfdp-keras over nonprivate, median of per-round ratios),
+      target, passed, per-model results (with TF Privacy's speed-up where it ran), machine,
+      load averages and date.
+
+    Raises:
+      ValueError: on an unknown model or system or a bad size.
+    """
+    models = list(OPTIONS.setting(overrides, "models"))
+    systems = list(OPTIONS.setting(overrides, "systems"))
+    cfg = {k: OPTIONS.setting(overrides, k) for k in ("batch_size", "num_train", "rounds",
+                                                      "l2_clip", "noise_multiplier")}
+    for m in models:
+        if m not in keras_fit_worker.MODELS:
+            raise ValueError(f"keras_bench_models: unknown model {m!r}")
+    for s in systems:
+        if s not in keras_fit_worker.SYSTEMS:
+            raise ValueError(f"keras_bench_systems: unknown system {s!r}")
+    for name in ("batch_size", "num_train", "rounds"):
+        if int(cfg[name]) < 1:
+            raise ValueError(f"keras_bench_{name} must be >= 1, got {cfg[name]}")
+    if int(cfg["num_train"]) < 2 * int(cfg["batch_size"]):
+        raise ValueError("keras_bench_num_train: need at least two batches per epoch")
+    systems = ["nonprivate"] + [s for s in systems if s != "nonprivate"]
+    cfg["peer_python"] = str(OPTIONS.setting(overrides, "peer_python")
+                             or os.environ.get("TFDP_BENCH_PEER_PYTHON", ""))
+    load_before = os.getloadavg()
+    results = {m: _bench_model(m, systems, cfg) for m in models}
+    load_after = os.getloadavg()
+
+    def ratio_of(model):
+        return results[model]["systems"].get("tfdp-keras", {}).get(
+            "ratio_to_nonprivate", {}).get("median")
+
+    def speedup_of(model):
+        return results[model]["systems"].get("tfprivacy-dpmodel", {}).get(
+            "speedup_of_tfdp", {}).get("median")
+
+    headline = "mnist" if "mnist" in results else models[0]
+    ratio = ratio_of(headline)
+    return {
+        "benchmark": "keras_fit",
+        "ratio": ratio,
+        "target": TARGET_RATIO,
+        "passed": None if ratio is None else bool(ratio <= TARGET_RATIO),
+        "ratio_by_model": {m: ratio_of(m) for m in models},
+        "tfprivacy_speedup_by_model": {m: speedup_of(m) for m in models},
+        "target_tfprivacy_speedup": TARGET_PEER_SPEEDUP,
+        "measured_path": "fit",
+        "measured_path_description": "Keras' own fit (batch callbacks), as a user runs it",
+        "reference": "Keras 3 model.fit step of the same model (non-private, shuffled batches)",
+        "candidate": "tfdp.keras.make_private(model).fit step (Poisson lots, registry "
+                     "clipping, noise)",
+        "models": results,
+        "config": {k: v for k, v in cfg.items()},
+        "systems": systems,
+        "machine": dpsgd_bench.machine(),
+        "loadavg_before": list(load_before),
+        "loadavg_after": list(load_after),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }

@@ -1,0 +1,361 @@
+"""Registry of Keras layer types: how each one's per-example gradient norm is computed.
+
+DP-SGD needs, for every example i, the norm of its gradient over all parameters. For a layer
+called once as z = f(a; W), example i's gradient is the vector-Jacobian product of f at a_i with
+g_i = dl_i / dz_i, so it follows from the layer's input a and output gradient g of ONE batched
+backward pass. A `LayerRule` computes it for one layer type (as Opacus registers grad samplers):
+
+* Dense and Conv2D reuse tfdp's ghost-clipping norms (`tfdp.train.ghost`): the product of norms,
+  the Gram-matrix "ghost norm" or per-example kernel gradients from image patches, whichever
+  is cheaper.
+* Conv1D / Conv3D: per-example kernel gradients from N-d patches (the same construction).
+* DepthwiseConv2D: per-channel patches (each output channel sees one input channel).
+* Embedding: ||sum_t e_{a_t} g_t||^2 = sum_{t,s} [a_t = a_s] <g_t, g_s> (no table materialised).
+* LayerNormalization / GroupNormalization: their output is affine in (gamma, beta), so each
+  per-example gradient is the forward derivative along all-ones (the normalised input, resp. 1)
+  times g, summed over the non-parameter axes (tiny: two vectors per example).
+
+Layers that mix the examples of a batch (BatchNormalization) have no per-example gradient and
+are refused (`check_model`); any other layer with trainable variables takes the vectorized
+fallback (`tf.vectorized_map` over that layer alone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfdp.train import ghost
+
+# Per-example squared norms [B] and, when computed anyway, per-example gradients of the layer's
+# own trainable variables ([B, *shape] each, in `layer._trainable_variables` order).
+NormFn = Callable[[Any, tf.Tensor, tf.Tensor], tuple]
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerRule:
+    """How one layer type's per-example gradient norms are obtained.
+
+    Attributes:
+      name: short description for logs and `describe`.
+      sq_norms: `f(layer, a, g) -> (sq [B], per_example or None)`; `a` is the layer's input,
+        `g` the gradient of the summed loss with respect to its pre-activation output.
+      supports: `f(layer) -> bool`; False sends this layer to the vectorized fallback
+        (e.g. an unusual padding or data format).
+      pre_activation: True when the layer has an `activation` applied last in its `call`
+        (the recorded output is taken before it).
+    """
+
+    name: str
+    sq_norms: NormFn
+    supports: Callable[[Any], bool] = lambda layer: True
+    pre_activation: bool = False
+
+
+_RULES: dict[type, LayerRule] = {}
+# Layer types whose output for one example depends on the others: type -> what to use instead.
+_MIXING: dict[type, str] = {}
+
+
+def register(layer_type: type, rule: LayerRule) -> None:
+    """Registers `rule` for `layer_type` (and subclasses that do not override `call`).
+
+    Raises:
+      TypeError: if `layer_type` is not a Keras layer class or `rule` not a LayerRule.
+    """
+    if not (isinstance(layer_type, type) and issubclass(layer_type, keras.layers.Layer)):
+        raise TypeError(f"layer_type: expected a keras.layers.Layer subclass, got {layer_type!r}")
+    if not isinstance(rule, LayerRule):
+        raise TypeError(f"rule: expected a LayerRule, got {rule!r}")
+    _RULES[layer_type] = rule
+
+
+def register_batch_mixing(layer_type: type, instead: str) -> None:
+    """Declares that `layer_type` mixes the examples of a batch; models using it are refused.
+
+    Args:
+      layer_type: the Keras layer class.
+      instead: what to use instead (said in the refusal).
+    """
+    _MIXING[layer_type] = str(instead)
+
+
+def rule_for(layer: Any) -> Optional[LayerRule]:
+    """The registered rule of `layer`, or None (vectorized fallback).
+
+    A subclass of a registered type gets its rule only if it keeps the registered `call` (a
+    changed `call` may compute something else).
+    """
+    for cls in type(layer).__mro__:
+        rule = _RULES.get(cls)
+        if rule is not None:
+            if type(layer).call is not cls.call:
+                return None
+            return rule if rule.supports(layer) else None
+    return None
+
+
+def check_model(model: Any) -> None:
+    """Refuses a model containing a layer that mixes the examples of a batch.
+
+    Raises:
+      ValueError: one line naming the layer and what to use instead.
+    """
+    for layer in model._flatten_layers(include_self=False):  # pylint: disable=protected-access
+        for cls, instead in _MIXING.items():
+            if isinstance(layer, cls):
+                raise ValueError(
+                    f"model: layer '{layer.name}' ({type(layer).__name__}) mixes the examples of "
+                    f"a batch, so it has no per-example gradient and cannot be trained with "
+                    f"DP-SGD; use {instead} instead")
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def _plain(layer: Any) -> bool:
+    return (not getattr(layer, "lora_enabled", False)
+            and getattr(layer, "quantization_mode", None) is None
+            and layer.compute_dtype == "float32" and layer.variable_dtype == "float32")
+
+
+def _ghost_plan(layer: Any, kind: str, norm: str) -> ghost.LayerPlan:
+    return ghost.LayerPlan(layer, kind, norm, [])
+
+
+def _cheaper(t: int, k: int, o: int) -> str:
+    """ghost.py's choice: Gram matrices T^2 (k + o) against per-example A^T G: T k o."""
+    if t == 1:
+        return "direct"
+    return "ghost" if t * t * (k + o) < t * k * o else "direct"
+
+
+def _dense_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
+    t = int(np.prod(a.shape[1:-1])) if len(a.shape) > 2 else 1
+    kernel = ghost._kernel_var(layer)  # pylint: disable=protected-access
+    norm = _cheaper(t, int(kernel.shape[0]), int(kernel.shape[1]))
+    return ghost._sq_norms(_ghost_plan(layer, "dense", norm), a, g)  # pylint: disable=protected-access
+
+
+# Largest patch width (prod(kernel size) * input channels) built by an identity convolution;
+# above it the per-offset accumulation is cheaper (measured on CPU, see docs/keras.md).
+_IDENTITY_PATCH_MAX = 256
+
+
+def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
+    """Per-example norms of an ungrouped N-d convolution, or None (use the slice path).
+
+    Patches come from ONE convolution with an identity kernel (exact: each output channel
+    copies one input value; several times faster on CPU than kh*kw strided slices), then the
+    cheaper of A_i^T G_i and the Gram form; for wide patches, the per-example gradient block
+    of each kernel offset, sum_t a_{i,t+offset} g_{i,t} ([B, C, O]), is accumulated instead
+    (no patch tensor; its squared norms add up to the kernel's).
+    """
+    if int(getattr(layer, "groups", 1)) != 1:
+        return None
+    kernel = ghost._kernel_var(layer)  # pylint: disable=protected-access
+    kshape = [int(d) for d in kernel.shape]
+    ksize, cin, cout = kshape[:-2], kshape[-2], kshape[-1]
+    strides = [int(v) for v in layer.strides]
+    rates = [int(v) for v in layer.dilation_rate]
+    spatial = [int(d) for d in a.shape[1:-1]]
+    outs, pads = _pads(layer, spatial, ksize)
+    if any(p for pair in pads for p in pair):
+        a = tf.pad(a, [[0, 0]] + pads + [[0, 0]])
+    b = tf.shape(g)[0]
+    t = int(np.prod(outs))
+    width = int(np.prod(ksize)) * cin
+    gg = tf.reshape(g, [b, t, cout])
+    per_example = None
+    if width <= _IDENTITY_PATCH_MAX and not (max(strides) > 1 and max(rates) > 1):
+        eye = tf.reshape(tf.eye(width, dtype=a.dtype), ksize + [cin, width])
+        p = tf.reshape(tf.nn.convolution(a, eye, strides=strides, padding="VALID",
+                                         dilations=rates), [b, t, width])
+        if _cheaper(t, width, cout) == "ghost":
+            sq = tf.reduce_sum(tf.matmul(p, p, transpose_b=True)
+                               * tf.matmul(gg, gg, transpose_b=True), [1, 2])
+        else:
+            pe = tf.matmul(p, gg, transpose_a=True)                # [B, width, O]
+            sq = tf.reduce_sum(tf.square(pe), [1, 2])
+            per_example = [tf.reshape(pe, [b] + kshape)]
+    else:
+        sq = tf.zeros([b], a.dtype)
+        for offsets in np.ndindex(*ksize):
+            index = [slice(None)]
+            for i, off in enumerate(offsets):
+                start = off * rates[i]
+                index.append(slice(start, start + (outs[i] - 1) * strides[i] + 1, strides[i]))
+            block = tf.matmul(tf.reshape(a[tuple(index)], [b, t, cin]), gg, transpose_a=True)
+            sq += tf.reduce_sum(tf.square(block), [1, 2])
+    if layer.use_bias:
+        bias_g = tf.reduce_sum(gg, 1)
+        sq += tf.reduce_sum(tf.square(bias_g), 1)
+        if per_example is not None:
+            per_example.append(bias_g)
+    return sq, per_example
+
+
+def _conv2d_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
+    fast = _conv_fast_norms(layer, a, g)
+    if fast is not None:
+        return fast
+    kh, kw, cin_g, cout = (int(d) for d in ghost._kernel_var(layer).shape)  # pylint: disable=protected-access
+    t = int(g.shape[1]) * int(g.shape[2])
+    norm = _cheaper(t, kh * kw * cin_g, cout // int(layer.groups))
+    return ghost._sq_norms(_ghost_plan(layer, "conv2d", norm), a, g)  # pylint: disable=protected-access
+
+
+def _pads(layer: Any, spatial: list, ksize: list) -> tuple[list, list]:
+    """(output sizes, [before, after] paddings) of each spatial axis, as the convolution."""
+    outs, pads = [], []
+    for i, (size, k) in enumerate(zip(spatial, ksize)):
+        stride, rate = int(layer.strides[i]), int(layer.dilation_rate[i])
+        if layer.padding == "causal":
+            eff = (k - 1) * rate
+            out, _, _ = ghost._same_or_valid_pad(size + eff, k, stride, rate, "valid")  # pylint: disable=protected-access
+            outs.append(out)
+            pads.append([eff, 0])
+        else:
+            out, before, after = ghost._same_or_valid_pad(size, k, stride, rate, layer.padding)  # pylint: disable=protected-access
+            outs.append(out)
+            pads.append([before, after])
+    return outs, pads
+
+
+def _patches_nd(layer: Any, a: tf.Tensor, ksize: list) -> tf.Tensor:
+    """Patches of an N-d channels-last input, [B, T, prod(ksize), C] (copies only, exact)."""
+    spatial = [int(d) for d in a.shape[1:-1]]
+    outs, pads = _pads(layer, spatial, ksize)
+    if any(p for pair in pads for p in pair):
+        a = tf.pad(a, [[0, 0]] + pads + [[0, 0]])
+    cols = []
+    for offsets in np.ndindex(*ksize):
+        index = [slice(None)]
+        for i, off in enumerate(offsets):
+            stride, rate = int(layer.strides[i]), int(layer.dilation_rate[i])
+            start = off * rate
+            index.append(slice(start, start + (outs[i] - 1) * stride + 1, stride))
+        cols.append(a[tuple(index)])
+    p = tf.stack(cols, axis=-2)                               # [B, *outs, K, C]
+    return tf.reshape(p, [tf.shape(a)[0], int(np.prod(outs)), len(cols), int(a.shape[-1])])
+
+
+def _conv_nd_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
+    """Conv1D / Conv3D: per-example kernel gradients A_i^T G_i from N-d patches, per group."""
+    fast = _conv_fast_norms(layer, a, g)
+    if fast is not None:
+        return fast
+    kernel = ghost._kernel_var(layer)  # pylint: disable=protected-access
+    kshape = [int(d) for d in kernel.shape]
+    ksize, cin_g, cout = kshape[:-2], kshape[-2], kshape[-1]
+    groups = int(layer.groups)
+    o_g = cout // groups
+    b = tf.shape(g)[0]
+    p = _patches_nd(layer, a, ksize)                          # [B, T, K, C]
+    t, k = int(p.shape[1]), int(p.shape[2])
+    p = tf.reshape(p, [b, t, k, groups, cin_g])
+    p = tf.reshape(tf.transpose(p, [0, 3, 1, 2, 4]), [b, groups, t, k * cin_g])
+    gg = tf.transpose(tf.reshape(g, [b, t, groups, o_g]), [0, 2, 1, 3])   # [B, G, T, o]
+    pe = tf.matmul(p, gg, transpose_a=True)                   # [B, G, k*cin_g, o]
+    sq = tf.reduce_sum(tf.square(pe), [1, 2, 3])
+    pe = tf.reshape(tf.transpose(pe, [0, 2, 1, 3]), [b] + kshape)
+    per_example = [pe]
+    if layer.use_bias:
+        bias_g = tf.reduce_sum(tf.reshape(g, [b, -1, cout]), 1)
+        sq += tf.reduce_sum(tf.square(bias_g), 1)
+        per_example.append(bias_g)
+    return sq, per_example
+
+
+def _depthwise_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
+    """DepthwiseConv2D: output channel c*M + m sees input channel c only."""
+    kh, kw, c, m = (int(d) for d in layer.kernel.shape)
+    b = tf.shape(g)[0]
+    p = _patches_nd(layer, a, [kh, kw])                       # [B, T, K, C]
+    t = int(p.shape[1])
+    gg = tf.reshape(g, [b, t, c, m])
+    pe = tf.einsum("btkc,btcm->bkcm", p, gg)                  # [B, K, C, M]
+    sq = tf.reduce_sum(tf.square(pe), [1, 2, 3])
+    per_example = [tf.reshape(pe, [b, kh, kw, c, m])]
+    if layer.use_bias:
+        bias_g = tf.reduce_sum(tf.reshape(g, [b, t, c * m]), 1)
+        sq += tf.reduce_sum(tf.square(bias_g), 1)
+        per_example.append(bias_g)
+    return sq, per_example
+
+
+def _embedding_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
+    """||sum_t onehot(a_t) g_t||^2 = sum_{t,s} [a_t = a_s] <g_t, g_s> (Gram over positions)."""
+    del layer
+    b = tf.shape(g)[0]
+    ids = tf.reshape(a, [b, -1])
+    g3 = tf.reshape(g, [b, tf.shape(ids)[1], int(g.shape[-1])])
+    same = tf.cast(tf.equal(ids[:, :, None], ids[:, None, :]), g.dtype)
+    return tf.reduce_sum(same * tf.matmul(g3, g3, transpose_b=True), [1, 2]), None
+
+
+def _param_axes(layer: Any, rank: int) -> list:
+    axes = layer.axis if isinstance(layer.axis, (list, tuple)) else [layer.axis]
+    return sorted(int(ax) % rank for ax in axes)
+
+
+def _affine_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
+    """LayerNormalization / GroupNormalization: the output is affine in each parameter P with
+    P broadcast along the non-parameter axes, so dz/dP . 1 (a forward derivative) times g,
+    summed over those axes, is example i's gradient of P."""
+    own = list(layer._trainable_variables)  # pylint: disable=protected-access
+    rank = len(g.shape)
+    keep = _param_axes(layer, rank)
+    reduce_axes = [ax for ax in range(1, rank) if ax not in keep]
+    b = tf.shape(g)[0]
+    per_example = []
+    for v in own:
+        tv = getattr(v, "value", v)  # the backend tf.Variable of a Keras variable
+        with tf.autodiff.ForwardAccumulator(tv, tf.ones_like(tv)) as acc:
+            z = type(layer).call(layer, a)
+        direction = acc.jvp(z, unconnected_gradients="zero")
+        pe = tf.reduce_sum(direction * g, reduce_axes) if reduce_axes else direction * g
+        per_example.append(tf.reshape(pe, [b] + [int(d) for d in v.shape]))
+    sq = tf.add_n([tf.reduce_sum(tf.reshape(tf.square(pe), [b, -1]), 1) for pe in per_example])
+    return sq, per_example
+
+
+def _conv_supports(layer: Any) -> bool:
+    return (_plain(layer) and layer.data_format == "channels_last"
+            and layer.padding in ("same", "valid", "causal"))
+
+
+def _install_defaults() -> None:
+    register(keras.layers.Dense, LayerRule(
+        "dense: product of norms / ghost norm / per-example kernel (ghost.py)", _dense_norms,
+        ghost._is_plain_dense, pre_activation=True))  # pylint: disable=protected-access
+    register(keras.layers.Conv2D, LayerRule(
+        "conv2d: identity-convolution patches or per-offset blocks (grouped: ghost.py)", _conv2d_norms,
+        ghost._is_plain_conv2d, pre_activation=True))  # pylint: disable=protected-access
+    for conv in (keras.layers.Conv1D, keras.layers.Conv3D):
+        register(conv, LayerRule("conv: identity-convolution patches or per-offset blocks", _conv_nd_norms,
+                                 _conv_supports, pre_activation=True))
+    register(keras.layers.DepthwiseConv2D, LayerRule(
+        "depthwise conv2d: per-channel patches", _depthwise_norms,
+        lambda layer: _conv_supports(layer) and layer.padding != "causal",
+        pre_activation=True))
+    register(keras.layers.Embedding, LayerRule(
+        "embedding: Gram of output gradients over equal ids", _embedding_norms,
+        lambda layer: _plain(layer) and type(layer).call is keras.layers.Embedding.call))
+    for norm in (keras.layers.LayerNormalization, keras.layers.GroupNormalization):
+        register(norm, LayerRule("normalisation: forward derivative of the affine parameters",
+                                 _affine_norms, _plain))
+    register_batch_mixing(keras.layers.BatchNormalization,
+                          "keras.layers.GroupNormalization or keras.layers.LayerNormalization")
+
+
+_install_defaults()
+
+
+def registered() -> dict[str, str]:
+    """Registered layer type name -> how its norms are computed (for docs and logs)."""
+    return {cls.__name__: rule.name for cls, rule in _RULES.items()}
