@@ -26,7 +26,7 @@ def _md(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _cell(rec: dict | None) -> str:
+def _cell(rec: dict | None, row: registry.Row | None = None) -> str:
     if rec is None:
         return extract.NOT_RUN
     verdict = rec["verdict"]
@@ -35,9 +35,16 @@ def _cell(rec: dict | None) -> str:
         return f"—<br>**{verdict}** (earlier result: {_md(prev)})"
     value = rec.get("value_text") or "—"
     seeds = rec.get("seeds") or []
-    if len(seeds) <= 1 and rec.get("value") is not None and rec.get("jobs") and any(
-            "@seed" in j for j in rec["jobs"]):
+    seeded = rec.get("jobs") and any("@seed" in j for j in rec["jobs"])
+    need = row.min_seeds if row is not None and rec.get("scale") in registry.DECIDING_SCALES \
+        else 1
+    if seeded and len(seeds) < need:
+        # Visibly resting on fewer seeds than the row needs (issue 39).
+        value += f" ({len(seeds)} seed{'' if len(seeds) == 1 else 's'} of {need} needed)"
+    elif len(seeds) <= 1 and rec.get("value") is not None and seeded:
         value += " (1 seed)"
+    if rec.get("flags"):
+        value += " (flagged: noise kernel differs from its command's, see reason)"
     return f"{_md(value)}<br>**{verdict}**"
 
 
@@ -396,7 +403,7 @@ def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None 
                    " | ".join(registry.SCALES) + " |")
         out.append("|---|---|---|---|---|" + "---|" * len(registry.SCALES))
         for r in rows:
-            cells = [_cell(rows_by_key.get((s, r.id))) if s in r.jobs else
+            cells = [_cell(rows_by_key.get((s, r.id)), r) if s in r.jobs else
                      "no job at this scale" for s in registry.SCALES]
             out.append(f"| `{r.id}` | {_md(r.source)} | {_md(r.setting)} | {_published(r)} | "
                        f"{_md(r.criterion.describe(r.unit))} | " + " | ".join(cells) + " |")
