@@ -170,3 +170,24 @@ def test_running_the_grid_reruns_an_evaluation_with_another_kernel(tmp_path, mon
         "status": "ok"})
     runner.run_tasks([train, task], "smoke", res, work, None, log=lambda m: None)
     assert ran == [task.key]
+
+
+def test_the_report_cell_marks_fewer_seeds_than_needed_and_a_flagged_kernel():
+    # lazy: the report module loads matplotlib only to draw, importing it is cheap
+    from tfdp.reproduce import report  # pylint: disable=import-outside-toplevel
+    row = registry.ROWS_BY_ID["stobatch.mnist.secure_sgd.eps2"]
+    rec = {"verdict": "inconclusive", "value": 11.0, "value_text": "11.00%", "seeds": [1],
+           "jobs": ["eval.x@seed1"], "scale": "reduced"}
+    cell = report._cell(rec, row)  # pylint: disable=protected-access
+    assert "(1 seed of 3 needed)" in cell and "**inconclusive**" in cell
+    cell_of = report._cell  # pylint: disable=protected-access
+    assert "(1 seed)" in cell_of(dict(rec, scale="smoke"), row)
+    flagged = cell_of(dict(rec, flags=["x drew its noise with the portable kernel"]), row)
+    assert "flagged: noise kernel" in flagged
+    with open(os.path.join(runner.REPO_ROOT, "REPRODUCTION.md"), encoding="utf-8") as f:
+        text = f.read()
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"| `{row.id}` |"))
+    with open(os.path.join(_RESULTS, "reduced", row.id + ".json"), encoding="utf-8") as f:
+        rec = json.load(f)
+    if len(rec.get("seeds") or []) < 3 and rec["verdict"] != extract.STALE:
+        assert "of 3 needed)" in line, line

@@ -237,7 +237,8 @@ def test_an_evaluation_of_a_model_retrained_since_runs_again_and_its_row_is_stal
     lines = []  # the dry run counts it as work left, and says why
     runner.dry_run([row], "smoke", 1, log=lines.append, results_dir=res)
     text = "\n".join(lines)
-    assert "finished before its model was retrained (runs again)" in text
+    assert ("finished, but outdated (its model retrained, its settings or noise kernel "
+            "changed): runs again") in text
     assert f"about {runner._fmt_seconds(ev.job.est_seconds)}" in text.splitlines()[-1]  # pylint: disable=protected-access
     ran = []
     monkeypatch.setattr(runner, "run_task", lambda task, *a: ran.append(task.key) or {

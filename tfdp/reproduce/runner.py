@@ -819,13 +819,15 @@ def dry_run(rows: list[Row], scale: str, seeds: int, log: Callable[[str], None] 
             note += f"; {extract.NOT_AVAILABLE}: {why}"
         data = "  [needs --data_dir or TFDP_DATA_DIR]" if t.job.needs_data else ""
         rec = load_job(results_dir, scale, t.key) if results_dir is not None else None
-        done = rec is not None and outdated(results_dir, scale, t, rec) is None
+        done = rec is not None and (outdated(results_dir, scale, t, rec)
+                                    or kernel_mismatch(t, rec)) is None
         if done:
             note += "; finished (results_dir)"
         else:
             left += t.job.est_seconds
             if rec is not None:
-                note += "; finished before its model was retrained (runs again)"
+                note += ("; finished, but outdated (its model retrained, its settings or "
+                         "noise kernel changed): runs again")
         log(f"{t.command()}{data}\n    # {note}")
         total += t.job.est_seconds
     log(f"# CPU estimate if run here: about {_fmt_seconds(total)} "
