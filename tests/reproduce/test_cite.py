@@ -36,10 +36,15 @@ def test_citations_are_filled_in_from_the_cited_files(tmp_path):
     assert len(cite.citations(text)) == 8
 
 
+def test_a_row_or_file_this_results_directory_lacks_is_named_not_invented(tmp_path):
+    out = cite.expand("{{row:reduced/no.such:value}} {{file:missing.json:x}}", _rows(),
+                      str(tmp_path))
+    assert out == ("[not in this results directory: reduced/no.such] "
+                   "[not in this results directory: missing.json]")
+
+
 @pytest.mark.parametrize("text,message", [
-    ("{{row:reduced/no.such:value}}", "has no result file"),
     ("{{row:reduced/r.one:no_field}}", "has no field"),
-    ("{{file:missing.json:x}}", "does not exist"),
     ("{{file:../../etc/passwd:x}}", "leaves"),
     ("{{csv:t.csv:d=256:rate}}", "2 rows match"),
 ])
@@ -118,6 +123,7 @@ def test_the_committed_report_has_no_unfilled_citation():
     with open(os.path.join(runner.REPO_ROOT, "REPRODUCTION.md"), encoding="utf-8") as f:
         text = f.read()
     assert "{{" not in text and not cite.citations(text)
+    assert "[not in this results directory" not in text
     for name in ("preamble.md", "earlier_runs.md"):
         with open(os.path.join(_RESULTS, name), encoding="utf-8") as f:
             assert len(cite.citations(f.read())) > 20, name

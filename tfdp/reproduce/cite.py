@@ -22,7 +22,10 @@ edited or rerun result changes the text with it (issue 39) and no number is type
 
 FORMAT is a Python format spec for numbers (".2f", "+.1f"); a leading "pct" multiplies by
 100 first ("pct.1f": 0.7655 -> 76.5). A list is printed item by item, joined by ", ". A row
-without a value (stale) prints "—".
+without a value (stale) prints "—". A row or file the results directory does not have (a
+user's own results directory, where the committed discussion is copied) prints
+"[not in this results directory: <ref>]"; a missing field or key of an existing file is an
+error, as is any citation of the committed report that cannot be filled in (tested).
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ import math
 import os
 import re
 from typing import Any
+
+MISSING = "[not in this results directory: {}]"
+
+
+class _Missing(Exception):
+    """The cited row or file is not in this results directory."""
+
 
 _CITATION = re.compile(r"\{\{(row|file|csv|attack_mean):([^{}]*)\}\}")
 
@@ -88,7 +98,7 @@ def _load(results_dir: str, path: str, cache: dict[str, Any], reader) -> Any:
         raise ValueError(f"citation path {path!r} leaves {root}")
     if full not in cache:
         if not os.path.isfile(full):
-            raise ValueError(f"cited file {path!r} does not exist under {results_dir}")
+            raise _Missing(path)
         with open(full, encoding="utf-8", newline="") as f:
             cache[full] = reader(f)
     return cache[full]
@@ -109,7 +119,7 @@ def _row_field(rows_by_key: dict, ref: str, field: str) -> Any:
     scale, _, row_id = ref.partition("/")
     rec = rows_by_key.get((scale, row_id))
     if rec is None:
-        raise ValueError(f"cited row {ref!r} has no result file")
+        raise _Missing(ref)
     if field == "n_seeds":
         return len(rec.get("seeds") or [])
     if field not in rec:
@@ -140,7 +150,8 @@ def expand(text: str, rows_by_key: dict, results_dir: str) -> str:
       The Markdown with the values filled in.
 
     Raises:
-      ValueError: naming the citation, when the cited row, file or field does not exist.
+      ValueError: naming the citation, when a field or key of a cited row or file does not
+        exist, or a CSV filter does not select one row.
     """
     cache: dict[str, Any] = {}
 
@@ -159,6 +170,8 @@ def expand(text: str, rows_by_key: dict, results_dir: str) -> str:
             else:
                 value = _attack_mean(results_dir, parts[0], parts[1], cache)
             return _format(value, parts[2] if len(parts) > 2 else "")
+        except _Missing as e:
+            return MISSING.format(e.args[0])
         except (IndexError, ValueError, KeyError, TypeError) as e:
             raise ValueError(f"citation {match.group(0)}: {e}") from e
 
