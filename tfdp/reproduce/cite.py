@@ -37,6 +37,8 @@ import os
 import re
 from typing import Any
 
+from tfdp.reproduce import runner
+
 MISSING = "[not in this results directory: {}]"
 
 
@@ -90,8 +92,6 @@ def _csv_cell(results_dir: str, path: str, where: str, column: str,
 def _load(results_dir: str, path: str, cache: dict[str, Any], reader) -> Any:
     root = results_dir
     if path.startswith("/"):
-        # lazy: the runner imports TensorFlow-free but heavy modules; only when cited
-        from tfdp.reproduce import runner  # pylint: disable=import-outside-toplevel
         root, path = runner.REPO_ROOT, path.lstrip("/")
     full = os.path.normpath(os.path.join(root, path))
     if not full.startswith(os.path.normpath(root) + os.sep):
