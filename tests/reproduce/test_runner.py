@@ -297,7 +297,9 @@ def test_every_committed_result_scores_its_models_current_training():
         done = runner.load_job(_RESULTS, scale, task.key)
         assert runner.outdated(_RESULTS, scale, task, done) is None, (scale, rid)
         checked += task.job.kind == "evaluate"
-    assert checked > 100
+    # Not vacuous: most committed rows rest on evaluations. (Rows stale until their DP-SGD
+    # jobs rerun with the default clipping, issue 39, are not counted: they show no value.)
+    assert checked > 90
 
 
 # The last change to what a committed seeded command computes (929e9e9, committed at this
