@@ -228,6 +228,10 @@ def validate_options(options: EvalOptions) -> EvalOptions:
     kernel, fallback = kernels.resolve_noise_kernel(options.noise_kernel, "noise_kernel")
     if fallback:
         logging.info("%s", fallback)
+    elif kernel == options.noise_kernel:
+        # Validated again (the app validates, then evaluate_run): "auto" was resolved the
+        # first time, and why it fell back stays with the options (evaluation.json).
+        fallback = options.noise_kernel_fallback
     return dataclasses.replace(options, attacks=tuple(names), attack_sizes=tuple(sizes),
                                noise_kernel=kernel, noise_kernel_fallback=fallback,
                                size_range=size_range, attack_norm=attack_norm)

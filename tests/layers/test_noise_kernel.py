@@ -292,3 +292,20 @@ def test_evaluate_defaults_to_auto_and_records_a_fallback(monkeypatch):
     monkeypatch.setattr(kernels, "load", unavailable)
     opts = evaluate.validate_options(evaluate.EvalOptions())
     assert opts.noise_kernel == "portable" and "C++ compiler" in opts.noise_kernel_fallback
+
+
+def test_a_second_validation_keeps_why_auto_fell_back(monkeypatch):
+    """tfdp-evaluate validates its options, then evaluate_run does again: the fallback reason
+    of "auto" must reach evaluation.json (issue 39: without it an evaluation that fell back
+    looks like one that asked for the portable kernel)."""
+    from tfdp import evaluate  # pylint: disable=import-outside-toplevel
+
+    monkeypatch.setattr(kernels, "resolve_noise_kernel", lambda kernel, flag="": (
+        ("portable", "noise_kernel=auto: unavailable here") if kernel == "auto"
+        else (kernel, None)))
+    once = evaluate.validate_options(evaluate.EvalOptions())
+    twice = evaluate.validate_options(once)
+    assert once.noise_kernel == twice.noise_kernel == "portable"
+    assert twice.noise_kernel_fallback == "noise_kernel=auto: unavailable here"
+    asked = evaluate.validate_options(evaluate.EvalOptions(noise_kernel="portable"))
+    assert asked.noise_kernel_fallback is None

@@ -237,7 +237,8 @@ def test_an_evaluation_of_a_model_retrained_since_runs_again_and_its_row_is_stal
     lines = []  # the dry run counts it as work left, and says why
     runner.dry_run([row], "smoke", 1, log=lines.append, results_dir=res)
     text = "\n".join(lines)
-    assert "finished before its model was retrained (runs again)" in text
+    assert ("finished, but outdated (its model retrained, its settings or noise kernel "
+            "changed): runs again") in text
     assert f"about {runner._fmt_seconds(ev.job.est_seconds)}" in text.splitlines()[-1]  # pylint: disable=protected-access
     ran = []
     monkeypatch.setattr(runner, "run_task", lambda task, *a: ran.append(task.key) or {
@@ -296,7 +297,9 @@ def test_every_committed_result_scores_its_models_current_training():
         done = runner.load_job(_RESULTS, scale, task.key)
         assert runner.outdated(_RESULTS, scale, task, done) is None, (scale, rid)
         checked += task.job.kind == "evaluate"
-    assert checked > 100
+    # Not vacuous: most committed rows rest on evaluations. (Rows stale until their DP-SGD
+    # jobs rerun with the default clipping, issue 39, are not counted: they show no value.)
+    assert checked > 90
 
 
 # The last change to what a committed seeded command computes (929e9e9, committed at this

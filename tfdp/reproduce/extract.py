@@ -83,8 +83,10 @@ class Model:
       claimed_epsilon, sound_epsilon: the ledger's claimed and sound epsilon (None if absent).
       certified: certified examples at each of the row's attack sizes (certificate rows).
       claimed_certificates: the evaluation reported the paper's claimed (unsound)
-        certificates (`claimed_certified_accuracy`).
+        certificates (any `claimed_certified_accuracy*` field).
       config: the run's settings (flagfile + overrides) named in reasons.
+      seed_accuracies: (seed, clean accuracy %) of each seed's model; a row is inconclusive
+        when any one of them is near chance, whatever the mean.
     """
 
     role: str
@@ -101,6 +103,7 @@ class Model:
     certified: list[int] = dataclasses.field(default_factory=list)
     claimed_certificates: bool = False
     config: dict = dataclasses.field(default_factory=dict)
+    seed_accuracies: list[tuple[int | None, float]] = dataclasses.field(default_factory=list)
 
     @property
     def chance(self) -> float | None:
@@ -108,11 +111,20 @@ class Model:
         k = NUM_CLASSES.get(self.dataset)
         return None if k is None else 100.0 / k
 
+    def _near(self, acc: float | None) -> bool:
+        return (acc is not None and self.chance is not None
+                and acc <= self.chance + CHANCE_MARGIN)
+
+    @property
+    def seeds_near_chance(self) -> list[tuple[int | None, float]]:
+        """The (seed, accuracy) of every seed's model within CHANCE_MARGIN points of chance."""
+        return [(s, a) for s, a in self.seed_accuracies if self._near(a)]
+
     @property
     def near_chance(self) -> bool:
-        """Clean accuracy within CHANCE_MARGIN points of chance (or below it)."""
-        return (self.accuracy is not None and self.chance is not None
-                and self.accuracy <= self.chance + CHANCE_MARGIN)
+        """The mean clean accuracy, or any one seed's, within CHANCE_MARGIN points of chance
+        (or below it): one seed's model at chance is evidence the criterion cannot use."""
+        return self._near(self.accuracy) or bool(self.seeds_near_chance)
 
 
 def _fmt(v: float, unit: str = "") -> str:
@@ -599,8 +611,17 @@ def inconclusive(row: Row, models: list[Model] | None) -> str | None:
         return None
     near = [m for m in models if m.near_chance]
     if near:
-        return "; ".join(f"{_name(m)} is within {CHANCE_MARGIN:g} points of chance "
-                         f"({m.accuracy:.1f}% clean, chance {m.chance:.0f}%)" for m in near)
+        out = []
+        for m in near:
+            if m._near(m.accuracy):  # pylint: disable=protected-access
+                out.append(f"{_name(m)} is within {CHANCE_MARGIN:g} points of chance "
+                           f"({m.accuracy:.1f}% clean, chance {m.chance:.0f}%)")
+            else:
+                seeds = ", ".join(f"seed {s} {a:.1f}%" for s, a in m.seeds_near_chance)
+                out.append(f"{_name(m)}: a seed's model is within {CHANCE_MARGIN:g} points of "
+                           f"chance ({seeds} clean, chance {m.chance:.0f}%; mean "
+                           f"{m.accuracy:.1f}%)")
+        return "; ".join(out)
     if row.extractor in CERTIFIED_EXTRACTORS:
         counts = [c for m in models for c in m.certified]
         if counts:
@@ -613,7 +634,8 @@ def inconclusive(row: Row, models: list[Model] | None) -> str | None:
     return None
 
 
-def verdict(row: Row, value: Value, models: list[Model] | None = None) -> tuple[str, str]:
+def verdict(row: Row, value: Value, models: list[Model] | None = None,
+            seeds: int | None = None) -> tuple[str, str]:
     """(verdict, reason) of our value against the row's criterion.
 
     Verdicts: "reproduced" (closed forms and checks that pass), "within band" (a measured
@@ -621,10 +643,17 @@ def verdict(row: Row, value: Value, models: list[Model] | None = None) -> tuple[
     (with the reason: how far off, and the row's note on why a gap is expected), or
     "inconclusive" when the evidence cannot decide (a model within 5 points of chance, or
     fewer than 20 certified examples); see `inconclusive`. `models` (from the job files)
-    adds the data-generated facts to the reason (see `facts`).
+    adds the data-generated facts to the reason (see `facts`). `seeds`: the number of seeds
+    the result rests on, checked against the row's `min_seeds` (None: not checked); fewer
+    make a deciding verdict inconclusive, and a recorded value says so.
     """
     verdict_, reason = _criterion_verdict(row, value)
+    few = few_seeds(row, seeds)
+    if few is not None and verdict_ == RECORDED:
+        reason = f"{few}; {reason}"
     why = None if verdict_ == RECORDED else inconclusive(row, models)
+    if few is not None and verdict_ != RECORDED:
+        why = few if why is None else f"{few}; {why}"
     extra = facts(row, models)
     if models and len(value.per_seed) == 1 and row.published is not None:
         extra += ("; " if extra else "") + "one seed: the run-to-run spread is not measured"
@@ -632,6 +661,15 @@ def verdict(row: Row, value: Value, models: list[Model] | None = None) -> tuple[
         return INCONCLUSIVE, f"{why} (criterion alone: {verdict_}, {reason})" + (
             f"; {extra}" if extra else "")
     return verdict_, reason + (f"; {extra}" if extra else "")
+
+
+def few_seeds(row: Row, seeds: int | None) -> str | None:
+    """"<n> seed(s) of the <min_seeds> this row needs" when the result rests on fewer seeds
+    than the row's `min_seeds`, else None."""
+    if seeds is None or seeds >= row.min_seeds:
+        return None
+    return (f"{seeds} seed{'' if seeds == 1 else 's'} of the {row.min_seeds} this row needs: "
+            f"the other seeds did not run")
 
 
 def _criterion_verdict(row: Row, value: Value) -> tuple[str, str]:
@@ -653,13 +691,16 @@ def _criterion_verdict(row: Row, value: Value) -> tuple[str, str]:
         return "not reproduced", f"no finite value{note}"
     if c.kind == "band":
         gap = v - row.published
-        # Several seeds: the band is widened by two standard errors of the mean, so a row
-        # passes when the 95% interval of its mean meets the band (issue 29 item 2).
+        # The band is the published value's tolerance as it stands: a row passes only when
+        # its gap is inside it. Several seeds: the 95% interval of the mean gap (2 standard
+        # errors) is shown beside it, never used to widen the band (issue 39).
         sd, k = value.sd, len(value.per_seed)
-        slack = 0.0 if sd is None else 2.0 * sd / math.sqrt(k)
-        spread = "" if sd is None else (f", seed sd {sd:.2g}{unit} over {k} seeds (band "
-                                        f"widened by 2 SE = {slack:.2g})")
-        if abs(gap) <= c.tol + slack:
+        spread = ""
+        if sd is not None:
+            half = 2.0 * sd / math.sqrt(k)
+            spread = (f"; seed sd {sd:.2g}{unit} over {k} seeds, 95% interval of the gap "
+                      f"[{gap - half:+.3g}, {gap + half:+.3g}]{unit}")
+        if abs(gap) <= c.tol:
             # A closed form equal to the printed digits is reproduced, not merely close.
             return (("reproduced" if row.extractor.startswith("closed") else "within band"),
                     f"gap {gap:+.3g}{unit}, band ±{c.tol:g}{unit}{spread}")

@@ -55,6 +55,8 @@ SCALE_NOTES = {
     "reduced": "the reduced flagfiles as written (tens of CPU minutes per training run)",
     "full": "the papers' settings (GPU-scale; see `tfdp-reproduce --dry_run --scale=full`)",
 }
+# The scales whose verdicts decide a row (the smoke and short scales only check that paths run).
+DECIDING_SCALES = ("reduced", "full")
 APPS = {"train": "tfdp.apps.train", "evaluate": "tfdp.apps.evaluate",
         "audit": "tfdp.apps.audit", "bench": "tfdp.apps.bench"}
 COMMANDS = {"train": "tfdp-train", "evaluate": "tfdp-evaluate", "audit": "tfdp-audit",
@@ -209,6 +211,9 @@ class Row:
         and settings (or the stated substitute).
       size_unit: the range the row's attack sizes are fractions of ("0,1" or "-1,1"), the
         same for every model of the row; None for rows without attacks.
+      min_seeds: the seeds a verdict of the row needs at the deciding scales
+        (DECIDING_SCALES); a result on fewer is shown as resting on fewer seeds and is
+        inconclusive (issue 39).
     """
 
     id: str
@@ -228,6 +233,7 @@ class Row:
     unit: str = ""
     baselines: tuple[Baseline, ...] = ()
     size_unit: str | None = None
+    min_seeds: int = 1
 
     @property
     def param(self) -> dict:
@@ -236,6 +242,18 @@ class Row:
 
 # --------------------------------------------------------------------------------------------
 # Job builders shared by the papers' rows
+
+
+def with_min_seeds(rows: list[Row], ids: tuple[str, ...], n: int) -> list[Row]:
+    """The rows, those named in `ids` needing `n` seeds (`Row.min_seeds`).
+
+    Raises:
+      KeyError: naming an id that is not among the rows.
+    """
+    missing = set(ids) - {r.id for r in rows}
+    if missing:
+        raise KeyError(f"with_min_seeds: no such rows {sorted(missing)}")
+    return [dataclasses.replace(r, min_seeds=n) if r.id in ids else r for r in rows]
 
 
 def per_scale(builder: Callable[..., Job | None], *args) -> dict[str, Job]:
@@ -367,14 +385,20 @@ def settings(flagfile: str | None, args: tuple[str, ...] = ()) -> dict[str, str]
     `--noname` lines set "false", bare `--name` lines "true". A flagfile that does not
     exist contributes nothing.
     """
-    out: dict[str, str] = {}
-    lines = []
+    text = ""
     if flagfile:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         path = os.path.join(root, flagfile)
         if os.path.exists(path):
             with open(path, encoding="utf-8") as f:
-                lines = [ln.strip() for ln in f]
+                text = f.read()
+    return settings_from_text(text, args)
+
+
+def settings_from_text(text: str, args: tuple[str, ...] = ()) -> dict[str, str]:
+    """`settings` of a flagfile's text (e.g. the flagfile as an earlier commit had it)."""
+    out: dict[str, str] = {}
+    lines = [ln.strip() for ln in text.splitlines()]
     for item in list(lines) + list(args):
         if not item.startswith("--"):
             continue

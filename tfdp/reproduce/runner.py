@@ -136,13 +136,25 @@ def outdated(results_dir: str, scale: str, task: Task, done: dict | None) -> str
     exists: it runs again, and until it has, the rows resting on it are stale. Evaluations
     record the training job's `finished_utc` and `weights_sha256` they saw; a retraining to
     the same weights keeps them current. Older records are compared by time.
+
+    Any finished job is also outdated when its command now selects other settings than it
+    ran with (an edited flagfile, `settings_changed`), and an evaluation when the training
+    job it scores is.
     """
+    if done is None:
+        return None
+    changed = settings_changed(task, done)
+    if changed is not None:
+        return changed
     dep = model_task(task, scale)
-    if dep is None or done is None:
+    if dep is None:
         return None
     trained = load_job(results_dir, scale, dep.key)
     if trained is None:
         return f"{task.key} scored a model whose training job {dep.key} has no finished record"
+    changed = settings_changed(dep, trained)
+    if changed is not None:
+        return f"{task.key} scored a model trained with other settings ({changed})"
     finished = trained.get("finished_utc") or ""
     digest = (trained.get("output") or {}).get("weights_sha256")
     if digest is not None and done.get("model_weights_sha256") == digest:
@@ -154,6 +166,91 @@ def outdated(results_dir: str, scale: str, task: Task, done: dict | None) -> str
         return None
     return (f"{task.key} scored the model of {dep.key} as it was before that training job "
             f"ran again (finished {finished})")
+
+
+def job_settings(job: Job) -> dict[str, str]:
+    """The settings a job's command selects now: its flagfile's lines and its arguments."""
+    return registry.settings(job.flagfile, job.args)
+
+
+# Options the runner sets on every command itself (`_argv`): a flagfile's value is overridden.
+_RUNNER_SET = ("seed", "model_dir", "verbose", "data_dir", "audit_output_dir", "output")
+_GIT_FLAGFILES: dict[tuple[str, str], str | None] = {}
+
+
+def _flagfile_at(commit: str, path: str) -> str | None:
+    """A flagfile's text at a git commit of this repository, or None (no git, no such file)."""
+    key = (commit, path)
+    if key not in _GIT_FLAGFILES:
+        try:
+            proc = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=REPO_ROOT,
+                                  capture_output=True, text=True, timeout=10, check=False)
+            _GIT_FLAGFILES[key] = proc.stdout if proc.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            _GIT_FLAGFILES[key] = None
+    return _GIT_FLAGFILES[key]
+
+
+def ran_settings(task: Task, done: dict) -> dict[str, str] | None:
+    """The settings a finished job ran with: recorded in its JSON (`settings`), else its
+    flagfile at the commit it recorded (`versions.git_commit`) with its arguments; None when
+    neither is known (a job without a flagfile has its arguments only)."""
+    if "settings" in done:
+        return {k: str(v) for k, v in done["settings"].items()}
+    job = task.job
+    if not job.flagfile:
+        return registry.settings(None, job.args)
+    commit = (done.get("versions") or {}).get("git_commit")
+    text = _flagfile_at(commit, job.flagfile) if commit else None
+    return None if text is None else registry.settings_from_text(text, job.args)
+
+
+def settings_changed(task: Task, done: dict) -> str | None:
+    """Why a finished job's command now selects other settings than it ran with, or None.
+
+    The command of a job names its flagfile, not the flagfile's contents: an edited flagfile
+    (e.g. a clipping implementation no longer pinned) makes the job's result one of another
+    configuration; it runs again, and the rows resting on it are stale until it has.
+    """
+    if done.get("output", {}).get("adopted_from"):
+        return None  # adoption checks the recorded configuration itself (`_adopt`)
+    then = ran_settings(task, done)
+    if then is None:
+        return None
+    now = job_settings(task.job)
+    diffs = [f"{k}: {then.get(k, '(unset)')} -> {now.get(k, '(unset)')}"
+             for k in sorted(set(then) | set(now))
+             if then.get(k) != now.get(k) and k not in _RUNNER_SET]
+    if not diffs:
+        return None
+    return (f"{task.key} ran with other settings than its command selects now (flagfile "
+            f"{task.job.flagfile} edited since: {', '.join(diffs)})")
+
+
+def kernel_mismatch(task: Task, done: dict) -> str | None:
+    """Why an evaluation's noise kernel is not the one its command selects now, or None.
+
+    An evaluation records the kernel it drew its noise with (`noise_kernel`) and, when
+    "auto" fell back, why. Its command selects `--noise_kernel` (default "auto", which is
+    "fused" wherever the fused kernel builds); a recorded "portable" without a fallback
+    reason under a command that now selects "auto" or "fused" ran another noise stream.
+    Evaluations that recorded no kernel are not judged (unknown).
+    """
+    if task.job.kind != "evaluate":
+        return None
+    evaluation = (done.get("output") or {}).get("evaluation") or {}
+    ran = evaluation.get("noise_kernel")
+    if ran is None:
+        return None
+    selected = job_settings(task.job).get("noise_kernel", "auto")
+    if selected == "auto":
+        if evaluation.get("noise_kernel_fallback"):
+            return None  # "auto" fell back on that machine: what the command selects there
+        selected = "fused"
+    if ran == selected:
+        return None
+    return (f"{task.key} drew its noise with the {ran} kernel; its command now selects "
+            f"{selected}")
 
 
 def _job_file(results_dir: str, scale: str, key: str) -> str:
@@ -321,7 +418,8 @@ def run_task(task: Task, scale: str, results_dir: str, work_dir: str,
     """
     job = task.job
     record = {"job": job.id, "key": task.key, "kind": job.kind, "scale": scale,
-              "seed": task.seed, "command": task.command(), "versions": versions()}
+              "seed": task.seed, "command": task.command(), "versions": versions(),
+              "settings": job_settings(job)}
     dep = model_task(task, scale)
     if dep is not None:  # the model this evaluation scores (see `outdated`)
         trained = load_job(results_dir, scale, dep.key)
@@ -404,9 +502,12 @@ def run_tasks(tasks: list[Task], scale: str, results_dir: str, work_dir: str,
         if why is not None:
             status[t.key] = f"{extract.NOT_AVAILABLE}: {why}"
         elif (done := load_job(results_dir, scale, t.key)) is not None and (
-                stale := outdated(results_dir, scale, t, done)) is None:
+                stale := (outdated(results_dir, scale, t, done)
+                          or kernel_mismatch(t, done))) is None:
             status[t.key] = "skipped (already complete)"
         else:
+            # An evaluation that drew its noise with another kernel than its command selects
+            # now runs again here; until it has, its rows are flagged (`compute_row`).
             if done is not None:
                 log(f"tfdp-reproduce: {stale}; it runs again")
             todo.append(t)
@@ -510,15 +611,27 @@ def _paper_length(row: Row, role: str, steps: float | None, epochs: float | None
     return f_epochs, steps / epochs * f_epochs * (n_full / n_ours) * (b_ours / b_full)
 
 
+def uses_claimed_certificates(evaluation: dict) -> bool:
+    """Whether an evaluation's certificates are the paper's claimed (unsound) ones.
+
+    Evaluations run with --allow_unsound_certificates name every such field with
+    `claimed_certified_accuracy` in it (`claimed_certified_accuracy_on_attacked_inputs`
+    per attack and size, `clean_claimed_certified_accuracy`); any of them counts.
+    """
+    if any("claimed_certified_accuracy" in key for key in evaluation):
+        return True
+    return any("claimed_certified_accuracy" in key
+               for entry in (evaluation.get("attacks") or {}).values()
+               for cell in entry.values() if isinstance(cell, dict) for key in cell)
+
+
 def _certified_counts(row: Row, evaluation: dict) -> tuple[list[int], bool]:
     """Certified examples at the row's sizes (mean over attacks), and whether they are the
     claimed (unsound) certificates."""
     n = int(evaluation.get("num_examples") or 0)
     p = row.param
     sizes = (p["sizes"].split(",") if "sizes" in p else [p["size"]] if "size" in p else None)
-    claimed = any("claimed_certified_accuracy" in cell
-                  for entry in evaluation.get("attacks", {}).values()
-                  for cell in entry.values())
+    claimed = uses_claimed_certificates(evaluation)
     counts = []
     if row.extractor == "eot_soundness" or sizes is None:
         cert = extract._clean_certified(evaluation)  # pylint: disable=protected-access
@@ -558,12 +671,15 @@ def row_models(row: Row, scale: str, records: dict[str, list[dict]],
         evals = [rec["output"].get("evaluation") for rec in recs if job.depends]
         evals = [e for e in evals if e]
         if evals:
-            acc = _mean_or_none([_float(e.get("clean_accuracy")) for e in evals])
+            per_seed = [(rec["seed"], _float(rec["output"]["evaluation"].get("clean_accuracy")))
+                        for rec in recs if rec["output"].get("evaluation")]
             dataset = evals[0].get("dataset") or cfg.get("dataset", "")
         else:
-            acc = _mean_or_none([_float(t.get("metrics", {}).get("test_accuracy"))
-                                 for t in trains])
+            per_seed = [(rec["seed"], _float(t.get("metrics", {}).get("test_accuracy")))
+                        for rec, t in zip(recs, trains)]
             dataset = cfg.get("dataset", "")
+        per_seed = [(sd, 100.0 * a) for sd, a in per_seed if a is not None]
+        acc = _mean_or_none([a / 100.0 for _, a in per_seed])
         steps = _mean_or_none([_float(t.get("metrics", {}).get("steps")) for t in trains])
         epochs = _mean_or_none([_float(t.get("metrics", {}).get("epochs_completed"))
                                 for t in trains])
@@ -587,7 +703,8 @@ def row_models(row: Row, scale: str, records: dict[str, list[dict]],
             paper_epochs=p_epochs, paper_steps=p_steps, paper_command=paper_command,
             claimed_epsilon=_float(ledger.get("claimed_epsilon")),
             sound_epsilon=_float(ledger.get("epsilon")), certified=counts,
-            claimed_certificates=claimed, config=cfg))
+            claimed_certificates=claimed or any(uses_claimed_certificates(e) for e in evals),
+            config=cfg, seed_accuracies=per_seed))
     return out
 
 
@@ -611,6 +728,7 @@ def compute_row(row: Row, scale: str, seeds: int, results_dir: str,
     by_role: dict[str, list[dict]] = {}
     records = []
     stale = []
+    jobs_by_id = {job.id: job for job in jobs.values()}
     for role, job in sorted(jobs.items()):
         why = unavailable(job) or (unavailable(registry.train_job(scale, job.depends))
                                    if job.depends else None)
@@ -639,7 +757,15 @@ def compute_row(row: Row, scale: str, seeds: int, results_dir: str,
     value = extract.extract(row, outs)
     if value is None:
         return None
-    verdict, reason = extract.verdict(row, value, row_models(row, scale, by_role, results_dir))
+    flags = [why for r in records
+             if (why := kernel_mismatch(Task(jobs_by_id[r["job"]], r["seed"]), r)) is not None]
+    seeded = any(job.seeded for job in jobs.values())
+    verdict, reason = extract.verdict(
+        row, value, row_models(row, scale, by_role, results_dir),
+        seeds=seeds if seeded and scale in registry.DECIDING_SCALES else None)
+    if flags:
+        reason += ("; flagged, not rerun: " + "; ".join(flags) +
+                   " (another noise stream than the command draws today)")
     rec = dict(base, value=value.value, value_text=value.text, per_seed=value.per_seed,
                value_sd=value.sd, detail=value.detail, verdict=verdict, reason=reason,
                seeds=sorted({r["seed"] for r in records if r["seed"] is not None}),
@@ -647,6 +773,8 @@ def compute_row(row: Row, scale: str, seeds: int, results_dir: str,
                adopted_from=sorted({r["output"]["adopted_from"] for r in records
                                     if "adopted_from" in r["output"]}),
                versions=records[0].get("versions", {}))
+    if flags:
+        rec["flags"] = flags
     if write:
         _write_json(_row_file(results_dir, scale, row.id), rec)
     return rec
@@ -691,13 +819,15 @@ def dry_run(rows: list[Row], scale: str, seeds: int, log: Callable[[str], None] 
             note += f"; {extract.NOT_AVAILABLE}: {why}"
         data = "  [needs --data_dir or TFDP_DATA_DIR]" if t.job.needs_data else ""
         rec = load_job(results_dir, scale, t.key) if results_dir is not None else None
-        done = rec is not None and outdated(results_dir, scale, t, rec) is None
+        done = rec is not None and (outdated(results_dir, scale, t, rec)
+                                    or kernel_mismatch(t, rec)) is None
         if done:
             note += "; finished (results_dir)"
         else:
             left += t.job.est_seconds
             if rec is not None:
-                note += "; finished before its model was retrained (runs again)"
+                note += ("; finished, but outdated (its model retrained, its settings or "
+                         "noise kernel changed): runs again")
         log(f"{t.command()}{data}\n    # {note}")
         total += t.job.est_seconds
     log(f"# CPU estimate if run here: about {_fmt_seconds(total)} "

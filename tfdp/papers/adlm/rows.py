@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfdp.reproduce.registry import Baseline, Criterion, Job, Row, per_scale, roles
+from tfdp.reproduce.registry import (Baseline, Criterion, Job, Row, per_scale, roles,
+                                    with_min_seeds)
 
 # --------------------------------------------------------------------------------------------
 # Jobs
@@ -109,6 +110,8 @@ ADLM_PSGD = Baseline(
     tfdp_network="tfdp's small CNN (substitute)", network_flag="dpsgd_model",
     paper_settings=(("optimizer", "sgd"), ("batch_size", "600"), ("learning_rate", "0.05"),
                     ("dpsgd_l2_clip", "4.0")), note=_DPSGD_NOTE)
+# Rows a conclusion of the report rests on: three seeds each at the deciding scales (issue 39).
+DECIDING_ROWS = ("adlm.mnist.adlm.mean_eps", "adlm.mnist.dpsgd.mean_eps")
 # The baseline methods of the rows (the tests check every one is declared).
 BASELINE_METHODS = ("dpsgd",)
 
@@ -125,7 +128,18 @@ def baseline_for(method: str, cfg: dict[str, str]) -> Baseline | None:
         return dataclasses.replace(
             ADLM_PSGD, tfdp_network="AdLM's MNIST network without its batch norm (which "
             "per-example clipping forbids)", note="")
+    network = cfg.get("dpsgd_model", "cnn")
+    if network != "cnn":
+        # Another substitute (the smoke flagfile's MLP): named as what the job ran (issue 39).
+        name = _SUBSTITUTES.get(network, f"tfdp's {network} network")
+        return dataclasses.replace(
+            ADLM_PSGD, tfdp_network=f"{name} (substitute)",
+            note=_DPSGD_NOTE.replace("tfdp's small CNN", name))
     return ADLM_PSGD
+
+
+# tfdp's names of the dpsgd trainer's networks other than the small CNN.
+_SUBSTITUTES = {"mlp": "tfdp's MLP"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -236,4 +250,4 @@ def _main_job_rows() -> list[Row]:
 
 def rows() -> list[Row]:
     """AdLM's rows, then the main job's, in report order."""
-    return _adlm_rows() + _main_job_rows()
+    return with_min_seeds(_adlm_rows() + _main_job_rows(), DECIDING_ROWS, 3)
