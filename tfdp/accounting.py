@@ -30,8 +30,7 @@ DEFAULT_ACCOUNTANT = "pld"
 # What the ledger note says about each accountant.
 ACCOUNTANT_NAMES = {
     "rdp": "RDP (dp_accounting RdpAccountant)",
-    "pld": ("PLD (dp_accounting PLDAccountant, pessimistic discretisation "
-            "1e-4)"),
+    "pld": "PLD (dp_accounting PLDAccountant, pessimistic discretisation 1e-4)",
 }
 SAMPLINGS = ("poisson", "shuffle", "shuffle_no_amplification")
 
@@ -236,8 +235,9 @@ class PrivacyLedger:
                                      sampling="shuffle_no_amplification")
             claimed = poisson_eps if claimed_epsilon is None else claimed_epsilon
             relation = "replace_one"
-            text = (SAMPLING_NOTES["shuffle"].format(accountant=ACCOUNTANT_NAMES[accountant]) + " Sound value: "
-                    + SAMPLING_NOTES["shuffle_no_amplification"].format(accountant=ACCOUNTANT_NAMES[accountant]))
+            acc_name = ACCOUNTANT_NAMES[accountant]
+            text = (SAMPLING_NOTES["shuffle"].format(accountant=acc_name) + " Sound value: "
+                    + SAMPLING_NOTES["shuffle_no_amplification"].format(accountant=acc_name))
         if unbounded:
             claimed = poisson_eps if claimed_epsilon is None else claimed_epsilon
             sound = math.inf
@@ -301,8 +301,9 @@ class PrivacyLedger:
             poisson_eps = dpsgd_epsilon(sampling="shuffle", **kwargs)
             sound_eps = dpsgd_epsilon(sampling="shuffle_no_amplification", **kwargs)
             claimed = poisson_eps if claimed_epsilon is None else claimed_epsilon
-            text = (SAMPLING_NOTES["shuffle"].format(accountant=ACCOUNTANT_NAMES[accountant]) + " Sound value: "
-                    + SAMPLING_NOTES["shuffle_no_amplification"].format(accountant=ACCOUNTANT_NAMES[accountant]))
+            acc_name = ACCOUNTANT_NAMES[accountant]
+            text = (SAMPLING_NOTES["shuffle"].format(accountant=acc_name) + " Sound value: "
+                    + SAMPLING_NOTES["shuffle_no_amplification"].format(accountant=acc_name))
         else:
             sound_eps = dpsgd_epsilon(sampling=sampling, **kwargs)
             claimed = claimed_epsilon
