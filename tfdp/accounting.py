@@ -20,6 +20,18 @@ COMPOSITIONS = ("sequential", "parallel", "separate")
 # added or removed; dp_accounting's Poisson-subsampled analysis).
 RELATIONS = ("replace_one", "add_remove")
 ACCOUNTANTS = ("rdp", "pld")
+# The default DP-SGD accountant: dp_accounting's PLDAccountant (privacy loss distributions,
+# pessimistic discretisation: every rounding makes epsilon larger, truncated tail mass counts
+# as a privacy failure), tighter than RDP and sound for every event a DP-SGD entry records
+# (Poisson-subsampled Gaussian with add/remove-one neighbours, where it composes both the
+# remove and the add direction; plain Gaussians for the shuffled per-pass bound). "rdp"
+# (RdpAccountant) stays selectable.
+DEFAULT_ACCOUNTANT = "pld"
+# What the ledger note says about each accountant.
+ACCOUNTANT_NAMES = {
+    "rdp": "RDP (dp_accounting RdpAccountant)",
+    "pld": "PLD (dp_accounting PLDAccountant, pessimistic discretisation 1e-4)",
+}
 SAMPLINGS = ("poisson", "shuffle", "shuffle_no_amplification")
 
 # How an infinite epsilon ("no finite bound") is written in ledger.json and model cards: the
@@ -170,7 +182,7 @@ class PrivacyLedger:
         return dict(entry)
 
     def record_steps(self, name: str, *, segments: list, delta: float, sampling: str,
-                     accountant: str = "rdp", protects: str = "training records",
+                     accountant: str = DEFAULT_ACCOUNTANT, protects: str = "training records",
                      claimed_epsilon: Optional[float] = None, note: str = "",
                      unbounded: bool = False) -> dict:
         """Creates or extends the entry of a per-step (DP-SGD style) spend from what executed.
@@ -217,14 +229,15 @@ class PrivacyLedger:
                                        sampling="poisson")
         if sampling == "poisson":
             sound, claimed, relation = poisson_eps, claimed_epsilon, "add_remove"
-            text = SAMPLING_NOTES["poisson"].format(accountant=accountant)
+            text = SAMPLING_NOTES["poisson"].format(accountant=ACCOUNTANT_NAMES[accountant])
         else:
             sound = segments_epsilon(segs, delta=dlt, accountant=accountant,
                                      sampling="shuffle_no_amplification")
             claimed = poisson_eps if claimed_epsilon is None else claimed_epsilon
             relation = "replace_one"
-            text = (SAMPLING_NOTES["shuffle"].format(accountant=accountant) + " Sound value: "
-                    + SAMPLING_NOTES["shuffle_no_amplification"].format(accountant=accountant))
+            acc_name = ACCOUNTANT_NAMES[accountant]
+            text = (SAMPLING_NOTES["shuffle"].format(accountant=acc_name) + " Sound value: "
+                    + SAMPLING_NOTES["shuffle_no_amplification"].format(accountant=acc_name))
         if unbounded:
             claimed = poisson_eps if claimed_epsilon is None else claimed_epsilon
             sound = math.inf
@@ -264,7 +277,7 @@ class PrivacyLedger:
 
     def add_dpsgd(self, name: str, *, num_examples: int, batch_size: int,
                   noise_multiplier: float, delta: float, epochs: Optional[float] = None,
-                  steps: Optional[int] = None, accountant: str = "rdp",
+                  steps: Optional[int] = None, accountant: str = DEFAULT_ACCOUNTANT,
                   sampling: str = "poisson", protects: str = "training records",
                   claimed_epsilon: Optional[float] = None, note: str = "") -> dict:
         """Adds a DP-SGD entry whose epsilon comes from `dpsgd_epsilon`.
@@ -288,12 +301,13 @@ class PrivacyLedger:
             poisson_eps = dpsgd_epsilon(sampling="shuffle", **kwargs)
             sound_eps = dpsgd_epsilon(sampling="shuffle_no_amplification", **kwargs)
             claimed = poisson_eps if claimed_epsilon is None else claimed_epsilon
-            text = (SAMPLING_NOTES["shuffle"].format(accountant=accountant) + " Sound value: "
-                    + SAMPLING_NOTES["shuffle_no_amplification"].format(accountant=accountant))
+            acc_name = ACCOUNTANT_NAMES[accountant]
+            text = (SAMPLING_NOTES["shuffle"].format(accountant=acc_name) + " Sound value: "
+                    + SAMPLING_NOTES["shuffle_no_amplification"].format(accountant=acc_name))
         else:
             sound_eps = dpsgd_epsilon(sampling=sampling, **kwargs)
             claimed = claimed_epsilon
-            text = SAMPLING_NOTES[sampling].format(accountant=accountant)
+            text = SAMPLING_NOTES[sampling].format(accountant=ACCOUNTANT_NAMES[accountant])
         q = batch_size / num_examples
         n_steps = _resolve_steps(num_examples, batch_size, epochs, steps)
         text += (f" q={q:.6g}, steps={n_steps}, noise_multiplier={noise_multiplier:.6g}, "
@@ -559,7 +573,7 @@ def _extends(old: list, new: list) -> bool:
     return True
 
 
-def segments_epsilon(segments: list, *, delta: float, accountant: str = "rdp",
+def segments_epsilon(segments: list, *, delta: float, accountant: str = DEFAULT_ACCOUNTANT,
                      sampling: str = "poisson") -> float:
     """epsilon at `delta` of executed DP-SGD segments composed in one accountant.
 
@@ -688,7 +702,7 @@ class StepSpend:
     noise_multiplier: float
     sampling: str
     delta: float
-    accountant: str = "rdp"
+    accountant: str = DEFAULT_ACCOUNTANT
     protects: str = "training records"
     note: str = ""
     unbounded: bool = False
@@ -737,6 +751,19 @@ class StepSpend:
                                    sampling=self.sampling, accountant=self.accountant,
                                    protects=self.protects, note=self.note,
                                    unbounded=self.unbounded)
+
+
+def entry_accountant(entry: Any) -> Optional[str]:
+    """The accountant ("rdp" or "pld") that produced a per-step entry's epsilon, else None.
+
+    A DP-SGD entry names it in its mechanism ("dpsgd_rdp", "dpsgd_pld"); ledgers written
+    before PLD became the default say "dpsgd_rdp" and so read as RDP.
+    """
+    mechanism = entry.get("mechanism") if isinstance(entry, dict) else None
+    if isinstance(mechanism, str) and mechanism.startswith("dpsgd_"):
+        name = mechanism[len("dpsgd_"):]
+        return name if name in ACCOUNTANTS else None
+    return None
 
 
 def epsilon_value(value: Any) -> float:
@@ -860,7 +887,7 @@ def _compose(entries: Iterable[dict], claimed: bool) -> tuple[float, float]:
 
 def dpsgd_epsilon(*, num_examples: int, batch_size: int, noise_multiplier: float,
                   epochs: Optional[float] = None, steps: Optional[int] = None, delta: float,
-                  accountant: str = "rdp", sampling: str = "poisson") -> float:
+                  accountant: str = DEFAULT_ACCOUNTANT, sampling: str = "poisson") -> float:
     """epsilon of DP-SGD at `delta` through dp_accounting (Abadi et al. 2016).
 
     Sampling assumptions (say which one a reported number rests on):
@@ -890,8 +917,8 @@ def dpsgd_epsilon(*, num_examples: int, batch_size: int, noise_multiplier: float
         epochs: number of passes; exactly one of epochs / steps.
         steps: number of steps.
         delta: target delta in (0, 1).
-        accountant: "rdp" (RdpAccountant, default orders) or "pld" (PLDAccountant,
-            discretisation 1e-4).
+        accountant: "pld" (the default, `DEFAULT_ACCOUNTANT`: PLDAccountant, pessimistic
+            discretisation 1e-4) or "rdp" (RdpAccountant, default orders).
         sampling: "poisson", "shuffle" or "shuffle_no_amplification".
 
     Returns:
@@ -907,14 +934,17 @@ def dpsgd_epsilon(*, num_examples: int, batch_size: int, noise_multiplier: float
 
 
 def dpsgd_noise_multiplier(*, target_epsilon: float, num_examples: int, batch_size: int,
-                           epochs: Optional[float] = None, delta: float, accountant: str = "rdp",
+                           epochs: Optional[float] = None, delta: float,
+                           accountant: str = DEFAULT_ACCOUNTANT,
                            steps: Optional[int] = None, sampling: str = "poisson",
                            rtol: float = 1e-6) -> float:
     """Smallest noise multiplier whose DP-SGD epsilon is <= target_epsilon.
 
     `dp_accounting.calibrate_dp_mechanism` on log sigma (Brent's method, with a bisection
     fall-back that guarantees epsilon <= target) on a bracket found by doubling / halving
-    from 1; the returned sigma is on the valid side and within relative `rtol` of the optimum.
+    from 1 (RDP) or from the RDP-calibrated sigma (PLD); the returned sigma is on the valid
+    side (its epsilon, computed with `accountant`, is <= target) and within relative `rtol`
+    of the optimum.
 
     Args:
         target_epsilon: target epsilon > 0.
@@ -939,13 +969,21 @@ def dpsgd_noise_multiplier(*, target_epsilon: float, num_examples: int, batch_si
     def eps_of(sigma: float) -> float:
         return float(_make_accountant(accountant).compose(event_of(sigma)).get_epsilon(dlt))
 
-    # Bracket [lo, hi] with eps(lo) > target >= eps(hi), by doubling / halving from 1.
-    hi = 1.0
+    # Bracket [lo, hi] with eps(lo) > target >= eps(hi), by doubling / halving from 1. A PLD
+    # evaluation costs about a second, so PLD starts from the (cheap) RDP sigma, which is
+    # almost always on the valid side (PLD is tighter) and a few percent above the PLD sigma; the
+    # loops below check both ends either way.
+    hi, shrink = 1.0, 0.5
+    if accountant == "pld":
+        hi = dpsgd_noise_multiplier(target_epsilon=target, num_examples=num_examples,
+                                    batch_size=batch_size, epochs=epochs, steps=steps,
+                                    delta=dlt, accountant="rdp", sampling=sampling, rtol=1e-3)
+        shrink = 0.85
     while eps_of(hi) > target:
         hi *= 2.0
         if hi > 1e7:
             raise ValueError(f"target_epsilon {target} unreachable with noise_multiplier <= 1e7")
-    lo = hi / 2.0
+    lo = hi * shrink
     while eps_of(lo) <= target:
         hi, lo = lo, lo / 2.0
         if lo < 1e-4:
@@ -963,7 +1001,7 @@ def dpsgd_noise_multiplier(*, target_epsilon: float, num_examples: int, batch_si
     return sigma
 
 
-def dpsgd_note(*, sampling: str, accountant: str = "rdp") -> str:
+def dpsgd_note(*, sampling: str, accountant: str = DEFAULT_ACCOUNTANT) -> str:
     """The sentence that states which sampling assumption a DP-SGD epsilon rests on.
 
     Raises:
@@ -973,7 +1011,7 @@ def dpsgd_note(*, sampling: str, accountant: str = "rdp") -> str:
         raise ValueError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
     if accountant not in ACCOUNTANTS:
         raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}")
-    return SAMPLING_NOTES[sampling].format(accountant=accountant)
+    return SAMPLING_NOTES[sampling].format(accountant=ACCOUNTANT_NAMES[accountant])
 
 
 def _resolve_steps(num_examples: int, batch_size: int, epochs: Optional[float],
@@ -1024,6 +1062,8 @@ def _make_accountant(accountant: str) -> dp_accounting.PrivacyAccountant:
 
 __all__ = [
     "ACCOUNTANTS",
+    "ACCOUNTANT_NAMES",
+    "DEFAULT_ACCOUNTANT",
     "COMPOSITIONS",
     "PrivacyLedger",
     "RELATIONS",
@@ -1034,4 +1074,5 @@ __all__ = [
     "dpsgd_epsilon",
     "dpsgd_noise_multiplier",
     "dpsgd_note",
+    "entry_accountant",
 ]

@@ -82,9 +82,14 @@ class EvalOptions:
         attack_norm: "inf" (l_inf attacks and sizes) or "2" (l2); must match the norm of
             the certificate when certifying.
         soundness_check: attack every clean-certified example at its certified radius
-            (EOT, the certificate's norm) and re-certify it (tfdp.soundness).
+            (EOT, the certificate's norm) and test whether its smoothed prediction changed
+            (tfdp.soundness).
         soundness_nb_iter: PGD steps of the soundness attack.
         soundness_eot_draws: noise draws averaged per gradient of the soundness attack.
+        soundness_restarts: random starts in the ball, besides the start at x.
+        soundness_targeted: also attack towards the runner-up class.
+        soundness_power_factor: also attack at this multiple of each radius and report the
+            flips there as the check's power (0: skip).
     """
 
     attacks: Sequence[str] = ("fgsm", "ifgsm", "mim", "madry")
@@ -110,6 +115,9 @@ class EvalOptions:
     soundness_check: bool = False
     soundness_nb_iter: int = 50
     soundness_eot_draws: int = 32
+    soundness_restarts: int = 1
+    soundness_targeted: bool = True
+    soundness_power_factor: float = 2.0
 
 
 # Attack presets (issue 13 item 5): the papers' setting (step mu/T, as the authors' code) and
@@ -224,6 +232,12 @@ def validate_options(options: EvalOptions) -> EvalOptions:
     if int(options.soundness_eot_draws) < 1:
         raise ValueError(f"soundness_eot_draws must be >= 1, got "
                          f"{options.soundness_eot_draws!r}")
+    if int(options.soundness_restarts) < 0:
+        raise ValueError(f"soundness_restarts must be >= 0, got {options.soundness_restarts!r}")
+    factor = float(options.soundness_power_factor)
+    if not (math.isfinite(factor) and (factor == 0.0 or factor > 1.0)):
+        raise ValueError(f"soundness_power_factor must be 0 (off) or > 1, got "
+                         f"{options.soundness_power_factor!r}")
 
     kernel, fallback = kernels.resolve_noise_kernel(options.noise_kernel, "noise_kernel")
     if fallback:
@@ -509,13 +523,18 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
                                   "eps_data": d}
         summary["attacks"][name] = entry
     if do_certify and opts.soundness_check:
+        # Fresh Monte-Carlo draws at the attacked points (the flip test needs the counts or
+        # mean scores, which an export's certify signature does not return).
+        checker = predictor or certify_lib.MonteCarloPredictor(
+            noisy, from_logits=noisy_logits, draws_per_step=opts.draws_per_step)
         summary["soundness_check"] = soundness.soundness_check(
             certificate, x, y, clean_pred, clean_radius,
             noisy=(noisy if noisy_logits else
                    (lambda v: tf.math.log(noisy(v) + 1e-12))),  # StoBatch: log of the score
-            certify_fn=lambda xb: predict(xb, [0.0]), value_range=(low, high),
-            alpha=alpha, options=opts, num_classes=num_classes,
-            chance=1.0 / num_classes, clean_accuracy=summary["clean_accuracy"])
+            monte_carlo_fn=lambda xb: checker(xb, num_draws, num_classes), bound=bound,
+            value_range=(low, high), alpha=alpha, options=opts, num_classes=num_classes,
+            chance=1.0 / num_classes, clean_accuracy=summary["clean_accuracy"],
+            seed=None if opts.seed is None else int(opts.seed) + 2)
     return summary, records
 
 
@@ -581,6 +600,11 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
                      f"{check['certified']} certified examples flipped under {check['attack']}"
                      f"; p-value {check['p_value']:.3g} (flips ~ Binomial(certified, "
                      f"{check['null_rate']:g}) if sound); {check['note']}")
+        power = check.get("power")
+        if power:
+            lines.append(f"soundness check power: {power['flipped']} of {power['of']} flipped "
+                         f"at {power['radius_factor']:g} r (the same attacks beyond the "
+                         "certified radius)")
     return lines
 
 

@@ -129,15 +129,17 @@ def test_record_steps_composes_segments_and_never_shrinks():
     seg = dict(start_step=0, steps=39, passes=1, num_examples=5000, batch_size=128,
                noise_multiplier=1.0180412198462867)
     led = PrivacyLedger()
-    one = led.record_steps("dpsgd", segments=[seg], delta=1e-5, sampling="poisson")
+    one = led.record_steps("dpsgd", segments=[seg], delta=1e-5, sampling="poisson",
+                           accountant="rdp")
     assert one["epsilon"] == pytest.approx(1.7206, abs=1e-3) and one["relation"] == "add_remove"
     more = dict(seg, start_step=39, steps=20, passes=4, batch_size=1000)
-    both = led.record_steps("dpsgd", segments=[seg, more], delta=1e-5, sampling="poisson")
+    both = led.record_steps("dpsgd", segments=[seg, more], delta=1e-5, sampling="poisson",
+                            accountant="rdp")
     # The example: 39 steps at q = 0.0256 then 20 at q = 0.2 is about eps = 7.36.
     assert both["epsilon"] == pytest.approx(7.356, abs=2e-3)
     assert both["covers"] == "steps 0-39, 39-59" and len(led) == 1
     with pytest.raises(ValueError, match="only grow"):
-        led.record_steps("dpsgd", segments=[seg], delta=1e-5, sampling="poisson")
+        led.record_steps("dpsgd", segments=[seg], delta=1e-5, sampling="poisson", accountant="rdp")
     assert led.total()[0] == both["epsilon"]
     back = PrivacyLedger.from_dict(json.loads(json.dumps(led.to_dict())))
     assert back.get("dpsgd")["segments"] == both["segments"]

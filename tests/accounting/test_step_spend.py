@@ -13,7 +13,8 @@ from tfdp import accounting
 
 
 def _spend(**kw):
-    args = dict(name="dpsgd", noise_multiplier=1.1, sampling="poisson", delta=1e-5)
+    args = dict(name="dpsgd", noise_multiplier=1.1, sampling="poisson", delta=1e-5,
+                accountant="rdp")
     args.update(kw)
     return accounting.StepSpend(**args)
 

@@ -19,7 +19,7 @@ def test_agreement_with_tf_privacy():
     theirs = tf_privacy_shim.compute_dp_sgd_privacy(num_examples=60000, batch_size=256,
                                                     noise_multiplier=1.1, epochs=60, delta=1e-5)
     ours = dpsgd_epsilon(num_examples=60000, batch_size=256, noise_multiplier=1.1, epochs=60,
-                         delta=1e-5)
+                         delta=1e-5, accountant="rdp")
     assert theirs == pytest.approx(2.597, abs=5e-4)
     assert ours == pytest.approx(theirs, rel=1e-3)
 

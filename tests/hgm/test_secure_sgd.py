@@ -177,8 +177,8 @@ def test_ledger_is_the_dpsgd_entry_for_the_executed_steps(tmp_path, tiny_data):
     # finite epsilon (issue 22), the paper's claim stays the DP-SGD value.
     assert [e["name"] for e in ledger["entries"]] == [secure_sgd.R_PRETRAIN_ENTRY, "dpsgd"]
     want = accounting.dpsgd_epsilon(num_examples=256, batch_size=64, noise_multiplier=2.0,
-                                    steps=result.steps, delta=1e-5, accountant="rdp",
-                                    sampling="poisson")
+                                    steps=result.steps, delta=1e-5, sampling="poisson",
+                                    accountant=accounting.DEFAULT_ACCOUNTANT)
     assert result.steps == 2 * (256 // 64)
     assert ledger["epsilon"] == "inf" and not ledger["guarantee"] and ledger["differs"]
     assert ledger["claimed_epsilon"] == pytest.approx(want, rel=1e-9)
@@ -270,8 +270,8 @@ def test_public_split_r_is_sound_and_trains_on_held_out_records(tmp_path, tiny_d
     assert [e["name"] for e in ledger["entries"]] == ["dpsgd"] and ledger["guarantee"]
     assert ledger["entries"][0]["segments"][0]["num_examples"] == 192
     want = accounting.dpsgd_epsilon(num_examples=192, batch_size=64, noise_multiplier=2.0,
-                                    steps=result.steps, delta=1e-5, accountant="rdp",
-                                    sampling="poisson")
+                                    steps=result.steps, delta=1e-5, sampling="poisson",
+                                    accountant=accounting.DEFAULT_ACCOUNTANT)
     assert result.steps == 2 * (192 // 64)
     assert ledger["epsilon"] == pytest.approx(want, rel=1e-9) and not ledger["differs"]
     config = json.load(open(os.path.join(result.model_dir, "config.json")))

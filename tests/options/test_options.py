@@ -84,7 +84,7 @@ def test_config_class_round_trip_and_validation():
     cfg = dpsgd.DPSGDConfig(l2_clip=0.5, model="mlp")
     opts = cfg.as_options()
     assert opts["dpsgd_l2_clip"] == 0.5 and opts["dpsgd_model"] == "mlp"
-    assert opts["dpsgd_accountant"] == "rdp"  # the declared default
+    assert opts["dpsgd_accountant"] == "pld"  # the declared default (issue 40: PLD)
     assert dpsgd.DPSGDConfig.from_options(opts) == cfg
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.l2_clip = 2.0  # type: ignore[misc]
@@ -146,7 +146,7 @@ def test_dpsgd_runs_from_a_python_config_without_flags(tmp_path):
     assert out["options"]["dpsgd_l2_clip"] == 0.5
     assert out["options"]["dpsgd_noise_multiplier"] == 1.1
     assert out["options"]["dpsgd_model"] == "mlp"
-    assert out["options"]["dpsgd_accountant"] == "rdp"
+    assert out["options"]["dpsgd_accountant"] == "pld"
 
 
 def test_bench_app_passes_its_flags_to_run(tmp_path):

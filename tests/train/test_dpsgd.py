@@ -56,7 +56,7 @@ def test_sigma_solved_from_target_epsilon(tmp_path):
     # Cross-check with the accountant directly.
     assert accounting.dpsgd_epsilon(num_examples=1000, batch_size=100,
                                     noise_multiplier=m.noise_multiplier, steps=20,
-                                    delta=1e-5) == pytest.approx(eps)
+                                    delta=1e-5, accountant="rdp") == pytest.approx(eps)
 
 
 def test_fixed_sigma_stops_when_budget_is_spent(tmp_path):
@@ -70,7 +70,7 @@ def test_fixed_sigma_stops_when_budget_is_spent(tmp_path):
 
     def eps(t):
         return accounting.dpsgd_epsilon(num_examples=1000, batch_size=100, noise_multiplier=2.0,
-                                        steps=t, delta=1e-5)
+                                        steps=t, delta=1e-5, accountant="rdp")
 
     # The last allowed step keeps eps <= target; one more step would exceed it.
     assert eps(steps) <= 1.0 < eps(steps + 1)

@@ -34,6 +34,15 @@ def test_privacy_summary():
         "privacy: claimed epsilon=1.5, sound epsilon=2.0 at delta=1e-05")
 
 
+def test_privacy_summary_names_the_accountant():
+    def ledger(mechanism):
+        return _ledger(entries=[{"name": "dpsgd", "mechanism": mechanism, "epsilon": 2.0,
+                                 "delta": 1e-5, "claimed_epsilon": 1.5}])
+    assert report.privacy_summary(ledger("dpsgd_pld")).endswith("(PLD accountant)")
+    # A ledger written with RDP (every ledger before PLD became the default) says RDP.
+    assert report.privacy_summary(ledger("dpsgd_rdp")).endswith("(RDP accountant)")
+
+
 def test_reporter_prints_and_writes_events(tmp_path):
     out = []
     rep = report.Reporter(str(tmp_path / "logs"), 1, out.append, interactive=True)

@@ -54,9 +54,10 @@ flags.DEFINE_enum("attack_norm", "inf", ["inf", "2"],
                   "l2 certificate with inf reports l_inf radii = l2 radius / sqrt(d).")
 flags.DEFINE_bool("soundness_check", False,
                   "With --certify: attack every clean-certified example at its certified "
-                  "radius (PGD with EOT gradients, the certificate's norm), certify the "
-                  "adversarial input again and report how many flipped, with a binomial "
-                  "p-value against alpha.")
+                  "radius (PGD with EOT gradients, the certificate's norm, from x, a random "
+                  "start and towards the runner-up class), test with fresh draws whether the "
+                  "smoothed prediction changed and report how many flipped, with a binomial "
+                  "p-value against alpha, and the same at 2 r (the check's power).")
 flags.DEFINE_enum("attack_preset", None, ["paper", "strong"],
                   "paper: step mu/T_a as the authors' code; strong: PGD step 2.5 mu/T_a, "
                   "5x --nb_iter, 5 random restarts (unset: as the other flags say).")

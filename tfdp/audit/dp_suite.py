@@ -48,7 +48,8 @@ def dpsgd_smoke_step() -> tuple[float, float]:
     steps = c["epochs"] * (c["num_examples"] // c["batch_size"])
     sigma = accounting.dpsgd_noise_multiplier(
         target_epsilon=c["target_epsilon"], num_examples=c["num_examples"],
-        batch_size=c["batch_size"], steps=steps, delta=c["delta"])
+        batch_size=c["batch_size"], steps=steps, delta=c["delta"],
+        accountant="rdp")  # the smoke flagfile's --dpsgd_accountant
     return c["batch_size"] / c["num_examples"], sigma
 
 
@@ -78,7 +79,7 @@ def dpsgd_step_case(q: float, sigma: float, delta: float = 1e-5,
     claimed = accounting.segments_epsilon(
         [dict(start_step=0, steps=1, passes=1, num_examples=1_000_000,
               batch_size=max(1, round(q * 1_000_000)), noise_multiplier=sigma)],
-        delta=delta, sampling="poisson")
+        delta=delta, sampling="poisson", accountant="rdp")
     x0, x1 = np.zeros(_D), np.zeros(_D)
     x1[0] = 1.0
     return dict(name=name, mechanism=_subsampled_gaussian_mech(q, sigma), x0=x0, x1=x1,

@@ -199,7 +199,10 @@ class DPSGDSettings:
         "--epsilon: train until the next step would exceed --epsilon.",
         check=options.positive)
     accountant: str = options.field(
-        "rdp", "DP-SGD accountant (dp_accounting): rdp or pld.", choices=accounting.ACCOUNTANTS)
+        accounting.DEFAULT_ACCOUNTANT, "DP-SGD accountant (dp_accounting): pld (privacy loss "
+        "distributions, pessimistic discretisation; tighter) or rdp (Renyi DP). It computes "
+        "the ledger's epsilon and solves sigma from --epsilon.",
+        choices=accounting.ACCOUNTANTS)
     sampling: str = options.field(
         "poisson", "DP-SGD lot sampling: poisson (each example joins each lot with "
         "probability q = batch_size/n; what the accountant analyses) or shuffle (fixed-size "

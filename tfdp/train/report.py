@@ -124,10 +124,30 @@ def ledger_lines(ledger: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+# The accountants a per-step entry's mechanism names ("dpsgd_pld", "dpsgd_rdp"; see
+# tfdp.accounting.entry_accountant, not imported here: it loads TensorFlow).
+_ACCOUNTANT_TEXT = {"dpsgd_pld": "PLD", "dpsgd_rdp": "RDP"}
+
+
+def accountants_text(ledger: Mapping[str, Any]) -> str:
+    """The accountants behind a ledger's per-step entries, e.g. "PLD" ("" when none).
+
+    Ledgers written before PLD became the default name "dpsgd_rdp" and read as "RDP".
+    """
+    names = []
+    for entry in ledger.get("entries", []):
+        text = _ACCOUNTANT_TEXT.get(str(entry.get("mechanism", "")))
+        if text and text not in names:
+            names.append(text)
+    return ", ".join(names)
+
+
 def privacy_summary(ledger: Mapping[str, Any]) -> str:
-    """One line: the claimed and the sound epsilon of a ledger."""
+    """One line: the claimed and the sound epsilon of a ledger (and its DP-SGD accountant)."""
+    accountants = accountants_text(ledger)
     return (f"privacy: claimed epsilon={_eps_text(ledger.get('claimed_epsilon'))}, sound "
-            f"epsilon={_eps_text(ledger.get('epsilon'))} at delta={round_up(ledger.get('delta'))}")
+            f"epsilon={_eps_text(ledger.get('epsilon'))} at delta={round_up(ledger.get('delta'))}"
+            + (f" ({accountants} accountant)" if accountants else ""))
 
 
 class Reporter:
