@@ -20,9 +20,12 @@ import os
 import statistics
 import sys
 import time
+from importlib import metadata
 from typing import Any
 
 import numpy as np
+
+from tfdp import data, tf_privacy_shim
 
 SYSTEMS = ("nonprivate", "tfdp-keras", "tfprivacy-dpmodel")
 MODELS = ("mnist", "cifar10")
@@ -65,8 +68,6 @@ def build_model(name: str, layers: Any, model_cls: Any, input_cls: Any) -> Any:
 
 def load_data(model: str, num_train: int) -> tuple[np.ndarray, np.ndarray, str]:
     """Real training images in [0, 1] when found, else uniform noise (said in the result)."""
-    # lazy: tfdp.data loads TensorFlow
-    from tfdp import data  # pylint: disable=import-outside-toplevel
     try:
         x, y = data.load(model, "train", value_range=(0, 1), num_examples=num_train,
                          download=False)
@@ -130,11 +131,10 @@ def _keras3(system: str, args: Any, x: np.ndarray, y: np.ndarray):
 def _tfprivacy(args: Any, x: np.ndarray, y: np.ndarray):
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     try:
+        # optional: tf-keras (peer environment only), loaded after TF_USE_LEGACY_KERAS
         import tf_keras  # pylint: disable=import-outside-toplevel
     except ImportError as e:
         raise RuntimeError(f"skipped: {e.name or e} is not installed (pip install tf-keras)")
-    # lazy: the one place tfdp imports tensorflow-privacy
-    from tfdp import tf_privacy_shim  # pylint: disable=import-outside-toplevel
     dp_keras = tf_privacy_shim.get_module(
         "tensorflow_privacy.privacy.keras_models.dp_keras_model", required=True)
     tf_keras.utils.set_random_seed(args.seed)
@@ -154,7 +154,6 @@ def _tfprivacy(args: Any, x: np.ndarray, y: np.ndarray):
                   callbacks=[timer.callback])
     # lazy: tensorflow
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from importlib import metadata  # pylint: disable=import-outside-toplevel
     return epoch, timer, {"tf_keras": tf_keras.__version__, "tensorflow": tf.__version__,
                           "tensorflow_privacy": metadata.version("tensorflow-privacy")}
 
