@@ -215,6 +215,8 @@ def run_job(job: jobs_lib.ReleaseJob, checkout: str, seed: int, output: str,
     shutil.copytree(os.path.join(checkout, job.folder), copy_dir, symlinks=True,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
     diff = apply_overrides(job, copy_dir, merged)
+    for folder in job.make_dirs:
+        os.makedirs(os.path.join(copy_dir, folder), exist_ok=True)
     data_files = (link_mnist(os.path.join(copy_dir, job.data_dir), data_dir)
                   if job.data_dir else {})
     env = dict(os.environ)

@@ -36,6 +36,7 @@ class ReleaseJob:
       script: the script inside `folder`.
       settings: placeholder defaults (each one a run-length or evaluation knob).
       overrides: the edits made on the temporary copy.
+      make_dirs: folders the script writes into, created in the copy.
       data_dir: folder (inside the copy) where the release's own reader looks for the MNIST
         files; the harness links tfdp's files there. Empty: the script reads through the shim.
       curve_pattern: regex with groups `step` and `accuracy` for each evaluation line.
@@ -54,6 +55,7 @@ class ReleaseJob:
     overrides: tuple[Override, ...]
     data_dir: str
     curve_pattern: str
+    make_dirs: tuple[str, ...] = ()
     final_pattern: str = ""
     accuracy_scale: float = 100.0
     published: float | None = None
@@ -86,6 +88,47 @@ _add(ReleaseJob(
     curve_pattern=r"^step \t (?P<step>\d+) \t test accuracy \t (?P<accuracy>[0-9.eE+-]+)\s*$",
     final_pattern=r"^test accuracy (?P<accuracy>[0-9.eE+-]+)\s*$",
     published=None,
+))
+
+
+# Secure-SGD (HGM), MNIST (SecureSGD MNIST/SecureSGD.py). The release trains until its moments
+# accountant reaches delta = 1e-5 at eps 1.0 (a step cap of 1.8M) after 4,000 noise-free steps
+# for the redistribution vector, and prints only one final line. Overrides: the training step
+# cap `steps`, the pre-training steps, the Monte-Carlo draws per attack, the attacks on or off,
+# and a test-accuracy line every `eval_every` steps, evaluated exactly as the release's final
+# benign accuracy (the fixed training noise fed, dropout off).
+_SECURE_SGD_EVAL = (
+    "        if i % 1000 == 0:\n"
+    "            print(i, spent_eps_deltas)\n")
+_add(ReleaseJob(
+    name="secure_sgd.mnist",
+    repo="haiphanNJIT/SecureSGD",
+    commit="1115cc1f50c41117315c6bb01e3b7e884ee8b429",
+    folder="MNIST",
+    script="SecureSGD.py",
+    settings={"steps": "2000", "pretrain_steps": "4000", "draws": "2000", "attacks": "True",
+              "eval_every": "200"},
+    overrides=(
+        Override("SecureSGD.py", "num_steps = 1800000", "num_steps = {steps}"),
+        Override("SecureSGD.py", "for i in range(4000):", "for i in range({pretrain_steps}):"),
+        Override("SecureSGD.py", "for n_draws in range(0, 2000):",
+                 "for n_draws in range(0, {draws}):"),
+        Override("SecureSGD.py",
+                 "attack_switch = {'fgsm':True, 'ifgsm':True, 'deepfool':False, 'mim':True, "
+                 "'spsa':False, 'cwl2':False, 'madry':True, 'stm':False}",
+                 "attack_switch = {{'fgsm':{attacks}, 'ifgsm':{attacks}, 'deepfool':False, "
+                 "'mim':{attacks}, 'spsa':False, 'cwl2':False, 'madry':{attacks}, "
+                 "'stm':False}}"),
+        Override("SecureSGD.py", _SECURE_SGD_EVAL,
+                 _SECURE_SGD_EVAL + "        if (i + 1) % {eval_every} == 0:\n"
+                 "            print('step \\t %d \\t test accuracy \\t %g' % (i + 1, "
+                 "accuracy_x.eval(feed_dict={{x: mnist.test.images, y_: mnist.test.labels, "
+                 "keep_prob: 1.0, noise: (__noiseE + __noiseH)/2}})))\n"),
+    ),
+    data_dir="",
+    make_dirs=("results",),
+    curve_pattern=r"^step \t (?P<step>\d+) \t test accuracy \t (?P<accuracy>[0-9.eE+-]+)\s*$",
+    final_pattern=r"benign_acc: (?P<accuracy>[0-9.eE+-]+)",
 ))
 
 
