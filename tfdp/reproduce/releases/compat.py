@@ -41,6 +41,15 @@ def _contrib_layers() -> types.ModuleType:
     return module
 
 
+def _restore_removed_aliases() -> None:
+    """Puts back `tensorflow.python.framework.ops.Tensor`, which tf_slim 1.1 (the last release)
+    still reads and TF 2.21 moved to `tensorflow.python.framework.tensor`."""
+    from tensorflow.python.framework import ops  # pylint: disable=import-outside-toplevel
+    if not hasattr(ops, "Tensor"):
+        from tensorflow.python.framework import tensor  # pylint: disable=import-outside-toplevel
+        ops.Tensor = tensor.Tensor
+
+
 def install() -> types.ModuleType:
     """Replaces `tensorflow` in sys.modules by a tf.compat.v1 view with the stand-ins.
 
@@ -51,6 +60,7 @@ def install() -> types.ModuleType:
     from tfdp.reproduce.releases import mnist_input_data  # pylint: disable=import-outside-toplevel
     v1 = real_tf.compat.v1
     v1.disable_v2_behavior()
+    _restore_removed_aliases()
     view = types.ModuleType("tensorflow")
     view.__getattr__ = lambda name: getattr(v1, name)
     view.__path__ = list(real_tf.__path__)  # `import tensorflow.python.X` keeps working

@@ -80,6 +80,9 @@ def apply_overrides(job: jobs_lib.ReleaseJob, copy_dir: str,
                     settings: Mapping[str, str]) -> str:
     """Applies the job's overrides to the copy in `copy_dir`; returns their unified diff.
 
+    The diff has no context lines: it holds the changed lines only, so that a result file
+    carries no more of the release's text than the edits themselves.
+
     Raises:
       ValueError: if a fragment does not occur exactly once, or a placeholder has no setting.
     """
@@ -98,6 +101,8 @@ def apply_overrides(job: jobs_lib.ReleaseJob, copy_dir: str,
             new = ov.new.format(**settings)
         except KeyError as e:
             raise ValueError(f"job {job.name}: no setting for placeholder {e}") from e
+        except (ValueError, IndexError) as e:
+            raise ValueError(f"job {job.name}: bad replacement template {ov.new!r}: {e}") from e
         texts[ov.file] = texts[ov.file].replace(ov.old, new)
     diff = []
     for name, text in texts.items():
@@ -106,7 +111,8 @@ def apply_overrides(job: jobs_lib.ReleaseJob, copy_dir: str,
             f.write(text)
         diff.extend(difflib.unified_diff(originals[name].splitlines(keepends=True),
                                          text.splitlines(keepends=True),
-                                         f"a/{job.folder}/{name}", f"b/{job.folder}/{name}"))
+                                         f"a/{job.folder}/{name}", f"b/{job.folder}/{name}",
+                                         n=0))
     return "".join(diff)
 
 
@@ -148,7 +154,7 @@ def parse_output(job: jobs_lib.ReleaseJob, text: str) -> tuple[list[list[float]]
     curve, final = [], None
     curve_re = re.compile(job.curve_pattern, re.M)
     for m in curve_re.finditer(text):
-        curve.append([int(m.group("step")), float(m.group("accuracy")) * job.accuracy_scale])
+        curve.append([int(float(m.group("step"))), float(m.group("accuracy")) * job.accuracy_scale])
     if job.final_pattern:
         found = re.findall(job.final_pattern, text, re.M)
         if found:

@@ -132,6 +132,43 @@ _add(ReleaseJob(
 ))
 
 
+# StoBatch, MNIST (StoBatch MNIST/StoBatch.py). The release trains one model per attack size
+# in [5, 10, ..., 60] (/100) for 200 epochs of |L| = 2,499 (4,002 steps), crafting the
+# adversarial third of every batch with 100-iteration I-FGSM, MIM and Madry, and evaluates
+# every 10 epochs after the 10th (benign accuracy from one pass with the training's fixed noise,
+# then four attacks with 2,000 draws each). Overrides: one attack size, the epochs, the attack
+# iterations (training and evaluation), the evaluation interval (and at every multiple from
+# the first), and the attacks in evaluations on or off.
+_STOBATCH_EVAL_ATTACK = (
+    "                if attack_switch[atk]:\n"
+    "                    adv_images_dict = sess.run(attack_tensor_dict[atk], feed_dict = "
+    "{x:mnist.test.images,")
+_add(ReleaseJob(
+    name="stobatch.mnist",
+    repo="haiphanNJIT/StoBatch",
+    commit="08a6505b1fad609850de6c6bbaaa54c0200f0adb",
+    folder="MNIST",
+    script="StoBatch.py",
+    settings={"epochs": "200", "attack_iters": "100", "eval_epochs": "10", "fgsm_eps": "5",
+              "eval_attacks": "True"},
+    overrides=(
+        Override("StoBatch.py", "epochs = 200;", "epochs = {epochs};"),
+        Override("StoBatch.py", "iterativeStep = 100", "iterativeStep = {attack_iters}"),
+        Override("StoBatch.py",
+                 "if i % int(10*step_for_epoch) == 0 and i > int(10*step_for_epoch):",
+                 "if i % int({eval_epochs}*step_for_epoch) == 0 and i > 0:"),
+        Override("StoBatch.py", "for fgsm_eps in [5, 10, 20, 30, 40, 50, 60]:",
+                 "for fgsm_eps in [{fgsm_eps}]:"),
+        Override("StoBatch.py", _STOBATCH_EVAL_ATTACK,
+                 _STOBATCH_EVAL_ATTACK.replace("{", "{{").replace(
+                     "attack_switch[atk]:", "attack_switch[atk] and {eval_attacks}:")),
+    ),
+    data_dir="MNIST_data",
+    make_dirs=("tmp/results",),
+    curve_pattern=r"^step: (?P<step>[0-9.]+)\t epsilon: [0-9.]+\t benign: (?P<accuracy>[0-9.]+)",
+))
+
+
 def get(name: str) -> ReleaseJob:
     """The job called `name`.
 

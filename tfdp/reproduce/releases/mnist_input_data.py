@@ -18,6 +18,11 @@ import numpy as np
 
 from tfdp.data import api as data_api
 
+# Which tfdp data set stands in for MNIST: "mnist" (the real files, the default) or
+# "sample" / "sample_20k" (the embedded subsets, for tests without the real files).
+DATASET_ENV = "TFDP_RELEASE_MNIST"
+_DATASETS = ("mnist", "sample", "sample_20k")
+
 
 class DataSet:
     """One split, batched like the TF 1.x tutorial's `DataSet`."""
@@ -135,14 +140,18 @@ def read_data_sets(train_dir: str = "", fake_data: bool = False, one_hot: bool =
       DataSets with train, validation and test.
 
     Raises:
-      ValueError: for fake_data or a validation_size outside 0..60000.
+      ValueError: for fake_data, a validation_size larger than the training set, or a bad
+        TFDP_RELEASE_MNIST.
     """
     del train_dir, seed, source_url
     if fake_data:
         raise ValueError("fake_data is not supported by the tfdp stand-in")
-    x_train, y_train = data_api.load_uint8("mnist", "train",
-                                           os.environ.get("TFDP_DATA_DIR") or None)
-    x_test, y_test = data_api.load_uint8("mnist", "test", os.environ.get("TFDP_DATA_DIR") or None)
+    name = os.environ.get(DATASET_ENV) or "mnist"
+    if name not in _DATASETS:
+        raise ValueError(f"{DATASET_ENV} must be one of {_DATASETS}, got {name!r}")
+    data_dir = os.environ.get("TFDP_DATA_DIR") or None
+    x_train, y_train = data_api.load_uint8(name, "train", data_dir)
+    x_test, y_test = data_api.load_uint8(name, "test", data_dir)
     if not 0 <= validation_size <= len(x_train):
         raise ValueError(f"validation_size must be in 0..{len(x_train)}, got {validation_size}")
     xt, yt = _convert(x_train, y_train, one_hot, reshape, dtype)
