@@ -21,9 +21,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
+from tfdp.apps import cli  # noqa: E402
 from tfdp.reproduce.releases import harness, jobs  # noqa: E402
 
 FLAGS = flags.FLAGS
+_BEFORE = set(FLAGS)
 flags.DEFINE_string("job", None, f"One of {sorted(jobs.JOBS)}.")
 flags.DEFINE_string("release_dir", None, "Git checkout of the job's repository.")
 flags.DEFINE_integer("seed", 1, "Seed for NumPy, Python and TF in the release's process.")
@@ -34,6 +36,8 @@ flags.DEFINE_string("work_dir", None, "Where the temporary copy and its log go (
 flags.DEFINE_list("extra_path", [], "Further PYTHONPATH entries for the release's process "
                   "(e.g. where tf_slim is installed).")
 flags.DEFINE_string("data_dir", None, "tfdp data directory (default: TFDP_DATA_DIR).")
+cli.define_verbose()
+OWN_FLAGS = cli.new_flags(_BEFORE)
 
 
 def _settings(items: list[str]) -> dict[str, str]:
@@ -68,6 +72,8 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
     """Console-script entry point."""
+    cli.handle_help(sys.argv, lambda kind: cli.app_help(__doc__, OWN_FLAGS, kind))
+    cli.quiet_start(sys.argv)
     app.run(main)
 
 
