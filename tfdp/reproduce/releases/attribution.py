@@ -36,6 +36,7 @@ class Comparison:
       release_glob: result files of the release runs (relative to the results directory).
       tfdp_glob: result files of the tfdp runs.
       budget: the budget in words.
+      release_steps: the release's training steps at that budget (its scripts print none).
       identical: whether every hyperparameter is equal (else the closest tfdp offers).
       settings_note: what is equal, or what differs.
       published: the published value drawn as a line, or None.
@@ -48,6 +49,7 @@ class Comparison:
     release_glob: str
     tfdp_glob: str
     budget: str
+    release_steps: str
     identical: bool
     settings_note: str
     published: float | None
@@ -59,7 +61,8 @@ COMPARISONS = (
         key="adlm_mnist_e6", title="AdLM, MNIST", job="adlm.mnist",
         release_glob="adlm_mnist_release_e6_seed*.json",
         tfdp_glob="adlm_mnist_tfdp_e6_seed*.json",
-        budget="6 epochs of |L| = 1,800 (release 201 steps, tfdp 198)", identical=True,
+        budget="6 epochs of |L| = 1,800 (release 201 steps, tfdp 198)", release_steps="201",
+        identical=True,
         settings_note="the release's own settings on both sides (eps 0.075 + 0.075 + 0.15, "
                       "Adam 3e-4, batch-shared input noise redrawn every step, batch norm + "
                       "clip, the code's functional-mechanism term, [-1, 1] pixels; "
@@ -72,7 +75,8 @@ COMPARISONS = (
         key="secure_sgd_mnist_s3840", title="Secure-SGD (HGM), MNIST", job="secure_sgd.mnist",
         release_glob="secure_sgd_mnist_release_s3840_seed*.json",
         tfdp_glob="secure_sgd_mnist_tfdp_e8_seed*.json",
-        budget="3,840 steps of 125 after the noise-free pre-training", identical=False,
+        budget="3,840 steps of 125 after the noise-free pre-training", release_steps="3840",
+        identical=False,
         settings_note="closest settings only: tfdp has no option for the release's FC-25 layer "
                       "with dropout, its unnormalised conv1 or its (EGM + HGM) / 2 noise "
                       "mixture, and tfdp's test accuracy is the noise-free network's while "
@@ -84,7 +88,7 @@ COMPARISONS = (
         release_glob="stobatch_mnist_release_e2_seed*.json",
         tfdp_glob="stobatch_mnist_tfdp_e2_seed*.json",
         budget="2 epochs of |L| = 2,499 (40 steps), 10-iteration training attacks",
-        identical=False,
+        release_steps="40 (its last evaluation; it trains one step more)", identical=False,
         settings_note="the release's settings and data path "
                       "(flags/releases/stobatch_mnist_release.flags), but the accuracies "
                       "measure different things: the release's benign accuracy feeds its "
@@ -224,11 +228,10 @@ def section(results_dir: str = RESULTS_DIR, report_dir: str = runner.REPO_ROOT,
         out.append("|---|---|---|---|---|---|")
         if release:
             commit = release[0]["release"]["commit"][:7]
-            steps = sorted({r["curve"][-1][0] for r in release if r["curve"]})
             out.append(f"| release ({release[0]['release']['repo']} "
                        f"`{release[0]['release']['script']}`) | "
                        f"{', '.join(str(r['seed']) for r in release)} | {_mean_sd(r_acc)} | "
-                       f"{', '.join(map(str, steps))} | commit {commit} | "
+                       f"{comp.release_steps} | commit {commit} | "
                        f"{statistics.mean(r['seconds'] for r in release):.0f} |")
         if tfdp:
             steps = sorted({r["numbers"]["steps"] for r in tfdp})
