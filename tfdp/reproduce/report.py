@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from tfdp.reproduce import extract, registry, runner
+from tfdp.reproduce.releases import attribution
 import json
 
 TIMINGS_HEADING = "## Timings"
@@ -316,8 +317,6 @@ def releases_section(results_dir: str, figures: bool) -> list[str]:
     section built from the repository's results/releases/ ([] when it has no result), the
     same whichever results_dir the rest of the report comes from; its figures are redrawn
     only with the repository's own results (never from a test's copy)."""
-    # lazy: the releases package only when a report is generated
-    from tfdp.reproduce.releases import attribution  # pylint: disable=import-outside-toplevel
     own = os.path.abspath(results_dir) == os.path.join(runner.REPO_ROOT, "results", "reproduce")
     return attribution.section(attribution.RESULTS_DIR, runner.REPO_ROOT, figures and own)
 

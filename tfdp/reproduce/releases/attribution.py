@@ -125,6 +125,7 @@ def welch(a: Sequence[float], b: Sequence[float]) -> dict[str, float] | None:
     """
     if len(a) < 2 or len(b) < 2:
         return None
+    # lazy: scipy only when a test is computed
     from scipy import stats  # pylint: disable=import-outside-toplevel
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
     diff = statistics.mean(b) - statistics.mean(a)
@@ -171,8 +172,10 @@ def attribution_class(comp: Comparison, release: Sequence[float], tfdp: Sequence
 
 
 def _figure(comp: Comparison, release: list[dict], tfdp: list[dict], out_dir: str) -> None:
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
+    # lazy: matplotlib only when a figure is drawn
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     fig, ax = plt.subplots(figsize=(6, 4))
     for recs, color, name in ((release, "C3", "release"), (tfdp, "C0", "tfdp")):

@@ -19,6 +19,10 @@ import sys
 import types
 from typing import Sequence
 
+import numpy as np
+
+from tfdp.reproduce.releases import mnist_input_data
+
 CONTRIB_HINT = ("tf.contrib.layers needs the tf_slim package: pip install 'tfdp[releases]' "
                 "(or pip install --target DIR tf_slim and put DIR on PYTHONPATH)")
 
@@ -29,6 +33,7 @@ def _contrib_layers() -> types.ModuleType:
 
     def _lookup(name: str):
         try:
+            # optional: tf_slim comes with the releases extra only
             import tf_slim  # pylint: disable=import-outside-toplevel
         except ImportError as e:
             raise ImportError(CONTRIB_HINT) from e
@@ -44,8 +49,10 @@ def _contrib_layers() -> types.ModuleType:
 def _restore_removed_aliases() -> None:
     """Puts back `tensorflow.python.framework.ops.Tensor`, which tf_slim 1.1 (the last release)
     still reads and TF 2.21 moved to `tensorflow.python.framework.tensor`."""
+    # lazy: TensorFlow only in the process that runs a release
     from tensorflow.python.framework import ops  # pylint: disable=import-outside-toplevel
     if not hasattr(ops, "Tensor"):
+        # lazy: TensorFlow only in the process that runs a release
         from tensorflow.python.framework import tensor  # pylint: disable=import-outside-toplevel
         ops.Tensor = tensor.Tensor
 
@@ -56,8 +63,8 @@ def install() -> types.ModuleType:
     Returns:
       The module now imported as `tensorflow`.
     """
+    # lazy: TensorFlow only in the process that runs a release
     import tensorflow as real_tf  # pylint: disable=import-outside-toplevel
-    from tfdp.reproduce.releases import mnist_input_data  # pylint: disable=import-outside-toplevel
     v1 = real_tf.compat.v1
     v1.disable_v2_behavior()
     _restore_removed_aliases()
@@ -83,7 +90,7 @@ def install() -> types.ModuleType:
 
 def seed_all(seed: int) -> None:
     """Seeds Python's and NumPy's global generators and TF's default-graph seed."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    # lazy: TensorFlow only in the process that runs a release
     import tensorflow.compat.v1 as v1  # pylint: disable=import-outside-toplevel
     random.seed(seed)
     np.random.seed(seed)
