@@ -86,8 +86,8 @@ COMPARISONS = (
     Comparison(
         key="stobatch_mnist_e2", title="StoBatch, MNIST", job="stobatch.mnist",
         release_glob="stobatch_mnist_release_e2_seed*.json",
-        tfdp_glob="stobatch_mnist_tfdp_e2_seed*.json",
-        budget="2 epochs of |L| = 2,499 (40 steps), 10-iteration training attacks",
+        tfdp_glob="stobatch_mnist_tfdp_s40_seed*.json",
+        budget="40 steps of |L| = 2,499 (release 2 epochs, tfdp 4), 10-iteration training attacks",
         release_steps="40 (its last evaluation; it trains one step more)", identical=False,
         settings_note="the release's settings and data path "
                       "(flags/releases/stobatch_mnist_release.flags), but the accuracies "
