@@ -33,6 +33,9 @@ setup(
         "tensorboard": ["tensorboard>=2.21,<2.22"],
         # Peers timed by `tfdp-bench dpsgd` (optional; large: PyTorch is several GB):
         #   pip install -e '.[bench-peers]'
+        # The authors' TF1 releases run by `tfdp-release` (tf.contrib.layers comes from tf_slim):
+        #   pip install -e '.[releases]'
+        "releases": ["tf-slim>=1.1"],
         "bench-peers": ["tf-keras>=2.21,<2.22", "tensorflow-privacy>=0.9", "torch>=2.2",
                         "opacus>=1.5"],
     },
@@ -46,6 +49,7 @@ setup(
             "tfdp-reproduce=tfdp.apps.reproduce:run",
             "tfdp-runs=tfdp.apps.runs:run",
             "tfdp-publish=tfdp.apps.publish:run",
+            "tfdp-release=tfdp.apps.release:run",
         ],
     },
 )

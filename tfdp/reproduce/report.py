@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from tfdp.reproduce import cite, extract, registry, runner
+from tfdp.reproduce.releases import attribution
 import json
 
 TIMINGS_HEADING = "## Timings"
@@ -319,6 +320,15 @@ def training_audit_section(audit_dir: str = TRAINING_AUDIT_DIR) -> list[str]:
     return out
 
 
+def releases_section(results_dir: str, figures: bool) -> list[str]:
+    """Hook for the authors' releases beside tfdp (tfdp.reproduce.releases.attribution): the
+    section built from the repository's results/releases/ ([] when it has no result), the
+    same whichever results_dir the rest of the report comes from; its figures are redrawn
+    only with the repository's own results (never from a test's copy)."""
+    own = os.path.abspath(results_dir) == os.path.join(runner.REPO_ROOT, "results", "reproduce")
+    return attribution.section(attribution.RESULTS_DIR, runner.REPO_ROOT, figures and own)
+
+
 def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None = None,
              figures: bool = True) -> str:
     """Writes REPRODUCTION.md (and its figures) from the row and job JSONs.
@@ -437,6 +447,7 @@ def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None 
             out.extend(f"[{s}] {c}" for s, c in cmds)
             out.append("```\n")
     out.extend(training_audit_section())
+    out.extend(releases_section(results_dir, figures))
     earlier = cite.expand(_read(os.path.join(results_dir, "earlier_runs.md")), rows_by_key,
                           results_dir)
     if earlier:

@@ -1,0 +1,70 @@
+"""tfdp.reproduce.releases.attribution: the section is generated from the result files it
+cites (editing a file changes the text), with Welch's test and the attribution rule."""
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from tfdp.reproduce.releases import attribution
+
+
+def _write(folder, name, acc, seed, tfdp=False):
+    rec = {"job": "adlm.mnist", "seed": seed, "seconds": 10.0, "command": f"cmd {name}",
+           "numbers": {"test_accuracy": acc, "steps": 198}, "curve": [[33, acc - 5], [198, acc]]}
+    if tfdp:
+        rec.update(side="tfdp", versions={"git_commit": "abc1234"})
+    else:
+        rec["release"] = {"repo": "haiphanNJIT/PrivateDeepLearning", "commit": "7" * 40,
+                          "script": "AdLM/MNIST/x.py"}
+    (folder / name).write_text(json.dumps(rec))
+
+
+def _fill(folder, release, tfdp):
+    for i, acc in enumerate(release, 1):
+        _write(folder, f"adlm_mnist_release_e6_seed{i}.json", acc, i)
+    for i, acc in enumerate(tfdp, 1):
+        _write(folder, f"adlm_mnist_tfdp_e6_seed{i}.json", acc, i, tfdp=True)
+
+
+def test_welch_matches_the_closed_form():
+    # a = (1, 2, 3), b = (2, 4, 6): means 2 and 4, variances 1 and 4; se = sqrt(1/3 + 4/3);
+    # df = (5/3)^2 / ((1/3)^2 / 2 + (4/3)^2 / 2) = 50/17.
+    test = attribution.welch([1, 2, 3], [2, 4, 6])
+    assert test["diff"] == pytest.approx(2.0)
+    assert test["t"] == pytest.approx(2.0 / math.sqrt(5.0 / 3.0))
+    assert test["df"] == pytest.approx(50.0 / 17.0)
+    assert 0.05 < test["p"] < 0.5
+    assert attribution.welch([1.0], [2.0, 3.0]) is None
+
+
+def test_the_section_follows_the_files(tmp_path):
+    _fill(tmp_path, [60.0, 61.0, 59.0], [60.5, 59.5, 61.5])
+    text = "\n".join(attribution.section(str(tmp_path), str(tmp_path)))
+    assert "60.00% ± 1.00" in text and "*scale*" in text
+    assert "adlm_mnist_release_e6_seed3.json" in text and "cmd adlm_mnist_tfdp_e6_seed1.json" in text
+    # Edit a row: tfdp far above the release -> the test rejects and nothing is attributed.
+    _fill(tmp_path, [60.0, 61.0, 59.0], [80.0, 81.0, 79.5])
+    text = "\n".join(attribution.section(str(tmp_path), str(tmp_path)))
+    assert "*scale*" not in text and "differ at identical settings" in text
+    assert "+20.17 points" in text
+
+
+def test_the_rule_needs_identical_settings_and_two_seeds_a_side():
+    comp = attribution.COMPARISONS[0]
+    test = attribution.welch([60.0, 61.0], [60.0, 61.0])
+    assert attribution.attribution_class(comp, [60.0, 61.0], [60.0, 61.0], test).startswith(
+        "*scale*")
+    other = dataclasses.replace(comp, identical=False)
+    assert "not identical" in attribution.attribution_class(other, [60.0, 61.0],
+                                                            [60.0, 61.0], test)
+    assert "at least 2 seeds" in attribution.attribution_class(comp, [60.0], [60.0], None)
+    near = dataclasses.replace(comp, published=60.6)
+    assert attribution.attribution_class(near, [60.0, 61.0], [62.0, 63.0],
+                                         attribution.welch([60.0, 61.0], [62.0, 63.0])) \
+        .startswith("not attributed")
+
+
+def test_no_files_no_section(tmp_path):
+    assert attribution.section(str(tmp_path), str(tmp_path)) == []

@@ -1,0 +1,260 @@
+"""The releases beside tfdp: a Markdown section and learning-curve figures from
+results/releases/ (the harness's and tfdp_side's result files).
+
+Per paper: release and tfdp at the same budget (mean +- sd over seeds, steps, commit), a Welch
+two-sample t-test on the final test accuracies, and an attribution class derived by the rule in
+`attribution_class`, with the files it rests on. Reads result files only; draws nothing unless
+asked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import math
+import os
+import statistics
+from typing import Any, Sequence
+
+from tfdp.reproduce import runner
+
+RESULTS_DIR = os.path.join(runner.REPO_ROOT, "results", "releases")
+FIGURES_DIR = "figures"
+ALPHA = 0.05  # the test's level
+SECTION_HEADING = "## The authors' releases beside tfdp (same budget)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """One paper's release-vs-tfdp comparison at one budget.
+
+    Attributes:
+      key: short id, also the figure's file name.
+      title: the paper and data set.
+      job: the release job (tfdp.reproduce.releases.jobs).
+      release_glob: result files of the release runs (relative to the results directory).
+      tfdp_glob: result files of the tfdp runs.
+      budget: the budget in words.
+      release_steps: the release's training steps at that budget (its scripts print none).
+      identical: whether every hyperparameter is equal (else the closest tfdp offers).
+      settings_note: what is equal, or what differs.
+      published: the published value drawn as a line, or None.
+      published_text: what that value is and where it is published.
+    """
+
+    key: str
+    title: str
+    job: str
+    release_glob: str
+    tfdp_glob: str
+    budget: str
+    release_steps: str
+    identical: bool
+    settings_note: str
+    published: float | None
+    published_text: str
+
+
+COMPARISONS = (
+    Comparison(
+        key="adlm_mnist_e6", title="AdLM, MNIST", job="adlm.mnist",
+        release_glob="adlm_mnist_release_e6_seed*.json",
+        tfdp_glob="adlm_mnist_tfdp_e6_seed*.json",
+        budget="6 epochs of |L| = 1,800 (release 201 steps, tfdp 198)", release_steps="201",
+        identical=True,
+        settings_note="the release's own settings on both sides (eps 0.075 + 0.075 + 0.15, "
+                      "Adam 3e-4, batch-shared input noise redrawn every step, batch norm + "
+                      "clip, the code's functional-mechanism term, [-1, 1] pixels; "
+                      "flags/releases/adlm_mnist_release.flags); the relevance map differs "
+                      "(the release reads its shipped file, tfdp computes one), see "
+                      "docs/reproduce.md",
+        published=90.2, published_text="AdLM, eps 0.25, Fig. 4a (the release's setting is eps "
+                                       "0.3)"),
+    Comparison(
+        key="secure_sgd_mnist_s3840", title="Secure-SGD (HGM), MNIST", job="secure_sgd.mnist",
+        release_glob="secure_sgd_mnist_release_s3840_seed*.json",
+        tfdp_glob="secure_sgd_mnist_tfdp_e8_seed*.json",
+        budget="3,840 steps of 125 after the noise-free pre-training", release_steps="3840",
+        identical=False,
+        settings_note="closest settings only: tfdp has no option for the release's FC-25 layer "
+                      "with dropout, its unnormalised conv1 or its (EGM + HGM) / 2 noise "
+                      "mixture, and tfdp's test accuracy is the noise-free network's while "
+                      "the release evaluates with its fixed training noise (docs/reproduce.md)",
+        published=None, published_text="the HGM paper publishes no clean MNIST accuracy for "
+                                       "Secure-SGD (only gaps under attack)"),
+    Comparison(
+        key="stobatch_mnist_e2", title="StoBatch, MNIST", job="stobatch.mnist",
+        release_glob="stobatch_mnist_release_e2_seed*.json",
+        tfdp_glob="stobatch_mnist_tfdp_s40_seed*.json",
+        budget="40 steps of |L| = 2,499 (release 2 epochs, tfdp 4), 10-iteration training attacks",
+        release_steps="40 (its last evaluation; it trains one step more)", identical=False,
+        settings_note="the release's settings and data path "
+                      "(flags/releases/stobatch_mnist_release.flags), but the accuracies "
+                      "measure different things: the release's benign accuracy feeds its "
+                      "fixed training noise, tfdp's is the noise-free network's "
+                      "(docs/reproduce.md)",
+        published=82.7, published_text="StoBatch, eps 0.2: accuracy under attack "
+                                       "(the paper's attack setting), not clean accuracy"),
+)
+
+
+def _load(results_dir: str, pattern: str) -> list[dict]:
+    out = []
+    for path in sorted(glob.glob(os.path.join(results_dir, pattern))):
+        with open(path, encoding="utf-8") as f:
+            rec = json.load(f)
+        rec["_file"] = os.path.relpath(path, runner.REPO_ROOT).replace(os.sep, "/")
+        out.append(rec)
+    return out
+
+
+def _mean_sd(values: Sequence[float]) -> str:
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.2f}% (1 seed)"
+    return f"{statistics.mean(values):.2f}% ± {statistics.stdev(values):.2f}"
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> dict[str, float] | None:
+    """Welch's two-sample t-test of mean(b) - mean(a); None with fewer than 2 values a side.
+
+    Returns:
+      {"diff", "t", "df", "p", "ci_low", "ci_high"} (95% interval of the difference).
+    """
+    if len(a) < 2 or len(b) < 2:
+        return None
+    # lazy: scipy only when a test is computed
+    from scipy import stats  # pylint: disable=import-outside-toplevel
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    diff = statistics.mean(b) - statistics.mean(a)
+    se = math.sqrt(va + vb)
+    if se == 0.0:
+        return {"diff": diff, "t": math.inf if diff else 0.0, "df": math.nan,
+                "p": 0.0 if diff else 1.0, "ci_low": diff, "ci_high": diff}
+    # Welch-Satterthwaite degrees of freedom.
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    t = diff / se
+    p = 2.0 * stats.t.sf(abs(t), df)
+    half = stats.t.ppf(0.975, df) * se
+    return {"diff": diff, "t": t, "df": df, "p": p, "ci_low": diff - half,
+            "ci_high": diff + half}
+
+
+def attribution_class(comp: Comparison, release: Sequence[float], tfdp: Sequence[float],
+                      test: dict[str, float] | None) -> str:
+    """The attribution this comparison supports, by an explicit rule.
+
+    scale: identical settings, the test does not separate release and tfdp, and the release
+    itself is below the published value by more than the two sides differ (it is as far from
+    the paper as tfdp at this budget). Otherwise the comparison attributes nothing, and says why.
+    """
+    if test is None:
+        return ("not attributed: the test needs at least 2 seeds on each side "
+                f"(release {len(release)}, tfdp {len(tfdp)})")
+    if not comp.identical:
+        return "not attributed: the settings are not identical (" + comp.settings_note + ")"
+    if test["p"] < ALPHA:
+        return (f"not attributed: release and tfdp differ at identical settings (p = "
+                f"{test['p']:.3g} < {ALPHA:g}); a difference between tfdp and the release "
+                "remains to be found (class *tfdp* or an unlisted release departure)")
+    if comp.published is None:
+        return ("release and tfdp agree at this budget, but the paper publishes no value to "
+                "measure the scale gap against")
+    gap = comp.published - statistics.mean(release)
+    if gap > abs(test["diff"]):
+        return (f"*scale*: release and tfdp do not differ at this budget (p = {test['p']:.2g}; "
+                f"tfdp − release = {test['diff']:+.2f} points), and the release itself is "
+                f"{gap:.1f} points below the published value")
+    return ("not attributed: the release is within the two sides' difference of the "
+            "published value")
+
+
+def _figure(comp: Comparison, release: list[dict], tfdp: list[dict], out_dir: str) -> None:
+    # lazy: matplotlib only when a figure is drawn
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    # lazy: matplotlib only when a figure is drawn
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for recs, color, name in ((release, "C3", "release"), (tfdp, "C0", "tfdp")):
+        for i, rec in enumerate(recs):
+            pts = rec["curve"]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, ms=3,
+                    alpha=0.8, label=f"{name} (seeds {', '.join(str(r['seed']) for r in recs)})"
+                    if i == 0 else None)
+    if comp.published is not None:
+        ax.axhline(comp.published, color="k", ls="--", lw=1,
+                   label=f"published {comp.published:g}%")
+    ax.set_xlabel("training steps")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(f"{comp.title}: release vs tfdp, {comp.budget}", fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, f"{comp.key}.png"), dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+def section(results_dir: str = RESULTS_DIR, report_dir: str = runner.REPO_ROOT,
+            figures: bool = False) -> list[str]:
+    """The Markdown lines of the section ([] when no comparison has a result file).
+
+    Args:
+      results_dir: where the result files are.
+      report_dir: the folder of the report the links are relative to.
+      figures: also draw the learning-curve PNGs into <results_dir>/figures/.
+    """
+    found = [(c, _load(results_dir, c.release_glob), _load(results_dir, c.tfdp_glob))
+             for c in COMPARISONS]
+    found = [f for f in found if f[1] or f[2]]
+    if not found:
+        return []
+    rel = os.path.relpath(os.path.join(results_dir, FIGURES_DIR), report_dir).replace(os.sep,
+                                                                                       "/")
+    if figures:
+        os.makedirs(os.path.join(results_dir, FIGURES_DIR), exist_ok=True)
+    out = [SECTION_HEADING + "\n",
+           "The authors' own code releases, run by `tfdp-release` (docs/reproduce.md, \"The "
+           "authors' releases\") on tfdp's MNIST files through tfdp's `tf.compat.v1` shim, "
+           "beside tfdp at the same budget. Final test accuracy, mean ± sd over seeds; Welch's "
+           f"two-sample t-test (level {ALPHA:g}) of tfdp − release. Three seeds a side detect "
+           "only large differences: a test that does not reject is not a proof of "
+           "equivalence. Files: `results/releases/`.\n"]
+    for comp, release, tfdp in found:
+        r_acc = [r["numbers"]["test_accuracy"] for r in release]
+        t_acc = [r["numbers"]["test_accuracy"] for r in tfdp]
+        test = welch(r_acc, t_acc)
+        out.append(f"### {comp.title}: {comp.budget}\n")
+        out.append(f"Settings: {comp.settings_note}.\n")
+        out.append("| side | seeds | final test accuracy | steps | code | mean seconds |")
+        out.append("|---|---|---|---|---|---|")
+        if release:
+            commit = release[0]["release"]["commit"][:7]
+            out.append(f"| release ({release[0]['release']['repo']} "
+                       f"`{release[0]['release']['script']}`) | "
+                       f"{', '.join(str(r['seed']) for r in release)} | {_mean_sd(r_acc)} | "
+                       f"{comp.release_steps} | commit {commit} | "
+                       f"{statistics.mean(r['seconds'] for r in release):.0f} |")
+        if tfdp:
+            steps = sorted({r["numbers"]["steps"] for r in tfdp})
+            out.append(f"| tfdp | {', '.join(str(r['seed']) for r in tfdp)} | "
+                       f"{_mean_sd(t_acc)} | {', '.join(map(str, steps))} | "
+                       f"tfdp {str(tfdp[0]['versions'].get('git_commit', tfdp[0]['versions'].get('tfdp', '')))[:12]} | "
+                       f"{statistics.mean(r['seconds'] for r in tfdp):.0f} |")
+        pub = (f"{comp.published:g}% ({comp.published_text})" if comp.published is not None
+               else comp.published_text)
+        out.append(f"\nPublished: {pub}.\n")
+        if test:
+            out.append(f"Welch test: tfdp − release = {test['diff']:+.2f} points (95% interval "
+                       f"{test['ci_low']:+.2f} to {test['ci_high']:+.2f}), t = {test['t']:.2f}, "
+                       f"df = {test['df']:.1f}, p = {test['p']:.3g}.\n")
+        out.append(f"Attribution: {attribution_class(comp, r_acc, t_acc, test)}. Rows: "
+                   + ", ".join(f"`{r['_file']}`" for r in release + tfdp) + ".\n")
+        if figures:
+            _figure(comp, release, tfdp, os.path.join(results_dir, FIGURES_DIR))
+        out.append(f"![{comp.key}]({rel}/{comp.key}.png)\n")
+        out.append("Commands:\n\n```")
+        out.extend(r["command"] for r in release + tfdp)
+        out.append("```\n")
+    return out
