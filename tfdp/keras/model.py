@@ -92,7 +92,8 @@ class DPModel(keras.Model):
 
     def __init__(self, model: Any, *, batch_size: int, epsilon: Optional[float] = None,
                  delta: float = 1e-5, epochs: Optional[int] = None, l2_clip: float = 1.0,
-                 noise_multiplier: Optional[float] = None, accountant: str = "rdp",
+                 noise_multiplier: Optional[float] = None,
+                 accountant: str = accounting.DEFAULT_ACCOUNTANT,
                  seed: Optional[int] = None, run_dir: Optional[str] = None,
                  input_noise: Optional[float] = None, name: Optional[str] = None):
         if not isinstance(model, keras.Model):
@@ -407,7 +408,8 @@ class PrivacyCallback(keras.callbacks.Callback):
 
 def make_private(model: Any, *, batch_size: int, epsilon: Optional[float] = None,
                  delta: float = 1e-5, epochs: Optional[int] = None, l2_clip: float = 1.0,
-                 noise_multiplier: Optional[float] = None, accountant: str = "rdp",
+                 noise_multiplier: Optional[float] = None,
+                 accountant: str = accounting.DEFAULT_ACCOUNTANT,
                  seed: Optional[int] = None, run_dir: Optional[str] = None,
                  input_noise: Optional[float] = None) -> DPModel:
     """Wraps a Keras model (Sequential, functional or subclassed) for DP-SGD training in `fit`.
@@ -426,7 +428,8 @@ def make_private(model: Any, *, batch_size: int, epsilon: Optional[float] = None
       epochs: the planned number of epochs (needed with `epsilon`).
       l2_clip: per-example clipping bound C.
       noise_multiplier: sigma, instead of `epsilon` (the ledger then accounts what runs).
-      accountant: "rdp" or "pld" (`tfdp.accounting.ACCOUNTANTS`).
+      accountant: "pld" (the default, `tfdp.accounting.DEFAULT_ACCOUNTANT`) or "rdp"
+        (`tfdp.accounting.ACCOUNTANTS`).
       seed: the run's key (reproducible lots and noise); None draws 256 bits of OS entropy.
       run_dir: optional directory for ledger.json and TensorBoard events.
       input_noise: sigma of Gaussian noise added to every training input (train for

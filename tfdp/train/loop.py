@@ -510,7 +510,10 @@ class Run:
         except (tf.errors.OpError, ValueError, IndexError) as e:
             raise ValueError(f"{latest}: cannot read the checkpoint ({_first_line(e)})") from None
         recorded = integrity.read_config_record(var.numpy(), latest)
-        diff = integrity.config_edit(self.stored_config, recorded,
+        on_disk = dict(self.stored_config)
+        if "data_sha256" not in recorded:  # moved to the private state (issue 40), checked there
+            on_disk.pop("data_sha256", None)
+        diff = integrity.config_edit(on_disk, recorded,
                                      tuple(self.method.resume_mutable_flags))
         if diff is not None:
             raise ValueError(integrity.config_edit_message(self.rd.file(rundir.CONFIG_FILE),
