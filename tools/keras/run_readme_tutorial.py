@@ -22,6 +22,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SECTION = "## Your own model"
 LINE = re.compile(r"test accuracy (?P<acc>[\d.]+), epsilon (?P<eps>[\d.]+), clean certified "
                   r"accuracy at l2 radius (?P<radius>[\d.]+): (?P<cert>[\d.]+)")
+# Keras' progress lines carry the non-private training loss and accuracy: withheld from the
+# result file (like tfdp-train's statistics, they stay with the user's run, never in results/).
+TRAIN_STAT = re.compile(r" - (?!epsilon)\w+: [\d.eE+-]+")
+WITHHELD = " - [non-private training statistics withheld]"
+
+
+def redact(line: str) -> str:
+    """A progress line without its non-private training statistics (epsilon is kept)."""
+    if not TRAIN_STAT.search(line):
+        return line
+    kept = TRAIN_STAT.sub("", line)
+    head, sep, tail = kept.partition(" - epsilon:")
+    return head + WITHHELD + sep + tail
 
 
 def readme_block(readme: str = os.path.join(ROOT, "README.md")) -> str:
@@ -59,7 +72,7 @@ def main() -> None:
     record = {
         "command": "python tools/keras/run_readme_tutorial.py",
         "block": block,
-        "stdout": lines,
+        "stdout": [redact(l) for l in lines],
         "test_accuracy": float(match["acc"]),
         "epsilon": float(match["eps"]),
         "l2_radius": float(match["radius"]),
