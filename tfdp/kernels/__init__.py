@@ -31,7 +31,12 @@ _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "noise_kernel
 # multiply-adds are the portable path's float32 operations.
 _OPT_FLAGS = ("-O3", "-march=native", "-ffast-math",
               "-ffp-contract=off", "-fopenmp-simd", "-fPIC", "-shared")
+# Eigen's AVX512-FP16 headers fail to compile under GCC 12 with -march=native on CPUs that
+# report the extension; the kernel computes in float32 only, so the extension is switched off
+# wherever the compiler knows the switch.
+_NO_FP16_FLAG = "-mno-avx512fp16"
 _LOCK = threading.Lock()
+_TARGET_FLAGS: dict[str, tuple[str, ...]] = {}
 _MODULE: dict[str, Any] = {}
 
 
@@ -60,10 +65,23 @@ def _build_key(compiler: str) -> str:
     h = hashlib.sha256()
     with open(_SOURCE, "rb") as f:
         h.update(f.read())
-    for part in (tf.__version__, compiler, " ".join(_OPT_FLAGS),
+    for part in (tf.__version__, compiler, " ".join(_OPT_FLAGS + _target_flags(compiler)),
                  " ".join(tf.sysconfig.get_compile_flags()), _cpu_signature(), sys.platform):
         h.update(part.encode())
     return h.hexdigest()[:16]
+
+
+def _target_flags(compiler: str) -> tuple[str, ...]:
+    """Extra target flags `compiler` accepts: `-mno-avx512fp16` where it knows the switch."""
+    if compiler not in _TARGET_FLAGS:
+        try:
+            probe = subprocess.run([compiler, _NO_FP16_FLAG, "-x", "c++", "-fsyntax-only",
+                                    os.devnull], capture_output=True, timeout=60, check=False)
+            ok = probe.returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            ok = False
+        _TARGET_FLAGS[compiler] = (_NO_FP16_FLAG,) if ok else ()
+    return _TARGET_FLAGS[compiler]
 
 
 def library_path() -> str:
@@ -88,7 +106,7 @@ def library_path() -> str:
     os.makedirs(out_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
-    cmd = ([compiler, "-std=c++17", *_OPT_FLAGS, _SOURCE, "-o", tmp]
+    cmd = ([compiler, "-std=c++17", *_OPT_FLAGS, *_target_flags(compiler), _SOURCE, "-o", tmp]
            + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags() + ["-lmvec", "-lm"])
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
