@@ -68,3 +68,19 @@ def test_the_rule_needs_identical_settings_and_two_seeds_a_side():
 
 def test_no_files_no_section(tmp_path):
     assert attribution.section(str(tmp_path), str(tmp_path)) == []
+
+
+def test_scale_needs_the_release_gap_beyond_the_whole_interval():
+    """A test that does not reject is no equivalence: *scale* only when the release's own gap
+    to the paper exceeds every difference the 95% interval of tfdp - release allows."""
+    comp = dataclasses.replace(attribution.COMPARISONS[0], published=70.0)
+    release, tfdp = [60.0, 61.0, 50.0], [52.0, 49.0, 51.0]  # wide interval, p > 0.05
+    test = attribution.welch(release, tfdp)
+    assert test["p"] > attribution.ALPHA
+    bound = max(abs(test["ci_low"]), abs(test["ci_high"]))
+    gap = 70.0 - sum(release) / 3
+    assert bound > gap  # the interval reaches past the release's own gap
+    assert attribution.attribution_class(comp, release, tfdp, test).startswith("not attributed")
+    far = dataclasses.replace(comp, published=95.0)
+    text = attribution.attribution_class(far, release, tfdp, test)
+    assert text.startswith("*scale* (mostly)") and "95% interval" in text
