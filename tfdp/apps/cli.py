@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 import textwrap
 from typing import Callable, Iterable, Optional, Sequence
 from absl import flags
@@ -115,27 +114,9 @@ def import_tensorflow(verbose: bool = False):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no real stderr (an embedding host): import plainly
+    with tf_start.filtered_stderr():
         # lazy: loads tensorflow; importing tfdp.apps.cli does not
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        return tf
-    with tempfile.TemporaryFile(mode="w+b") as capture:
-        os.dup2(capture.fileno(), 2)
-        try:
-            # lazy: loads tensorflow; importing tfdp.apps.cli does not
-            import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            capture.seek(0)
-            kept = [line for line in capture.read().decode("utf-8", "replace").splitlines()
-                    if line.strip() and not any(n in line for n in _TF_NOISE)]
-            if kept:
-                print("\n".join(kept), file=sys.stderr)
     return tf
 
 

@@ -22,12 +22,9 @@ are recorded too.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 from typing import Any
 
@@ -35,7 +32,7 @@ import numpy as np
 
 from tfdp import options
 
-from tfdp.bench import dpsgd_worker
+from tfdp.bench import dpsgd_worker, worker_process
 
 TARGET_RATIO = 2.0
 TARGET_BY_MODEL = {"mnist": 2.0, "cifar10": 2.5}
@@ -83,7 +80,7 @@ def _flag(name: str, overrides: dict) -> Any:
     return OPTIONS.setting(overrides, name)
 
 
-class _Worker:
+class _Worker(worker_process.WorkerProcess):
     """A running worker process speaking the line protocol of dpsgd_worker."""
 
     def __init__(self, system: str, model: str, args: dict, timeout: int):
@@ -92,54 +89,22 @@ class _Worker:
         args.pop("peer_python", None)
         if system in dpsgd_worker.TRAIN_PATH_SYSTEMS:
             args.pop("batch_file", None)
-        cmd = [python or sys.executable, "-m", "tfdp.bench.dpsgd_worker", f"--system={system}",
-               f"--model={model}"] + [f"--{k}={v}" for k, v in args.items() if v is not None]
-        env = dict(os.environ)
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        env = {}
         if system.startswith("tfprivacy"):
             env["TF_USE_LEGACY_KERAS"] = "1"
-        if system == "opacus":
+        if system == "opacus" and "OMP_WAIT_POLICY" not in os.environ:
             # PyTorch's OpenMP threads spin while waiting by default; on a shared, loaded
             # machine that spinning took a plain 2-thread torch step from about 200 ms to
             # 400-850 ms. Passive waiting is what TensorFlow's thread pool does already.
-            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        self.system, self.timeout = system, timeout
-        # stderr to a file: TensorFlow's start-up logging must never fill a pipe and block.
-        self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr, text=True, env=env, cwd=root)
-        self.info = self._read()
-
-    def _read(self) -> dict:
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                self.stderr.seek(0)
-                err = self.stderr.read()[-2000:]
-                raise RuntimeError(f"worker {self.system} ended: {err}", self.proc.wait())
-            line = line.strip()
-            if line.startswith("{"):
-                msg = json.loads(line)
-                if "failed" in msg:  # e.g. the worker's memory guard
-                    raise RuntimeError(f"worker {self.system}: {msg['failed']}",
-                                       self.proc.wait(), msg["failed"])
-                return msg
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
+        self.timeout = timeout
+        super().__init__(system, "tfdp.bench.dpsgd_worker",
+                         [f"--system={system}", f"--model={model}"]
+                         + [f"--{k}={v}" for k, v in args.items() if v is not None],
+                         python=python, env=env)
 
     def run(self, steps: int) -> dict:
-        self.proc.stdin.write(f"run {steps}\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write("quit\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=60)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
+        return self.request(f"run {steps}")
 
 
 def _failure(error: RuntimeError, when: str) -> str:

@@ -13,17 +13,13 @@ ranges over rounds and of the per-round ratios to the non-private step.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 from typing import Any
 
 from tfdp import options
 from tfdp.bench import dpsgd as dpsgd_bench
-from tfdp.bench import keras_fit_worker
+from tfdp.bench import keras_fit_worker, worker_process
 
 TARGET_RATIO = 1.5          # DP-SGD fit step / non-private fit step (issue 41)
 TARGET_PEER_SPEEDUP = 2.0   # TF Privacy's step / tfdp's step (issue 41)
@@ -50,50 +46,19 @@ _TIMEOUT = OPTIONS.integer("keras_bench_worker_timeout", 3600,
                            "Seconds a worker may take to start or to answer a round.")
 
 
-class _Worker:
+class _Worker(worker_process.WorkerProcess):
     """A worker process speaking keras_fit_worker's line protocol."""
 
     def __init__(self, system: str, model: str, cfg: dict):
         python = cfg["peer_python"] if system == "tfprivacy-dpmodel" else ""
-        cmd = [python or sys.executable, "-m", "tfdp.bench.keras_fit_worker",
-               f"--system={system}", f"--model={model}", f"--batch_size={cfg['batch_size']}",
-               f"--num_train={cfg['num_train']}", f"--l2_clip={cfg['l2_clip']}",
-               f"--noise_multiplier={cfg['noise_multiplier']}"]
-        env = dict(os.environ)
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        if system == "tfprivacy-dpmodel":
-            env["TF_USE_LEGACY_KERAS"] = "1"
-        self.system = system
-        self.stderr = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr, text=True, env=env, cwd=root)
-        self.info = self._read()
-
-    def _read(self) -> dict:
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                self.stderr.seek(0)
-                raise RuntimeError(f"worker {self.system} ended: "
-                                   f"{self.stderr.read()[-2000:]}")
-            if line.strip().startswith("{"):
-                return json.loads(line)
+        args = [f"--system={system}", f"--model={model}", f"--batch_size={cfg['batch_size']}",
+                f"--num_train={cfg['num_train']}", f"--l2_clip={cfg['l2_clip']}",
+                f"--noise_multiplier={cfg['noise_multiplier']}"]
+        env = {"TF_USE_LEGACY_KERAS": "1"} if system == "tfprivacy-dpmodel" else {}
+        super().__init__(system, "tfdp.bench.keras_fit_worker", args, python=python, env=env)
 
     def run(self) -> dict:
-        self.proc.stdin.write("run\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write("quit\n")
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=60)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
+        return self.request("run")
 
 
 def _summary(values: list) -> dict:
