@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import hashlib
 import importlib
 import json
 import os
@@ -673,7 +672,7 @@ def build_model_card(run: rundir.RunDir, config: Mapping[str, Any], *, has_noise
         "noise_seeding": ("draw seed = fold_in(fold_in([seed, tag], chunk), site); tag 1 "
                           "noisy_predict, 2 certify; chunk = Monte-Carlo step; site = the "
                           "model's noise draws in call order"),
-        "source": {"model_sha256": _sha256(run.file(rundir.MODEL_FILE))},
+        "source": {"model_sha256": rundir.file_sha256(run.file(rundir.MODEL_FILE))},
     }
     if run.exists(rundir.FLAGS_FILE):
         with open(run.file(rundir.FLAGS_FILE), encoding="utf-8") as f:
@@ -683,14 +682,6 @@ def build_model_card(run: rundir.RunDir, config: Mapping[str, Any], *, has_noise
     if run.exists(rundir.EVALUATION_FILE):
         card["evaluation"] = _read_json(run.file(rundir.EVALUATION_FILE))
     return apply_allow_list(card, card_allow_list(config.get("method")))
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ------------------------------------------------------------------------- export
@@ -804,7 +795,7 @@ def export_run(model_dir: str, export_dir: str, *, overwrite: bool = False,
         module.model_card = tf.saved_model.Asset(card_path)
         # The card bound to the model: its sha256, a variable of the SavedModel, checked at
         # load (`ExportedModel`, docs/export.md).
-        module.model_card_sha256 = tf.Variable(_sha256(card_path), trainable=False,
+        module.model_card_sha256 = tf.Variable(rundir.file_sha256(card_path), trainable=False,
                                                name=CARD_DIGEST)
         with noise_layers.noise_kernel("portable"):  # any retrace stays portable
             tf.saved_model.save(module, tmp, signatures=signatures)
@@ -973,7 +964,7 @@ def check_card_binding(loaded: Any, export_dir: str) -> Optional[str]:
     for path in (os.path.join(export_dir, CARD_FILE),
                  os.path.join(export_dir, "assets", CARD_FILE)):
         if os.path.isfile(path):
-            got = _sha256(path)
+            got = rundir.file_sha256(path)
             if got != want:
                 raise ValueError(f"saved_model: {path} is not the card this model was exported "
                                  f"with (sha256 {got[:16]}..., the SavedModel's "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import errno
 import fcntl
 import json
@@ -416,3 +417,12 @@ def corrupt_model_message(path: str, problem: str) -> str:
     return (f"{path}: the model file is corrupt ({problem}); the run's checkpoint is not "
             "affected: restore the file from a copy, or rewrite it with tfdp-train --resume "
             f"--epochs=<more> --model_dir={os.path.dirname(path)}")
+
+
+def file_sha256(path: str) -> str:
+    """The sha256 hex digest of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import difflib
-import hashlib
 import importlib.metadata
 import os
 import re
@@ -116,14 +115,6 @@ def apply_overrides(job: jobs_lib.ReleaseJob, copy_dir: str,
     return "".join(diff)
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def link_mnist(target: str, data_dir: str | None) -> dict[str, str]:
     """Links tfdp's MNIST IDX files into `target` under the names the releases read.
 
@@ -143,7 +134,7 @@ def link_mnist(target: str, data_dir: str | None) -> dict[str, str]:
                 if os.path.lexists(link):
                     os.remove(link)
                 os.symlink(os.path.abspath(path), link)
-                out[name] = _sha256(path)
+                out[name] = rundir.file_sha256(path)
             return out
     raise ValueError(f"data_dir: no directory of {sources.candidate_dirs('mnist', data_dir)} "
                      f"holds all of {jobs_lib.MNIST_FILES}")
