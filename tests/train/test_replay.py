@@ -121,16 +121,22 @@ def test_kills_and_resumes_give_the_uninterrupted_ledger_and_weights(tmp_path, m
         assert np.array_equal(a[name], b[name]), name
 
 
-def test_the_ledger_between_kill_and_resume_is_never_below_what_ran(tmp_path, monkeypatch):
-    """After a kill, ledger.json still charges every step that ran (the started epoch)."""
+def _kill_at_step(monkeypatch, step):
+    """Makes training die (as a kill would) when it reaches `step`; returns the real step."""
     real = loop.Run.run_step
 
     def run_step(self, step_fn, batch):
-        if int(self.step_var.numpy()) == 6:
+        if int(self.step_var.numpy()) == step:
             raise _Killed()
         return real(self, step_fn, batch)
 
     monkeypatch.setattr(loop.Run, "run_step", run_step)
+    return real
+
+
+def test_the_ledger_between_kill_and_resume_is_never_below_what_ran(tmp_path, monkeypatch):
+    """After a kill, ledger.json still charges every step that ran (the started epoch)."""
+    _kill_at_step(monkeypatch, 6)
     with pytest.raises(_Killed):
         _train(tmp_path / "k", "dpsgd")
     entry = [e for e in _ledger(tmp_path / "k")["entries"] if e["name"] == "dpsgd"][0]
@@ -145,14 +151,7 @@ def test_the_ledger_between_kill_and_resume_is_never_below_what_ran(tmp_path, mo
     pytest.param("secure_sgd_poisson", {}, marks=pytest.mark.slow)])
 def test_a_resume_that_does_not_replay_bit_for_bit_charges_again(tmp_path, monkeypatch,
                                                                  capsys, method, change):
-    real = loop.Run.run_step
-
-    def run_step(self, step_fn, batch):
-        if int(self.step_var.numpy()) == 6:
-            raise _Killed()
-        return real(self, step_fn, batch)
-
-    monkeypatch.setattr(loop.Run, "run_step", run_step)
+    real = _kill_at_step(monkeypatch, 6)
     with pytest.raises(_Killed):
         _train(tmp_path / "d", method)
     monkeypatch.setattr(loop.Run, "run_step", real)
