@@ -57,8 +57,9 @@ def test_the_rule_needs_identical_settings_and_two_seeds_a_side():
     assert attribution.attribution_class(comp, [60.0, 61.0], [60.0, 61.0], test).startswith(
         "*scale*")
     other = dataclasses.replace(comp, identical=False)
-    assert "not identical" in attribution.attribution_class(other, [60.0, 61.0],
-                                                            [60.0, 61.0], test)
+    provisional = attribution.attribution_class(other, [60.0, 61.0], [60.0, 61.0], test)
+    assert provisional.startswith("provisional, the settings are not all identical")
+    assert "*scale*" in provisional
     assert "at least 2 seeds" in attribution.attribution_class(comp, [60.0], [60.0], None)
     near = dataclasses.replace(comp, published=60.6)
     assert attribution.attribution_class(near, [60.0, 61.0], [62.0, 63.0],
@@ -84,3 +85,27 @@ def test_scale_needs_the_release_gap_beyond_the_whole_interval():
     far = dataclasses.replace(comp, published=95.0)
     text = attribution.attribution_class(far, release, tfdp, test)
     assert text.startswith("*scale* (mostly)") and "95% interval" in text
+
+
+def test_a_release_metric_other_than_its_own_accuracy_is_compared(tmp_path):
+    """StoBatch: the release's noise-free number is compared; a release file made before the
+    job printed it is listed apart and stays out of the test."""
+    comp = dataclasses.replace(attribution.COMPARISONS[0], release_metric="noise_free_accuracy",
+                               release_metric_text="noise-free on both sides")
+    _fill(tmp_path, [60.0, 61.0, 59.0], [40.5, 39.5, 41.5])
+    for i, acc in ((2, 40.0), (3, 41.0)):
+        path = tmp_path / f"adlm_mnist_release_e6_seed{i}.json"
+        rec = json.loads(path.read_text())
+        rec["numbers"]["noise_free_accuracy"] = acc
+        rec["extra_curves"] = {"noise_free_accuracy": [[198, acc]]}
+        path.write_text(json.dumps(rec))
+    old = attribution.COMPARISONS
+    try:
+        attribution.COMPARISONS = (comp,)
+        text = "\n".join(attribution.section(str(tmp_path), str(tmp_path), figures=True))
+    finally:
+        attribution.COMPARISONS = old
+    assert "Compared: noise-free on both sides." in text
+    assert "adlm_mnist_release_e6_seed1.json` (its own number 60.00%)" in text
+    assert "| 2, 3 | 40.50% ± 0.71 |" in text
+    assert (tmp_path / "figures" / f"{comp.key}.png").exists()

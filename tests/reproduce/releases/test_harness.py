@@ -70,7 +70,8 @@ def _toy(tmp_path):
         overrides=(jobs.Override("toy.py", "STEPS = 400", "STEPS = {steps}"),
                    jobs.Override("toy.py", "EVAL_EVERY = 100", "EVAL_EVERY = {every}")),
         data_dir="", curve_pattern=jobs.get("adlm.mnist").curve_pattern,
-        final_pattern=jobs.get("adlm.mnist").final_pattern)
+        final_pattern=jobs.get("adlm.mnist").final_pattern,
+        extra_metrics={"curve_again": jobs.get("adlm.mnist").curve_pattern})
     return repo, job
 
 
@@ -96,6 +97,9 @@ def test_a_tf1_script_runs_on_a_copy_with_its_overrides_recorded(toy, tmp_path, 
     assert result["curve"][0][1] < 30.0
     assert result["numbers"]["test_accuracy"] > 60.0 and result["numbers"]["final_line"]
     assert result["seconds"] > 0 and result["exit_code"] == 0
+    # An extra metric gives its own curve, and its last point is its number.
+    assert result["extra_curves"] == {"curve_again": result["curve"]}
+    assert result["numbers"]["curve_again"] == result["curve"][-1][1]
 
 
 def test_the_checkout_must_be_at_the_jobs_commit_and_unedited(toy, tmp_path):
@@ -132,6 +136,11 @@ def test_parse_output_reads_the_curve_and_the_final_line():
     curve, final = harness.parse_output(
         sto, "step: 20.0\t epsilon: 0.2\t benign: 0.4100 \t -1 \t 0 \t 0 \t\n")
     assert curve == [[20, 41.0]] and final is None
+    extra = harness.parse_extra_metrics(
+        sto, "step: 20\t noise_free: 0.5\nstep: 20.0\t epsilon: 0.2\t benign: 0.41\n"
+             "step: 40\t noise_free: 0.625\n")
+    assert extra == {"noise_free_accuracy": [[20, 50.0], [40, 62.5]]}
+    assert harness.parse_extra_metrics(job, "step: 20\t noise_free: 0.55\n") == {}
 
 
 def test_every_job_names_a_full_commit_and_overrides_with_known_settings():

@@ -153,6 +153,16 @@ def parse_output(job: jobs_lib.ReleaseJob, text: str) -> tuple[list[list[float]]
     return curve, final
 
 
+def parse_extra_metrics(job: jobs_lib.ReleaseJob, text: str) -> dict[str, list[list[float]]]:
+    """The curve [[step, accuracy %], ...] of each of the job's extra metrics (may be empty)."""
+    curves = {}
+    for name, pattern in job.extra_metrics.items():
+        curves[name] = [[int(float(m.group("step"))),
+                         float(m.group("accuracy")) * job.accuracy_scale]
+                        for m in re.compile(pattern, re.M).finditer(text)]
+    return curves
+
+
 def _tf_version() -> str:
     for dist in ("tensorflow", "tensorflow-cpu"):
         try:
@@ -230,7 +240,9 @@ def run_job(job: jobs_lib.ReleaseJob, checkout: str, seed: int, output: str,
                               check=False)
     seconds = time.time() - t0
     with open(log_path, encoding="utf-8", errors="replace") as f:
-        curve, final = parse_output(job, f.read())
+        text = f.read()
+    curve, final = parse_output(job, text)
+    extra = parse_extra_metrics(job, text)
     if proc.returncode:
         raise RuntimeError(f"job {job.name} exited with {proc.returncode}; log: {log_path}")
     if final is None and not curve:
@@ -250,8 +262,10 @@ def run_job(job: jobs_lib.ReleaseJob, checkout: str, seed: int, output: str,
         "finished_utc": _utc(),
         "exit_code": proc.returncode,
         "numbers": {"test_accuracy": final if final is not None else curve[-1][1],
-                    "final_line": final is not None},
+                    "final_line": final is not None,
+                    **{name: points[-1][1] for name, points in extra.items() if points}},
         "curve": curve,
+        **({"extra_curves": extra} if extra else {}),
         "versions": {"python": sys.version.split()[0], "tensorflow": _tf_version(),
                      "tfdp_commit": _tfdp_commit()},
     }

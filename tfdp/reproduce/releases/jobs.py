@@ -42,6 +42,8 @@ class ReleaseJob:
       curve_pattern: regex with groups `step` and `accuracy` for each evaluation line.
       final_pattern: regex with group `accuracy` for the final line, or "".
       accuracy_scale: multiply parsed accuracies by this to get percent.
+      extra_metrics: further accuracies the (overridden) script prints, name -> regex with
+        groups `step` and `accuracy` (each gives a curve; its last point is the number).
       published: the paper's published accuracy (percent) this job is compared with.
       published_source: where in the paper `published` is stated.
     """
@@ -58,6 +60,7 @@ class ReleaseJob:
     make_dirs: tuple[str, ...] = ()
     final_pattern: str = ""
     accuracy_scale: float = 100.0
+    extra_metrics: Mapping[str, str] = dataclasses.field(default_factory=dict)
     published: float | None = None
     published_source: str = ""
 
@@ -143,6 +146,17 @@ _STOBATCH_EVAL_ATTACK = (
     "                if attack_switch[atk]:\n"
     "                    adv_images_dict = sess.run(attack_tensor_dict[atk], feed_dict = "
     "{x:mnist.test.images,")
+# The release's benign accuracy is one pass with its fixed training noise fed (input and
+# hidden); tfdp's test accuracy is the noise-free network's. So that both sides can be compared
+# on the same quantity, the copy also prints the noise-free network's accuracy (zero input and
+# hidden noise: the release's own zero-scale test draws) at each evaluation. Evaluation only:
+# nothing that trains changes.
+_STOBATCH_BENIGN = ("            softmax_predictions = softmax_y_conv.eval(feed_dict={x: "
+                    "mnist.test.images, noise: BenignLNoise, FM_h: perturbFM_h})\n")
+_STOBATCH_NOISE_FREE = (
+    "            print('step: %d\\t noise_free: %g' % (i, np.mean(np.argmax("
+    "softmax_y_conv.eval(feed_dict={{x: mnist.test.images, noise: AdvLnoise_test, "
+    "FM_h: perturbFM_h_test}}), axis=1) == np.argmax(mnist.test.labels, axis=1))))\n")
 _add(ReleaseJob(
     name="stobatch.mnist",
     repo="haiphanNJIT/StoBatch",
@@ -162,10 +176,15 @@ _add(ReleaseJob(
         Override("StoBatch.py", _STOBATCH_EVAL_ATTACK,
                  _STOBATCH_EVAL_ATTACK.replace("{", "{{").replace(
                      "attack_switch[atk]:", "attack_switch[atk] and {eval_attacks}:")),
+        Override("StoBatch.py", _STOBATCH_BENIGN,
+                 _STOBATCH_BENIGN.replace("{", "{{").replace("}", "}}")
+                 + _STOBATCH_NOISE_FREE),
     ),
     data_dir="MNIST_data",
     make_dirs=("tmp/results",),
     curve_pattern=r"^step: (?P<step>[0-9.]+)\t epsilon: [0-9.]+\t benign: (?P<accuracy>[0-9.]+)",
+    extra_metrics={"noise_free_accuracy":
+                   r"^step: (?P<step>\d+)\t noise_free: (?P<accuracy>[0-9.eE+-]+)\s*$"},
 ))
 
 
