@@ -405,6 +405,7 @@ def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None 
     for paper in registry.PAPERS:
         rows = [r for r in registry.ROWS if r.paper == paper]
         out.append(f"## {registry.PAPER_TITLES[paper]}\n")
+        out.extend(attribution.paper_lines(paper))
         head = _headline(paper, rows, rows_by_key)
         if head:
             out.append("Headline orderings:\n")

@@ -109,3 +109,17 @@ def test_a_release_metric_other_than_its_own_accuracy_is_compared(tmp_path):
     assert "adlm_mnist_release_e6_seed1.json` (its own number 60.00%)" in text
     assert "| 2, 3 | 40.50% ± 0.71 |" in text
     assert (tmp_path / "figures" / f"{comp.key}.png").exists()
+
+
+def test_each_papers_conclusion_names_its_attribution_and_follows_the_files(tmp_path):
+    _fill(tmp_path, [60.0, 61.0, 59.0], [60.5, 59.5, 61.5])
+    lines = attribution.paper_lines("adlm", str(tmp_path))
+    assert len(lines) == 1 and "Attribution: *scale*" in lines[0]
+    assert "release, same budget" in lines[0] and "60.00% ± 1.00 (seeds 1, 2, 3" in lines[0]
+    assert "`adlm.mnist.adlm.eps0.25`" in lines[0]
+    assert "adlm_mnist_tfdp_e6_seed3.json" in lines[0]
+    # Edit a file: tfdp far below the release -> the conclusion no longer says scale.
+    _fill(tmp_path, [60.0, 61.0, 59.0], [40.0, 41.0, 39.5])
+    lines = attribution.paper_lines("adlm", str(tmp_path))
+    assert "*scale*" not in lines[0] and "differ at identical settings" in lines[0]
+    assert attribution.paper_lines("gpm", str(tmp_path)) == []

@@ -44,6 +44,8 @@ class Comparison:
       release_metric: the release result's number compared with tfdp's test accuracy
         (`test_accuracy`, the release's own, or one of the job's extra metrics).
       release_metric_text: what that number is, in words.
+      paper: the report section (paper id) whose conclusion this comparison attributes.
+      rows: the report rows whose gap to the paper the attribution speaks for.
     """
 
     key: str
@@ -59,6 +61,8 @@ class Comparison:
     published_text: str
     release_metric: str = "test_accuracy"
     release_metric_text: str = ""
+    paper: str = ""
+    rows: tuple[str, ...] = ()
 
 
 COMPARISONS = (
@@ -75,7 +79,9 @@ COMPARISONS = (
                       "(the release reads its shipped file, tfdp computes one), see "
                       "docs/reproduce.md",
         published=90.2, published_text="AdLM, eps 0.25, Fig. 4a (the release's setting is eps "
-                                       "0.3)"),
+                                       "0.3)",
+        paper="adlm", rows=("adlm.mnist.adlm.eps0.25", "adlm.mnist.adlm.eps0.5",
+                            "adlm.mnist.adlm.mean_eps")),
     Comparison(
         key="secure_sgd_mnist_s3840", title="Secure-SGD (HGM), MNIST", job="secure_sgd.mnist",
         release_glob="secure_sgd_mnist_release_s3840_seed*.json",
@@ -87,7 +93,9 @@ COMPARISONS = (
                       "mixture, and tfdp's test accuracy is the noise-free network's while "
                       "the release evaluates with its fixed training noise (docs/reproduce.md)",
         published=None, published_text="the HGM paper publishes no clean MNIST accuracy for "
-                                       "Secure-SGD (only gaps under attack)"),
+                                       "Secure-SGD (only gaps under attack)",
+        paper="hgm", rows=("hgm.mnist.secure_sgd_minus_dpsgd", "hgm.mnist.secure_sgd_rise",
+                           "hgm.mnist.secure_sgd_minus_secure_sgd_agm")),
     Comparison(
         key="stobatch_mnist_e2", title="StoBatch, MNIST", job="stobatch.mnist",
         release_glob="stobatch_mnist_release_e2_seed*.json",
@@ -104,6 +112,8 @@ COMPARISONS = (
                             "own benign number feeds its fixed training noise; the harness "
                             "makes the copy print the noise-free one too, an evaluation-only "
                             "line, and the release's own number is in its result file)",
+        paper="stobatch", rows=("stobatch.mnist.stobatch.eps0.2",
+                                "stobatch.mnist.stobatch.eps0.2.authors_path"),
         published=82.7, published_text="StoBatch, eps 0.2: accuracy under attack "
                                        "(the paper's attack setting), not clean accuracy"),
 )
@@ -221,6 +231,47 @@ def _figure(comp: Comparison, release: list[dict], tfdp: list[dict], out_dir: st
     plt.close(fig)
 
 
+def _summary(comp: Comparison, results_dir: str) -> dict[str, Any] | None:
+    """The comparison's numbers and attribution, or None without any result file."""
+    release = [r for r in _load(results_dir, comp.release_glob)
+               if comp.release_metric in r["numbers"]]
+    tfdp = _load(results_dir, comp.tfdp_glob)
+    if not release and not tfdp:
+        return None
+    r_acc = [r["numbers"][comp.release_metric] for r in release]
+    t_acc = [r["numbers"]["test_accuracy"] for r in tfdp]
+    test = welch(r_acc, t_acc)
+    return {"release": release, "tfdp": tfdp, "r_acc": r_acc, "t_acc": t_acc, "test": test,
+            "class": attribution_class(comp, r_acc, t_acc, test)}
+
+
+def paper_lines(paper: str, results_dir: str = RESULTS_DIR) -> list[str]:
+    """The paragraph opening a paper's section of the report: what running the authors'
+    release beside tfdp at the same budget attributes its gaps to, with the numbers, the rows
+    it speaks for and the files it rests on ([] when the paper has no comparison with files).
+    """
+    out = []
+    for comp in COMPARISONS:
+        if comp.paper != paper:
+            continue
+        summ = _summary(comp, results_dir)
+        if summ is None:
+            continue
+        release, tfdp = summ["release"], summ["tfdp"]
+        rel = (f"{_mean_sd(summ['r_acc'])} (seeds "
+               f"{', '.join(str(r['seed']) for r in release)}, commit "
+               f"{release[0]['release']['commit'][:7]})" if release else "not run")
+        ours = (f"{_mean_sd(summ['t_acc'])} (seeds {', '.join(str(r['seed']) for r in tfdp)})"
+                if tfdp else "not run")
+        files = ", ".join(f"`{r['_file']}`" for r in release + tfdp)
+        out.append(f"**Why tfdp misses the paper ({comp.title}), from the authors' release "
+                   f"run beside tfdp:** release, same budget ({comp.budget}): {rel}; tfdp: "
+                   f"{ours}. Attribution: {summ['class']}. It speaks for rows "
+                   + ", ".join(f"`{r}`" for r in comp.rows)
+                   + f"; it rests on {files} (section \"{SECTION_HEADING[3:]}\").\n")
+    return out
+
+
 def section(results_dir: str = RESULTS_DIR, report_dir: str = runner.REPO_ROOT,
             figures: bool = False) -> list[str]:
     """The Markdown lines of the section ([] when no comparison has a result file).
@@ -286,11 +337,11 @@ def section(results_dir: str = RESULTS_DIR, report_dir: str = runner.REPO_ROOT,
                        f"{test['ci_low']:+.2f} to {test['ci_high']:+.2f}), t = {test['t']:.2f}, "
                        f"df = {test['df']:.1f}, p = {test['p']:.3g}.\n")
         out.append(f"Attribution: {attribution_class(comp, r_acc, t_acc, test)}. Rows: "
-                   + ", ".join(f"`{r['_file']}`" for r in release + tfdp) + ".\n")
+                   + ", ".join(f"`{r['_file']}`" for r in release + tfdp + lacking) + ".\n")
         if figures:
             _figure(comp, release, tfdp, os.path.join(results_dir, FIGURES_DIR))
         out.append(f"![{comp.key}]({rel}/{comp.key}.png)\n")
         out.append("Commands:\n\n```")
-        out.extend(r["command"] for r in release + tfdp)
+        out.extend(r["command"] for r in release + tfdp + lacking)
         out.append("```\n")
     return out
