@@ -25,11 +25,16 @@ $(STAMP): requirements.txt setup.py
 run: $(STAMP)
 	$(PY) -m tfdp.apps.pipeline $(ARGS)
 
+# The tests run in two pytest-xdist worker processes (`-n 2`), each test file (and tests/export,
+# whose trained runs are session fixtures) on one worker (tests/conftest.py's xdist groups);
+# `make test ARGS="-n 0"` runs them in this process.
+XDIST := -n 2 --dist loadgroup
+
 test: $(STAMP)
-	$(PY) -m pytest -q tests $(ARGS)
+	$(PY) -m pytest -q $(XDIST) tests $(ARGS)
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q -m "slow or not slow" tests $(ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "slow or not slow" tests $(ARGS)
 
 clean-venv:
 	rm -rf .venv

@@ -1,5 +1,6 @@
 """Shared test set-up: two logical CPUs, real-data location, fast TF logging."""
 
+import fcntl
 import os
 import shutil
 import tarfile
@@ -23,11 +24,25 @@ _SHARED_DATA = os.path.join(os.path.dirname(_ROOT), "shared", "data")
 
 
 def _prepare_local_data_dir() -> str | None:
-    """Builds .cache/testdata from ../shared/data (MNIST link, CIFAR-10 JPEG extracted)."""
+    """Builds .cache/testdata from ../shared/data (MNIST link, CIFAR-10 JPEG extracted).
+
+    Several pytest-xdist workers may call this at once: an exclusive lock on
+    .cache/testdata.lock makes one of them build the directory while the others wait.
+    """
     if not os.path.isdir(os.path.join(_SHARED_DATA, "mnist")):
         return None
     target = os.path.join(_ROOT, ".cache", "testdata")
     os.makedirs(target, exist_ok=True)
+    with open(target + ".lock", "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            _fill_local_data_dir(target)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return target
+
+
+def _fill_local_data_dir(target: str) -> None:
     mnist = os.path.join(target, "mnist")
     if not os.path.exists(mnist):
         os.symlink(os.path.join(_SHARED_DATA, "mnist"), mnist)
@@ -39,7 +54,6 @@ def _prepare_local_data_dir() -> str | None:
         with tarfile.open(tarball) as t:
             t.extractall(tmp, filter="data")
         os.replace(tmp, cifar)
-    return target
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +80,15 @@ def leak_scan():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test`: -n 2 --dist loadgroup), runs each test file on one
+    worker, so that its module-scoped fixtures are built once; tests/export shares its
+    session-scoped trained runs (tests/export/conftest.py) across files and is one group."""
+    del config
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            rel = os.path.relpath(str(item.path), _ROOT)
+            group = "tests/export" if rel.startswith(os.path.join("tests", "export", "")) else rel
+            item.add_marker(pytest.mark.xdist_group(group))
