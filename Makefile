@@ -25,10 +25,10 @@ $(STAMP): requirements.txt setup.py
 run: $(STAMP)
 	$(PY) -m tfdp.apps.pipeline $(ARGS)
 
-# The tests run in two pytest-xdist worker processes (`-n 2`), each test file (and tests/export,
-# whose trained runs are session fixtures) on one worker (tests/conftest.py's xdist groups);
-# `make test ARGS="-n 0"` runs them in this process.
-XDIST := -n 2 --dist loadgroup
+# The tests run in two pytest-xdist worker processes (`-n 2`), each test file on one worker
+# (tests/export, whose trained runs are session fixtures, as one unit: tests/conftest.py);
+# `make test ARGS="-n 0"` runs them in pytest's own process.
+XDIST := -n 2 --dist loadfile
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(XDIST) tests $(ARGS)

@@ -82,13 +82,17 @@ def leak_scan():
     return module
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`make test`: -n 2 --dist loadgroup), runs each test file on one
-    worker, so that its module-scoped fixtures are built once; tests/export shares its
-    session-scoped trained runs (tests/export/conftest.py) across files and is one group."""
-    del config
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            rel = os.path.relpath(str(item.path), _ROOT)
-            group = "tests/export" if rel.startswith(os.path.join("tests", "export", "")) else rel
-            item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` (pytest-xdist, -n 2 --dist loadfile) runs each test file on one worker, so
+    that its module-scoped fixtures are built once; the files of tests/export, which share
+    session-scoped trained runs (tests/export/conftest.py), go to one worker together."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling  # pylint: disable=import-outside-toplevel
+
+    class _FileOrExportScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/export" if path.startswith("tests/export/") else path
+
+    return _FileOrExportScheduling(config, log)
