@@ -88,6 +88,7 @@ def pytest_xdist_make_scheduler(config, log):
     session-scoped trained runs (tests/export/conftest.py), go to one worker together."""
     if config.getvalue("dist") != "loadfile":
         return None
+    # lazy: pytest-xdist is imported only when its scheduler is asked for
     from xdist.scheduler import LoadFileScheduling  # pylint: disable=import-outside-toplevel
 
     class _FileOrExportScheduling(LoadFileScheduling):
