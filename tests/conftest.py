@@ -82,6 +82,7 @@ def leak_scan():
     return module
 
 
+@pytest.hookimpl(optionalhook=True)  # an unknown hook where pytest-xdist is not installed
 def pytest_xdist_make_scheduler(config, log):
     """`make test` (pytest-xdist, -n 2 --dist loadfile) runs each test file on one worker, so
     that its module-scoped fixtures are built once; the files of tests/export, which share
