@@ -25,8 +25,12 @@ $(STAMP): requirements.txt setup.py
 run: $(STAMP)
 	$(PY) -m tfdp.apps.pipeline $(ARGS)
 
+# The default tests run in two pytest-xdist worker processes (`-n 2`), each test file on one
+# worker (tests/export, whose trained runs are session fixtures, as one unit: tests/conftest.py);
+# `make test ARGS="-n 0"` runs them in pytest's own process (docs/testing.md). test-all runs in
+# one process (the slow tests have not been checked under xdist).
 test: $(STAMP)
-	$(PY) -m pytest -q tests $(ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile tests $(ARGS)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m "slow or not slow" tests $(ARGS)

@@ -1,5 +1,6 @@
 """Shared test set-up: two logical CPUs, real-data location, fast TF logging."""
 
+import fcntl
 import os
 import shutil
 import tarfile
@@ -23,11 +24,25 @@ _SHARED_DATA = os.path.join(os.path.dirname(_ROOT), "shared", "data")
 
 
 def _prepare_local_data_dir() -> str | None:
-    """Builds .cache/testdata from ../shared/data (MNIST link, CIFAR-10 JPEG extracted)."""
+    """Builds .cache/testdata from ../shared/data (MNIST link, CIFAR-10 JPEG extracted).
+
+    Several pytest-xdist workers may call this at once: an exclusive lock on
+    .cache/testdata.lock makes one of them build the directory while the others wait.
+    """
     if not os.path.isdir(os.path.join(_SHARED_DATA, "mnist")):
         return None
     target = os.path.join(_ROOT, ".cache", "testdata")
     os.makedirs(target, exist_ok=True)
+    with open(target + ".lock", "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            _fill_local_data_dir(target)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return target
+
+
+def _fill_local_data_dir(target: str) -> None:
     mnist = os.path.join(target, "mnist")
     if not os.path.exists(mnist):
         os.symlink(os.path.join(_SHARED_DATA, "mnist"), mnist)
@@ -39,7 +54,6 @@ def _prepare_local_data_dir() -> str | None:
         with tarfile.open(tarball) as t:
             t.extractall(tmp, filter="data")
         os.replace(tmp, cifar)
-    return target
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +80,21 @@ def leak_scan():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.hookimpl(optionalhook=True)  # an unknown hook where pytest-xdist is not installed
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` (pytest-xdist, -n 2 --dist loadfile) runs each test file on one worker, so
+    that its module-scoped fixtures are built once; the files of tests/export, which share
+    session-scoped trained runs (tests/export/conftest.py), go to one worker together."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    # lazy: pytest-xdist is imported only when its scheduler is asked for
+    from xdist.scheduler import LoadFileScheduling  # pylint: disable=import-outside-toplevel
+
+    class _FileOrExportScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/export" if path.startswith("tests/export/") else path
+
+    return _FileOrExportScheduling(config, log)

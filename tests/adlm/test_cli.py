@@ -41,8 +41,14 @@ def test_mnist_smoke_reaches_85_percent_with_claimed_budget(real_data_dir, tmp_p
 
 @pytest.mark.parametrize("flag, message", [
     ("--adlm_eps_split=0.3,0.3,0.3", "adlm_eps_split"),
-    ("--adlm_delta_h0=huge", "adlm_delta_h0"),
-    ("--epsilon=-1", "epsilon"),
+    # Slow: the same path as the eps_split case (a method flag rejected by the method's
+    # validation, through the command line); the value itself is checked by the fast
+    # tests/adlm/test_adlm.py::test_bad_flags_raise_naming_the_flag.
+    pytest.param("--adlm_delta_h0=huge", "adlm_delta_h0", marks=pytest.mark.slow),
+    # Slow: a bad --epsilon through the command line, before any file, is the fast
+    # tests/train/test_train_app.py::test_cli_rejects_bad_flags_before_training (and
+    # test_bad_flags_name_the_flag in-process).
+    pytest.param("--epsilon=-1", "epsilon", marks=pytest.mark.slow),
 ])
 def test_bad_flags_fail_before_training(tmp_path, flag, message):
     run = tmp_path / "run"

@@ -208,7 +208,7 @@ def test_cli_rejects_unknown_attack(tmp_path):
 def test_cli_end_to_end_on_trained_run(tmp_path):
     run = str(tmp_path / "run")
     proc = _run([os.path.join(_BIN, "tfdp-train"), "--method=nonprivate", "--dataset=sample",
-                 f"--model_dir={run}", "--epochs=1", "--seed=0", "--num_train=1000",
+                 f"--model_dir={run}", "--epochs=1", "--seed=0", "--num_train=200",
                  "--num_test=50", "--verbose=0"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     proc = _run([os.path.join(_BIN, "tfdp-evaluate"), f"--model_dir={run}",

@@ -26,10 +26,6 @@ METHOD_MODULES = {
 BENCH_MODULES = ("tfdp.bench.layers", "tfdp.bench.dpsgd", "tfdp.bench.stobatch",
                  "tfdp.bench.export", "tfdp.bench.certify", "tfdp.bench.gpm")
 
-_FLAG_NAMES = ("from absl import flags; import json; "
-               "print(json.dumps(sorted(flags.FLAGS)))")
-
-
 def _subprocess_json(code: str, *args: str) -> object:
     env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="3")
     out = subprocess.run([sys.executable, "-c", code, *args], cwd=_ROOT, env=env,
@@ -39,14 +35,19 @@ def _subprocess_json(code: str, *args: str) -> object:
 
 
 def test_importing_library_modules_defines_no_flag():
-    # The reference process imports what the library modules import themselves (TF, Keras,
-    # absl) and nothing of tfdp; both sets must be equal.
+    # One fresh process (absl flags are process-global and only ever added): the reference
+    # set after importing what the library modules import themselves (TF, Keras, absl) and
+    # nothing of tfdp, then the set after importing the library modules (it must not grow),
+    # then after importing the train app.
     modules = list(METHOD_MODULES) + list(BENCH_MODULES)
-    with_tfdp = _subprocess_json(f"import {', '.join(modules)}; {_FLAG_NAMES}")
-    reference = _subprocess_json(f"import tensorflow, keras, numpy; {_FLAG_NAMES}")
+    code = ("from absl import flags; import json; names = []; "
+            "import tensorflow, keras, numpy; names.append(sorted(flags.FLAGS)); "
+            f"import {', '.join(modules)}; names.append(sorted(flags.FLAGS)); "
+            "import tfdp.apps.train as t; t.FLAGS; names.append(sorted(flags.FLAGS)); "
+            "print(json.dumps(names))")
+    reference, with_tfdp, with_app = _subprocess_json(code)
     assert set(with_tfdp) == set(reference)
     # And the check can fail: the apps do define the options' flags.
-    with_app = _subprocess_json(f"import tfdp.apps.train as t; t.FLAGS; {_FLAG_NAMES}")
     assert "dpsgd_l2_clip" in set(with_app) - set(reference)
 
 

@@ -106,8 +106,10 @@ def _app(*args, cwd, without_methods=()):
                           env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
-def test_app_dry_run_full_prints_gpu_commands_with_compute():
-    proc = _app("--dry_run", "--scale=full", "--papers=adlm,gpm", cwd=runner.REPO_ROOT)
+def test_app_dry_run_full_prints_gpu_commands_with_compute(tmp_path):
+    # --results_dir: without it the app seeds runs/reproduce/results/ in the checkout.
+    proc = _app("--dry_run", "--scale=full", "--papers=adlm,gpm",
+                f"--results_dir={tmp_path / 'results'}", cwd=runner.REPO_ROOT)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "tfdp-train --flagfile=flags/adlm/mnist_full.flags --method=adlm" in out
