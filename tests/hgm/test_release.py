@@ -265,3 +265,21 @@ def test_release_setup_is_deterministic_given_its_rng(tmp_path, tiny_data):
         states.append(method.setup_state())
     np.testing.assert_array_equal(states[0]["r"], states[1]["r"])
     assert float(states[0]["release_delta"]) == float(states[1]["release_delta"])
+
+
+def test_release_flagfile_resolves_to_the_release_settings(tmp_path):
+    import copy  # pylint: disable=import-outside-toplevel
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.join(repo, "flags", "releases", "secure_sgd_mnist_release.flags")
+    values = copy.deepcopy(train_app.FLAGS)
+    values(["tfdp-train", f"--flagfile={path}", "--method=secure_sgd", "--dataset=mnist",
+            f"--model_dir={tmp_path / 'run'}"])
+    spec = train_app.resolve(*train_app.values_from_flags(values))
+    opts = spec.config.options
+    for key, want in RELEASE.items():
+        if key not in ("hgm_pretrain_steps", "hgm_pretrain_examples"):
+            assert opts[key] == want, key
+    assert (opts["hgm_pretrain_steps"], opts["hgm_pretrain_examples"], opts["hgm_max_steps"],
+            spec.num_train, spec.config.batch_size) == (4000, 1250, 3840, 55000, 125)
+    # 9 epochs of 55,000 / 125 = 440 steps exceed the cap: the run stops at 3,840 steps.
+    assert spec.config.epochs * (55000 // 125) >= 3840
