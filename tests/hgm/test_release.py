@@ -241,6 +241,7 @@ def test_release_run_trains_what_the_release_trains(tmp_path, tiny_data):
         "conv1": "free", "noise_mixture": "egm_hgm_half",
         "test_accuracy": "fixed_training_noise"}
     assert config["certification"]["r_stats"]["pretrain_steps"] == 3
+    assert "normalised" not in cert["note"] and "not formally certified" in cert["note"]
     # The reported test accuracy is the network's with the fixed training draw, dropout off.
     fixed = layer.fixed_noise.numpy()
     logits = hgm_models.forward_with_noise(result.model, tiny_data.x_test, fixed,

@@ -548,9 +548,14 @@ class _RobustnessNoise:
         if release_options:
             # The code release's options (docs/reproduce.md); absent at the paper's defaults.
             cert["release_options"] = release_options
-            if not sound:
-                cert["note"] += (" The code release's conv1 (trained freely) or noise mixture "
-                                 "leaves the sensitivity unbounded: certificates are claimed.")
+            if "conv1" in release_options or "noise_mixture" in release_options:
+                cert["note"] = (
+                    "The code release's options " + ", ".join(
+                        f"--hgm_{k}={v}" for k, v in release_options.items())
+                    + ": conv1 is trained freely, so no Delta_f bound holds and the noise "
+                    "is not calibrated to one (sigma here is the HGM value for Delta_f = "
+                    "sensitivity). These certificates are as published, not formally "
+                    "certified.")
         return cert
 
 
