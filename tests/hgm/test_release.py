@@ -92,7 +92,7 @@ def test_release_network_shapes_initialisers_and_dropout():
     assert "post_noise_scale" not in names and "dropout" in names
     assert type(model.get_layer("conv1")) is keras.layers.Conv2D  # trained freely
     # conv 5x5x32 (832) + conv 5x5x32x64 (51,264) + FC 3136x25 (78,425) + FC 25x10 (260).
-    assert model.count_params() - model.get_layer("robustness_noise").count_params() == 130781
+    assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == 130781
     for layer in ("conv1", "conv2", "fc", "logits"):
         kernel, bias = (np.asarray(v) for v in model.get_layer(layer).weights[:2])
         assert np.all(bias == np.float32(0.1))
@@ -284,3 +284,31 @@ def test_release_flagfile_resolves_to_the_release_settings(tmp_path):
             spec.num_train, spec.config.batch_size) == (4000, 1250, 3840, 55000, 125)
     # 9 epochs of 55,000 / 125 = 440 steps exceed the cap: the run stops at 3,840 steps.
     assert spec.config.epochs * (55000 // 125) >= 3840
+
+
+def test_counted_dropout_masks_are_keyed_by_seed_and_counter():
+    layer = hgm_models.CountedDropout(0.5, seed=3)
+    x = tf.ones((4, 25))
+    first = layer(x, training=True).numpy()
+    second = layer(x, training=True).numpy()
+    assert set(np.unique(first)) <= {0.0, 2.0} and not np.array_equal(first, second)
+    assert 0.3 < float(np.mean(first == 0)) < 0.7  # 100 units, keep probability 0.5
+    again = hgm_models.CountedDropout(0.5, seed=3)
+    np.testing.assert_array_equal(again(x, training=True).numpy(), first)
+    again.draw_counter.assign(1)  # a resumed counter replays the next mask
+    np.testing.assert_array_equal(again(x, training=True).numpy(), second)
+    np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())
+    with pytest.raises(ValueError, match="rate"):
+        hgm_models.CountedDropout(1.0)
+
+
+def test_release_run_resumes_bit_for_bit(tmp_path, tiny_data):
+    full_cfg = _config(tmp_path, "full")
+    full_cfg.epochs = 2
+    full = loop.train(SecureSGD(full_cfg), tiny_data, verbose=0)
+    part_cfg = _config(tmp_path, "part")
+    part_cfg.epochs = 2
+    assert loop.train(SecureSGD(part_cfg), tiny_data, stop_after_epochs=1, verbose=0).interrupted
+    resumed = loop.train(SecureSGD(part_cfg), tiny_data, resume=True, verbose=0)
+    for a, b in zip(full.model.get_weights(), resumed.model.get_weights()):
+        np.testing.assert_array_equal(a, b)

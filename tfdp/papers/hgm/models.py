@@ -16,6 +16,7 @@ the largest level the noise allows from the first step on.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any, Optional, Sequence
 
 import keras
@@ -23,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 import layers as tfdp_layers
+from layers import noise as noise_layers
 from tfdp import checks, mechanisms
 from tfdp.papers.hgm import redistribution
 
@@ -181,7 +183,7 @@ def build_model(arch: str, input_shape: Sequence[int], num_classes: int, *, sigm
         h = keras.layers.Rescaling(float(np.sqrt(k) / target), name="post_noise_scale")(h)
     h = keras.layers.ReLU(name="relu1")(h)
     if arch == "release_mnist":
-        return _release_head(h, inputs, int(num_classes), init, name)
+        return _release_head(h, inputs, int(num_classes), init, name, seed)
     if arch == "cifar10":
         h = keras.layers.Conv2D(128, 5, padding="same", activation="relu", name="conv2")(h)
         h = keras.layers.Conv2D(256, 5, padding="same", activation="relu", name="conv3")(h)
@@ -200,6 +202,62 @@ def build_model(arch: str, input_shape: Sequence[int], num_classes: int, *, sigm
     return keras.Model(inputs, logits, name=name or f"hgm_{arch}")
 
 
+@keras.saving.register_keras_serializable(package="tfdp")
+class CountedDropout(keras.layers.Layer):
+    """Dropout whose masks are keyed by a seed and a checkpointed draw counter.
+
+    Keras' Dropout keeps its random state outside the training checkpoint, so a resumed run
+    would draw other masks; here step t's mask is a stateless draw from (seed, t), like the
+    noise layers' draws, and a resume replays the same masks (exact resume).
+
+    Args:
+        rate: fraction of units dropped in training, in [0, 1).
+        seed: key of the masks (< 2^128); None: 128 bits of OS entropy. Withheld from saved
+            models (`tfdp.rundir.save_model`).
+        **kwargs: keras.layers.Layer arguments.
+
+    Raises:
+        ValueError: on a rate outside [0, 1).
+    """
+
+    _TAG = 9173  # this layer's stream of the key (layers.noise.root_seed)
+
+    def __init__(self, rate: float, seed: Optional[int] = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not 0.0 <= float(rate) < 1.0:
+            raise ValueError(f"rate: expected a number in [0, 1), got {rate!r}")
+        self.rate = float(rate)
+        self.seed = seed
+        self._key = seed if seed is not None else secrets.randbits(128)
+
+    def build(self, input_shape: Any) -> None:
+        self.draw_counter = self.add_weight(
+            shape=(), initializer="zeros", dtype="int64", trainable=False,
+            aggregation="only_first_replica", name="draw_counter")
+        super().build(input_shape)
+
+    def call(self, inputs: Any, training: Optional[bool] = None) -> Any:
+        if not training or self.rate == 0.0:
+            return inputs
+        seed = tf.random.experimental.stateless_fold_in(
+            noise_layers.root_seed(self._key, self._TAG), self.draw_counter.value)
+        ctx = tf.distribute.get_replica_context()
+        if ctx is not None and ctx.num_replicas_in_sync > 1:
+            seed = tf.random.experimental.stateless_fold_in(
+                seed, tf.cast(ctx.replica_id_in_sync_group, tf.int64))
+        self.draw_counter.assign_add(1)
+        keep = tf.random.stateless_uniform(tf.shape(inputs), seed) >= self.rate
+        return tf.where(keep, inputs / (1.0 - self.rate), tf.zeros_like(inputs))
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return input_shape
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"rate": self.rate, "seed": self.seed})
+        return config
+
+
 def _release_initialisers() -> dict:
     # HGM code release (MNIST): kernels ~ N(0, 0.1^2) truncated at two std, biases 0.1.
     return {"kernel_initializer": keras.initializers.TruncatedNormal(stddev=0.1),
@@ -207,14 +265,14 @@ def _release_initialisers() -> dict:
 
 
 def _release_head(h: Any, inputs: Any, num_classes: int, init: dict,
-                  name: Optional[str]) -> keras.Model:
+                  name: Optional[str], seed: Optional[int]) -> keras.Model:
     """The code release's layers after conv1's ReLU: pool, conv64, pool, FC25, dropout, FC."""
     h = keras.layers.MaxPooling2D(2, padding="same", name="pool1")(h)
     h = keras.layers.Conv2D(64, 5, padding="same", activation="relu", name="conv2", **init)(h)
     h = keras.layers.MaxPooling2D(2, padding="same", name="pool2")(h)
     h = keras.layers.Flatten(name="flatten")(h)
     h = keras.layers.Dense(25, activation="relu", name="fc", **init)(h)
-    h = keras.layers.Dropout(0.5, name="dropout")(h)  # keep probability 0.5 in training
+    h = CountedDropout(0.5, seed=seed, name="dropout")(h)  # keep probability 0.5 in training
     logits = keras.layers.Dense(num_classes, name="logits", **init)(h)
     return keras.Model(inputs, logits, name=name or "hgm_release_mnist")
 
