@@ -185,3 +185,30 @@ def test_data_spec_of_checks_its_arguments():
 def test_default_build_needs_attach():
     with pytest.raises(RuntimeError, match="attach"):
         nonprivate.NonPrivate(TrainConfig("nonprivate", "synthetic", "/unused")).build()
+
+
+class _ScoresClassZero(nonprivate.NonPrivate):
+    """Reports the test accuracy of a stand-in that always predicts class 0."""
+
+    name = "class_zero_test"
+
+    def accuracy_model(self, model):
+        def predict_zero(x, training=False):
+            del training
+            return tf.one_hot(tf.zeros(tf.shape(x)[:1], tf.int32), _CLASSES) + 0.0 * tf.reduce_sum(
+                model(x, training=False))
+        return predict_zero
+
+
+def test_accuracy_model_is_what_the_run_reports(tmp_path, tiny_data):
+    lines = []
+    cfg = _cfg(tmp_path, "class_zero_test", epochs=2)
+    result = loop.train(_ScoresClassZero(cfg), tiny_data, verbose=1, print_fn=lines.append)
+    want = float(np.mean(np.asarray(tiny_data.y_test) == 0))
+    # The trained model itself scores otherwise, so the number shows which one was scored.
+    assert loop.evaluate_accuracy(result.model, tiny_data.x_test, tiny_data.y_test) != want
+    assert result.metrics["test_accuracy"] == pytest.approx(want)
+    epoch_one = [ln for ln in lines if ln.startswith("epoch 1/2")]
+    assert epoch_one and f"test acc {want:.4f}" in epoch_one[0]
+    default = Method.accuracy_model(_ScoresClassZero(cfg), result.model)
+    assert default is result.model  # the base hook scores the model itself

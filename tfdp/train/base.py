@@ -379,6 +379,11 @@ class Method(abc.ABC):
         return {"model": model, "optimizer": optimizer,
                 **{f"method_{k}": v for k, v in extra.items()}}
 
+    def accuracy_model(self, model):
+        """What the run's test accuracy (per epoch and in metrics.json) scores: a callable
+        `f(x, training=False) -> logits`. Default: the trained model itself."""
+        return model
+
     def build_model(self, input_shape: tuple[int, ...], num_classes: int):
         """Returns a keras.Model mapping inputs to logits (used by the default `build`)."""
         raise NotImplementedError(f"{type(self).__name__}: define build_model or build")

@@ -1037,7 +1037,8 @@ class Run:
             # The model's state (e.g. the noise layers' draw counters, which inference noise
             # advances) is put back, so the run continues exactly as without this check.
             state = [(v, v.numpy()) for v in self.model.non_trainable_variables]
-            accuracy = evaluate_accuracy(self.model, self.data.x_test, self.data.y_test)
+            accuracy = evaluate_accuracy(self.method.accuracy_model(self.model),
+                                         self.data.x_test, self.data.y_test)
             for var, value in state:
                 var.assign(value)
         epsilon = self.ledger.to_dict().get("epsilon") if self.ledger.entries else None
@@ -1048,7 +1049,8 @@ class Run:
                 epoch_means: Mapping, stopped: bool) -> RunResult:
         cfg, data = self.cfg, self.data
         reporter.say(f"evaluating on {len(data.x_test)} test examples")
-        test_accuracy = evaluate_accuracy(self.model, data.x_test, data.y_test)
+        test_accuracy = evaluate_accuracy(self.method.accuracy_model(self.model), data.x_test,
+                                          data.y_test)
         self._save_progress(segments, segment, epoch_means)
         epochs_completed = int(self.epoch_var.numpy())
         steps = int(self.step_var.numpy())

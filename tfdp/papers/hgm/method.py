@@ -28,6 +28,7 @@ import tensorflow as tf
 from tfdp import accounting, mechanisms, options
 from tfdp.papers.hgm import models as hgm_models
 from tfdp.papers.hgm import redistribution
+from tfdp.papers.hgm import release
 from tfdp.train import privatize
 from tfdp.train.base import Method
 from tfdp.train.dpsgd import DPSGD
@@ -36,6 +37,11 @@ from tfdp.train.nonprivate import per_example_cross_entropy, step_metrics
 TRAIN_NOISE = ("fresh", "fixed_once")
 CLIPPING = ("per_example", "batch_mean")
 R_SOURCES = ("nonprivate_pretrain", "public_split", "uniform", "file")
+# The code release's departures (tfdp.papers.hgm.release; docs/reproduce.md), each off by default.
+NOISE_MIXTURES = ("hgm", "egm_hgm_half")
+TEST_ACCURACY = ("noise_free", "fixed_training_noise")
+PRETRAIN_STEPS = ("noise_free_adam", "batch_mean")
+R_SCORES = ("abs_gradient", "abs_mean_sign")
 # Ledger entry of r from a noise-free pre-training on the private data (no finite epsilon).
 R_PRETRAIN_ENTRY = "hgm_r_nonprivate_pretrain"
 _GAMMA_SALT = 7919  # folds the step seed into the robustness-noise stream
@@ -97,8 +103,44 @@ class SecureSGDConfig(privatize.DPSGDSettings):
         "fresh", "Robustness noise in training: fresh per example and step, or fixed_once "
         "(Algorithm 1 / the code release: one draw, checkpointed).", choices=TRAIN_NOISE)
     model: str = options.field(
-        "mnist", "Architecture: mnist or cifar10 (the paper's networks) or small (CPU-sized).",
-        choices=hgm_models.ARCHITECTURES)
+        "mnist", "Architecture: mnist or cifar10 (the paper's networks), small (CPU-sized), "
+        "or release_mnist (the code release's MNIST network: FC 25 with dropout 0.5 instead "
+        "of FC 256, truncated-normal kernels, biases 0.1).", choices=hgm_models.ARCHITECTURES)
+    conv1: str = options.field(
+        "normalised", "conv1: normalised (its effective kernel keeps Delta_f = "
+        "--hgm_sensitivity_target, docs/hgm.md) or free (the code release: a plain "
+        "convolution trained freely, so no sensitivity bound holds; needs "
+        "--allow_unsound_certificates).", choices=hgm_models.CONV1_MODES)
+    noise_mixture: str = options.field(
+        "hgm", "Robustness noise: hgm (HGM Theorem 3, std sigma_r sqrt(K r_k)) or "
+        "egm_hgm_half (the code release: L (E + H) / 2 with E ~ N(0, mult^2) per unit and "
+        "H_k ~ N(0, (mult Delta M_k)^2), M = 8,192 r, Delta from the pre-trained conv1's "
+        "largest singular value; needs --hgm_conv1=free and a pre-trained r).",
+        choices=NOISE_MIXTURES)
+    test_accuracy: str = options.field(
+        "noise_free", "Test accuracy the run reports (per epoch and in metrics.json): "
+        "noise_free (the network without robustness noise) or fixed_training_noise (the "
+        "code release: the fixed training draw added at conv1, dropout off; needs "
+        "--hgm_train_noise=fixed_once). The saved model is the same either way.",
+        choices=TEST_ACCURACY)
+    pretrain_step: str = options.field(
+        "noise_free_adam", "Pre-training for r: noise_free_adam (--hgm_pretrain_epochs of "
+        "Adam 1e-3 without any noise) or batch_mean (the code release: the run's batch-mean "
+        "step, per-kernel clipping to --hgm_l2_clip, Gaussian gradient noise, --optimizer at "
+        "--learning_rate, dropout on, no robustness noise; secure_sgd with "
+        "--hgm_clipping=batch_mean).", choices=PRETRAIN_STEPS)
+    pretrain_steps: int = options.field(
+        0, "Steps of --hgm_pretrain_step=batch_mean (the code release: 4000); 0: "
+        "--hgm_pretrain_epochs epochs.", check=options.at_least(0))
+    r_score: str = options.field(
+        "abs_gradient", "Score behind r: abs_gradient (HGM Eq. 7, mean |d loss / d h_k|^beta "
+        "at conv1's pre-activation) or abs_mean_sign (the code release: |mean sign(d loss / "
+        "d h_k)| at conv1's post-ReLU output, over --hgm_pretrain_examples examples). With "
+        "--hgm_r_floor=0 and --hgm_r_mix=0 its zero entries are kept (only with "
+        "--hgm_noise_mixture=egm_hgm_half).", choices=R_SCORES)
+    max_steps: int = options.field(
+        0, "Stop after this many training steps (0: no cap; the code release's step cap). "
+        "The ledger charges the steps that ran.", check=options.at_least(0))
     clipping: str = options.field(
         "per_example", "Secure-SGD privacy: per_example DP-SGD, or batch_mean (the code "
         "release: per-layer clipping of the batch-mean gradient; NOT DP, the ledger's sound "
@@ -118,11 +160,30 @@ class SecureSGDConfig(privatize.DPSGDSettings):
         "classical GM).", check=options.positive)
 
     def validate(self) -> None:
-        """The rules that join settings: --hgm_r_file goes with --hgm_r_source=file."""
+        """The rules that join settings: --hgm_r_file goes with --hgm_r_source=file; the
+        code release's options that need one another."""
         if self.r_source == "file" and not self.r_file:
             raise ValueError("--hgm_r_file: required with --hgm_r_source=file")
         if self.r_file and self.r_source != "file":
             raise ValueError("--hgm_r_file: only used with --hgm_r_source=file")
+        if self.test_accuracy == "fixed_training_noise" and self.train_noise != "fixed_once":
+            raise ValueError("--hgm_test_accuracy: fixed_training_noise needs "
+                             "--hgm_train_noise=fixed_once (there is no fixed draw otherwise)")
+        if self.noise_mixture == "egm_hgm_half" and self.conv1 != "free":
+            raise ValueError("--hgm_noise_mixture: egm_hgm_half takes its Delta from the raw "
+                             "pre-trained conv1 kernel; it needs --hgm_conv1=free")
+        if self.pretrain_step == "batch_mean" and self.clipping != "batch_mean":
+            raise ValueError("--hgm_pretrain_step: batch_mean runs the batch-mean step; it needs "
+                             "--hgm_clipping=batch_mean")
+        if self.pretrain_steps and self.pretrain_step != "batch_mean":
+            raise ValueError("--hgm_pretrain_steps: only with --hgm_pretrain_step=batch_mean "
+                             "(the Adam pre-training runs --hgm_pretrain_epochs)")
+        keeps_zeros = (self.r_score == "abs_mean_sign" and self.r_floor == 0.0
+                       and self.r_mix == 0.0)
+        if keeps_zeros and self.noise_mixture != "egm_hgm_half":
+            raise ValueError("--hgm_r_floor: 0 with --hgm_r_score=abs_mean_sign and "
+                             "--hgm_r_mix=0 leaves zero entries in r, which only "
+                             "--hgm_noise_mixture=egm_hgm_half can use")
 
 
 OPTIONS = SecureSGDConfig.OPTIONS  # the hgm_* flags (tfdp-train defines them from this)
@@ -159,6 +220,7 @@ class _RobustnessNoise:
         self.h1_shape: Optional[tuple] = None
         self._steps_per_epoch = 1
         self._noise_std: Optional[np.ndarray] = None
+        self._release_delta: Optional[float] = None  # --hgm_noise_mixture=egm_hgm_half
 
     @property
     def eps_r(self) -> float:
@@ -194,6 +256,24 @@ class _RobustnessNoise:
         if settings.noise_ramp_epochs and not self.nonprivate:
             raise ValueError("--hgm_noise_ramp_epochs: a number >= 0, only for pixeldp and "
                              f"hgm_pixeldp, got {settings.noise_ramp_epochs!r}")
+        if settings.noise_mixture != "hgm" and (
+                self.mechanism != "hgm"
+                or self.r_source not in ("nonprivate_pretrain", "public_split")):
+            raise ValueError(f"--hgm_noise_mixture: {settings.noise_mixture} needs the HGM "
+                             "mechanism and r from a pre-training (--hgm_r_source="
+                             f"nonprivate_pretrain or public_split), got {self.name} with "
+                             f"r_source {self.r_source!r}")
+        if settings.pretrain_step == "batch_mean" and self.nonprivate:
+            raise ValueError(f"--hgm_pretrain_step: batch_mean runs Secure-SGD's batch-mean "
+                             f"step; {self.name} has none")
+        unsound = [f"--hgm_{name}={getattr(settings, name)}"
+                   for name, paper in (("conv1", "normalised"), ("noise_mixture", "hgm"))
+                   if getattr(settings, name) != paper]
+        if unsound and not self.config.options.get("allow_unsound_certificates"):
+            raise ValueError(f"--allow_unsound_certificates: {', '.join(unsound)} leaves "
+                             "conv1's sensitivity unbounded, so its certificates are not "
+                             "sound; pass --allow_unsound_certificates to reproduce the code "
+                             "release (they are reported as claimed)")
         low, high = self.config.value_range
         if settings.construction_bound >= high - low:
             raise ValueError(f"--hgm_construction_bound: {settings.construction_bound} is not "
@@ -245,6 +325,21 @@ class _RobustnessNoise:
         """The ledger entry of r's source: r from private data without noise is unbounded."""
         if self.r_source != "nonprivate_pretrain":
             return  # uniform, a file, or a public split: independent of the private records
+        if self.settings.pretrain_step == "batch_mean":
+            # HGM code release: the pre-training runs the (not DP) batch-mean step, and r and
+            # the noise scale come from noise-free gradients and the pre-trained kernel.
+            ledger.add(
+                R_PRETRAIN_ENTRY, mechanism="none (batch-mean pre-training, not DP)",
+                epsilon=math.inf, claimed_epsilon=0.0, protects="training records",
+                covers="setup", relation="add_remove",
+                note=("--hgm_r_source=nonprivate_pretrain --hgm_pretrain_step=batch_mean (HGM "
+                      "code release): the model behind r is pre-trained on the private data "
+                      "with the batch-mean step, whose influence per record is not bounded, "
+                      "and r (and with --hgm_noise_mixture=egm_hgm_half the noise scale) is "
+                      "computed from its noise-free gradients and kernel; they set the noise "
+                      "inside the released model, so no finite epsilon covers the run (the "
+                      "release does not account for it: claimed 0)."))
+            return
         ledger.add(
             R_PRETRAIN_ENTRY, mechanism="none (noise-free pre-training)", epsilon=math.inf,
             claimed_epsilon=0.0, protects="training records", covers="setup",
@@ -282,15 +377,25 @@ class _RobustnessNoise:
         def build():
             return hgm_models.build_model(self.settings.model, input_shape, num_classes, sigma=0.0,
                                           sensitivity_mode=self.settings.sensitivity_mode,
-                                          target=self.settings.sensitivity_target, seed=0, noise_free=True)
+                                          target=self.settings.sensitivity_target, seed=0, noise_free=True,
+                                          conv1=self.settings.conv1)
 
         result = redistribution.pretrain_redistribution(
             build, hgm_models.H1_LAYER, hgm_models.NOISE_LAYER, x_train, y_train,
             epochs=self.settings.pretrain_epochs, batch_size=self.config.batch_size, beta=self.settings.beta,
             mix=self.settings.r_mix, floor=self.settings.r_floor, num_score_examples=self.settings.pretrain_examples,
-            rng=rng)
+            rng=rng, **self._release_pretrain_args(x_train, y_train))
         self.r = result.r.reshape(self.h1_shape)
+        if self.settings.noise_mixture == "egm_hgm_half":
+            # Private state (checkpointed, never in config.json): it sets the noise scale.
+            self._release_delta = release.pretrained_delta(result.kernel, self.r)
         stats = dict(result.stats)
+        if self.settings.pretrain_step == "batch_mean":
+            stats.pop("pretrain_epochs", None)
+            stats.update(pretrain_step="batch_mean", pretrain_steps=self._pretrain_steps(
+                len(x_train)))
+        if self.settings.r_score != "abs_gradient":
+            stats.update(score=self.settings.r_score)
         accuracy = stats.pop("pretrain_train_accuracy", None)
         if self.r_source == "public_split":
             # Computed on the public split only: not a statistic of the private data.
@@ -299,14 +404,40 @@ class _RobustnessNoise:
         # training data; it is not recorded anywhere (DESIGN principle 8).
         self.r_stats = stats
 
+    def _pretrain_steps(self, num_records: int) -> int:
+        """Steps of the batch-mean pre-training: --hgm_pretrain_steps, else whole epochs."""
+        return self.settings.pretrain_steps or (
+            self.settings.pretrain_epochs * max(1, num_records // self.config.batch_size))
+
+    def _release_pretrain_args(self, x_train: np.ndarray, y_train: np.ndarray) -> dict:
+        """`pretrain_redistribution`'s hooks for the code release's options (none by default)."""
+        settings, args = self.settings, {}
+        if settings.pretrain_step == "batch_mean":
+            def pretrain(model, rng):
+                release.pretrain_batch_mean(
+                    model, x_train, y_train, steps=self._pretrain_steps(len(x_train)),
+                    batch_size=self.config.batch_size, l2_clip=settings.l2_clip,
+                    noise_multiplier=self.noise_multiplier, optimizer=self.make_optimizer(),
+                    rng=rng)
+            args["pretrain_fn"] = pretrain
+        if settings.r_score == "abs_mean_sign":
+            args["score_fn"] = release.abs_mean_sign_scores
+            args["allow_zero"] = settings.noise_mixture == "egm_hgm_half"
+        return args
+
     def _robust_state(self) -> dict:
-        return {"r": np.asarray(self.r, np.float64), "h1_shape": np.asarray(self.h1_shape),
-                "steps_per_epoch": np.int64(self._steps_per_epoch)}
+        state = {"r": np.asarray(self.r, np.float64), "h1_shape": np.asarray(self.h1_shape),
+                 "steps_per_epoch": np.int64(self._steps_per_epoch)}
+        if self._release_delta is not None:
+            state["release_delta"] = np.float64(self._release_delta)
+        return state
 
     def _restore_robust(self, state) -> None:
         self.r = np.asarray(state["r"], np.float64)
         self.h1_shape = tuple(int(d) for d in state["h1_shape"])
         self._steps_per_epoch = int(state["steps_per_epoch"])
+        if "release_delta" in state:
+            self._release_delta = float(state["release_delta"])
 
     # ------------------------------------------------------------------ model
 
@@ -318,16 +449,54 @@ class _RobustnessNoise:
         words = np.random.SeedSequence([int(seed), 11]).generate_state(2, np.uint64)
         return (int(words[0]) << 64) | int(words[1])  # a 128-bit layer key
 
+    def noise_layer_scale(self) -> tuple[float, Optional[np.ndarray]]:
+        """(sigma, r) of the robustness noise layer: HGM's, or the code release's mixture
+        (`release.mixture_stddevs`) written as an HGM layer's sigma and r."""
+        r = None if self.r_source == "uniform" else self.r
+        if self.settings.noise_mixture == "hgm":
+            return self.robustness_sigma(), r
+        if self._release_delta is None or self.r is None:
+            raise RuntimeError("noise_layer_scale: --hgm_noise_mixture=egm_hgm_half needs setup "
+                               "(the pre-trained r and Delta) first")
+        std = release.mixture_stddevs(self.robustness_multiplier(), self._release_delta,
+                                      np.asarray(self.r).reshape(self.h1_shape),
+                                      self.settings.construction_bound)
+        return release.layer_scale(std)
+
     def _build_robust(self, input_shape, num_classes):
         r = None if self.r_source == "uniform" else self.r
+        sigma, noise_r = self.noise_layer_scale()
         model = hgm_models.build_model(
-            self.settings.model, input_shape, num_classes, sigma=self.robustness_sigma(), r=r,
+            self.settings.model, input_shape, num_classes, sigma=sigma,
+            r=r if self.settings.conv1 == "normalised" else None, noise_r=noise_r,
             noise_mode="once" if self.settings.train_noise == "fixed_once" else "per_example",
             sensitivity_mode=self.settings.sensitivity_mode, target=self.settings.sensitivity_target,
-            seed=self._noise_seed())
+            seed=self._noise_seed(), conv1=self.settings.conv1)
         model(tf.zeros((1,) + tuple(input_shape)), training=False)
         self._noise_std = model.get_layer(hgm_models.NOISE_LAYER).noise_scale.astype(np.float32)
         return model
+
+    def accuracy_model(self, model):
+        """What the run's test accuracy scores: the model (noise-free at inference), or with
+        --hgm_test_accuracy=fixed_training_noise the network with the fixed training draw
+        added at conv1 and dropout off (the code release's benign accuracy)."""
+        if self.settings.test_accuracy == "noise_free":
+            return model
+        fixed = model.get_layer(hgm_models.NOISE_LAYER).fixed_noise
+
+        def with_training_noise(x, training=False):
+            del training  # always inference mode (dropout off), as the release evaluates
+            return hgm_models.forward_with_noise(model, x, tf.convert_to_tensor(fixed),
+                                                 training=False)
+        return with_training_noise
+
+    def max_steps(self):
+        """The method's own step plan, capped at --hgm_max_steps when it is set."""
+        steps = super().max_steps()
+        cap = self.settings.max_steps
+        if not cap:
+            return steps
+        return cap if steps is None else min(int(steps), cap)
 
     def draw_gamma(self, ctx, model, batch: tf.Tensor) -> tf.Tensor:
         """This step's robustness noise gamma for `batch` examples (inside a training step).
@@ -349,7 +518,11 @@ class _RobustnessNoise:
 
     def certification_config(self) -> dict:
         mech = {"hgm": "hgm", "agm": "agm", "gm": "pixeldp_gaussian"}[self.mechanism]
-        sound = self.settings.sensitivity_mode in redistribution.SOUND_SENSITIVITY_MODES
+        release_options = {name: getattr(self.settings, name) for name, paper in (
+            ("conv1", "normalised"), ("noise_mixture", "hgm"),
+            ("test_accuracy", "noise_free")) if getattr(self.settings, name) != paper}
+        sound = (self.settings.sensitivity_mode in redistribution.SOUND_SENSITIVITY_MODES
+                 and "conv1" not in release_options and "noise_mixture" not in release_options)
         k = None if self.h1_shape is None else int(np.prod(self.h1_shape))
         cert = {
             "mechanism": mech, "construction_bound": self.settings.construction_bound, "epsilon": self.eps_r,
@@ -372,6 +545,17 @@ class _RobustnessNoise:
         }
         if self.settings.eps_cap is not None:
             cert["eps_cap"] = self.settings.eps_cap
+        if release_options:
+            # The code release's options (docs/reproduce.md); absent at the paper's defaults.
+            cert["release_options"] = release_options
+            if "conv1" in release_options or "noise_mixture" in release_options:
+                cert["note"] = (
+                    "The code release's options " + ", ".join(
+                        f"--hgm_{k}={v}" for k, v in release_options.items())
+                    + ": conv1 is trained freely, so no Delta_f bound holds and the noise "
+                    "is not calibrated to one (sigma here is the HGM value for Delta_f = "
+                    "sensitivity). These certificates are as published, not formally "
+                    "certified.")
         return cert
 
 
@@ -467,8 +651,7 @@ class SecureSGD(_RobustnessNoise, DPSGD):
         variables = model.trainable_variables
         loss, logits, grads = self._noisy_mean_loss_gradients(model, x, y, gamma,
                                                               global_batch_size)
-        grads = [tf.clip_by_norm(g, self.settings.l2_clip) if len(v.shape) > 1 else g
-                 for g, v in zip(grads, variables)]
+        grads = release.clip_kernels(grads, variables, self.settings.l2_clip)
         grads = privatize.add_gaussian_noise_once(
             ctx, grads, self.noise_multiplier * self.settings.l2_clip / float(global_batch_size))
         self.optimizer.apply_gradients(zip(grads, variables))

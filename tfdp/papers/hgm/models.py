@@ -16,6 +16,7 @@ the largest level the noise allows from the first step on.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any, Optional, Sequence
 
 import keras
@@ -23,10 +24,13 @@ import numpy as np
 import tensorflow as tf
 
 import layers as tfdp_layers
+from layers import noise as noise_layers
 from tfdp import checks, mechanisms
 from tfdp.papers.hgm import redistribution
 
-ARCHITECTURES = ("mnist", "cifar10", "small")
+ARCHITECTURES = ("mnist", "cifar10", "small", "release_mnist")
+# conv1 kept at Delta_f = Delta_target (tfdp, docs/hgm.md) or trained freely (the code release).
+CONV1_MODES = ("normalised", "free")
 H1_LAYER = "conv1"
 NOISE_LAYER = "robustness_noise"
 
@@ -95,7 +99,7 @@ class SensitivityBoundedConv2D(keras.layers.Conv2D):
 
 
 def _conv1_spec(arch: str) -> dict:
-    if arch == "mnist":  # HGM paper: conv 32 5x5; stride 1, SAME (code)
+    if arch in ("mnist", "release_mnist"):  # HGM paper: conv 32 5x5; stride 1, SAME (code)
         return {"filters": 32, "kernel_size": 5, "strides": 1}
     if arch == "cifar10":  # HGM paper: conv 128 3x3; stride 2, SAME (code)
         return {"filters": 128, "kernel_size": 3, "strides": 2}
@@ -116,14 +120,18 @@ def build_model(arch: str, input_shape: Sequence[int], num_classes: int, *, sigm
                 r: Any = None, noise_mode: str = "per_example",
                 sensitivity_mode: str = "layer_max", target: float = 1.0,
                 seed: Optional[int] = None, name: Optional[str] = None,
-                noise_free: bool = False) -> keras.Model:
+                noise_free: bool = False, conv1: str = "normalised",
+                noise_r: Any = None) -> keras.Model:
     """The HGM experiments' network with HGM robustness noise at conv1's pre-activation.
 
     Args:
         arch: "mnist" (paper: conv32 5x5 -> pool -> conv64 5x5 -> pool -> FC256 -> logits),
             "cifar10" (paper: conv128 3x3/2 -> conv128 5x5 -> conv256 5x5 -> avgpool ->
-            FC256 -> logits; no BatchNorm, as for DP-SGD) or "small" (conv8 5x5 -> pool ->
-            conv16 5x5 -> pool -> FC64 -> logits).
+            FC256 -> logits; no BatchNorm, as for DP-SGD), "small" (conv8 5x5 -> pool ->
+            conv16 5x5 -> pool -> FC64 -> logits) or "release_mnist" (the HGM code release's
+            MNIST network: conv32 5x5 -> maxpool 2 -> conv64 5x5 -> maxpool 2 -> FC25 ->
+            dropout 0.5 -> logits; SAME padding, ReLU, kernels from a normal of std 0.1
+            truncated at two std, biases 0.1).
         input_shape: (H, W, C).
         num_classes: number of logits.
         sigma: HGM noise multiplier sigma_r > 0 (0 only together with `noise_free`).
@@ -136,6 +144,11 @@ def build_model(arch: str, input_shape: Sequence[int], num_classes: int, *, sigm
         noise_free: build the noise-free twin (sigma 0), e.g. for the pre-training pass
             that computes the redistribution r; the noise layer refuses a zero scale
             otherwise.
+        conv1: "normalised" (conv1's effective kernel has Delta_f = target, followed by the
+            fixed gain sqrt(K) / target) or "free" (a plain convolution trained freely, no
+            gain: the code release; no sensitivity bound holds).
+        noise_r: the noise layer's redistribution when it differs from conv1's `r` (e.g.
+            the code release's noise mixture, `tfdp.papers.hgm.release`); None: `r`.
 
     Returns:
         An uncompiled keras.Model mapping inputs to logits.
@@ -148,19 +161,29 @@ def build_model(arch: str, input_shape: Sequence[int], num_classes: int, *, sigm
         raise ValueError(f"input_shape: expected (H, W, C), got {tuple(input_shape)!r}")
     if int(num_classes) < 2:
         raise ValueError(f"num_classes: expected >= 2, got {num_classes!r}")
+    if conv1 not in CONV1_MODES:
+        raise ValueError(f"conv1: expected one of {CONV1_MODES}, got {conv1!r}")
     inputs = keras.Input(shape=tuple(int(d) for d in input_shape))
-    h = SensitivityBoundedConv2D(spec["filters"], spec["kernel_size"], strides=spec["strides"],
-                                 padding="same", r=r, sensitivity_mode=sensitivity_mode,
-                                 target=target, name=H1_LAYER)(inputs)
+    init = _release_initialisers() if arch == "release_mnist" else {}
+    conv_args = dict(strides=spec["strides"], padding="same", name=H1_LAYER, **init)
+    if conv1 == "free":  # HGM code release: conv1 is never normalised
+        h = keras.layers.Conv2D(spec["filters"], spec["kernel_size"], **conv_args)(inputs)
+    else:
+        h = SensitivityBoundedConv2D(spec["filters"], spec["kernel_size"], r=r,
+                                     sensitivity_mode=sensitivity_mode, target=target,
+                                     **conv_args)(inputs)
     h = tfdp_layers.HeterogeneousGaussianNoise(
-        sigma, r, noise_mode=noise_mode, seed=seed, inference_fixed_noise=False,
-        allow_zero=bool(noise_free), name=NOISE_LAYER)(h)
-    # Fixed gain sqrt(K) / Delta_target after the noise (post-processing, so it changes
-    # neither the certificate nor the privacy): conv1's units move by at most about
-    # Delta_target / sqrt(K), and this brings them back to order one for the layers above.
-    k = int(np.prod(h.shape[1:]))
-    h = keras.layers.Rescaling(float(np.sqrt(k) / target), name="post_noise_scale")(h)
+        sigma, r if noise_r is None else noise_r, noise_mode=noise_mode, seed=seed,
+        inference_fixed_noise=False, allow_zero=bool(noise_free), name=NOISE_LAYER)(h)
+    if conv1 == "normalised":
+        # Fixed gain sqrt(K) / Delta_target after the noise (post-processing, so it changes
+        # neither the certificate nor the privacy): conv1's units move by at most about
+        # Delta_target / sqrt(K), and this brings them back to order one for the layers above.
+        k = int(np.prod(h.shape[1:]))
+        h = keras.layers.Rescaling(float(np.sqrt(k) / target), name="post_noise_scale")(h)
     h = keras.layers.ReLU(name="relu1")(h)
+    if arch == "release_mnist":
+        return _release_head(h, inputs, int(num_classes), init, name, seed)
     if arch == "cifar10":
         h = keras.layers.Conv2D(128, 5, padding="same", activation="relu", name="conv2")(h)
         h = keras.layers.Conv2D(256, 5, padding="same", activation="relu", name="conv3")(h)
@@ -177,6 +200,81 @@ def build_model(arch: str, input_shape: Sequence[int], num_classes: int, *, sigm
     h = keras.layers.Dense(dense, activation="relu", name="fc")(h)
     logits = keras.layers.Dense(int(num_classes), name="logits")(h)
     return keras.Model(inputs, logits, name=name or f"hgm_{arch}")
+
+
+@keras.saving.register_keras_serializable(package="tfdp")
+class CountedDropout(keras.layers.Layer):
+    """Dropout whose masks are keyed by a seed and a checkpointed draw counter.
+
+    Keras' Dropout keeps its random state outside the training checkpoint, so a resumed run
+    would draw other masks; here step t's mask is a stateless draw from (seed, t), like the
+    noise layers' draws, and a resume replays the same masks (exact resume).
+
+    Args:
+        rate: fraction of units dropped in training, in [0, 1).
+        seed: key of the masks (< 2^128); None: 128 bits of OS entropy. Withheld from saved
+            models (`tfdp.rundir.save_model`).
+        **kwargs: keras.layers.Layer arguments.
+
+    Raises:
+        ValueError: on a rate outside [0, 1).
+    """
+
+    _TAG = 9173  # this layer's stream of the key (layers.noise.root_seed)
+
+    def __init__(self, rate: float, seed: Optional[int] = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not 0.0 <= float(rate) < 1.0:
+            raise ValueError(f"rate: expected a number in [0, 1), got {rate!r}")
+        self.rate = float(rate)
+        self.seed = seed
+        self._key = seed if seed is not None else secrets.randbits(128)
+
+    def build(self, input_shape: Any) -> None:
+        self.draw_counter = self.add_weight(
+            shape=(), initializer="zeros", dtype="int64", trainable=False,
+            aggregation="only_first_replica", name="draw_counter")
+        super().build(input_shape)
+
+    def call(self, inputs: Any, training: Optional[bool] = None) -> Any:
+        if not training or self.rate == 0.0:
+            return inputs
+        seed = tf.random.experimental.stateless_fold_in(
+            noise_layers.root_seed(self._key, self._TAG), self.draw_counter.value)
+        ctx = tf.distribute.get_replica_context()
+        if ctx is not None and ctx.num_replicas_in_sync > 1:
+            seed = tf.random.experimental.stateless_fold_in(
+                seed, tf.cast(ctx.replica_id_in_sync_group, tf.int64))
+        self.draw_counter.assign_add(1)
+        keep = tf.random.stateless_uniform(tf.shape(inputs), seed) >= self.rate
+        return tf.where(keep, inputs / (1.0 - self.rate), tf.zeros_like(inputs))
+
+    def compute_output_shape(self, input_shape: Any) -> Any:
+        return input_shape
+
+    def get_config(self) -> dict:
+        config = super().get_config()
+        config.update({"rate": self.rate, "seed": self.seed})
+        return config
+
+
+def _release_initialisers() -> dict:
+    # HGM code release (MNIST): kernels ~ N(0, 0.1^2) truncated at two std, biases 0.1.
+    return {"kernel_initializer": keras.initializers.TruncatedNormal(stddev=0.1),
+            "bias_initializer": keras.initializers.Constant(0.1)}
+
+
+def _release_head(h: Any, inputs: Any, num_classes: int, init: dict,
+                  name: Optional[str], seed: Optional[int]) -> keras.Model:
+    """The code release's layers after conv1's ReLU: pool, conv64, pool, FC25, dropout, FC."""
+    h = keras.layers.MaxPooling2D(2, padding="same", name="pool1")(h)
+    h = keras.layers.Conv2D(64, 5, padding="same", activation="relu", name="conv2", **init)(h)
+    h = keras.layers.MaxPooling2D(2, padding="same", name="pool2")(h)
+    h = keras.layers.Flatten(name="flatten")(h)
+    h = keras.layers.Dense(25, activation="relu", name="fc", **init)(h)
+    h = CountedDropout(0.5, seed=seed, name="dropout")(h)  # keep probability 0.5 in training
+    logits = keras.layers.Dense(num_classes, name="logits", **init)(h)
+    return keras.Model(inputs, logits, name=name or "hgm_release_mnist")
 
 
 def split_layers(model: keras.Model) -> tuple[Any, Any, list]:

@@ -256,11 +256,14 @@ class RedistributionResult:
         r: float64 array of the noised layer's feature shape, > 0, summing to 1.
         source: one of R_SOURCES.
         stats: numbers to record with the run (pre-training accuracy, min/max of r, ...).
+        kernel: the pre-trained first layer's kernel (private: never recorded in a public
+            file), for the code release's sensitivity (`tfdp.papers.hgm.release`).
     """
 
     r: np.ndarray
     source: str
     stats: dict
+    kernel: Optional[np.ndarray] = None
 
 
 def pretrain_redistribution(build_fn: Callable[[], Any], h1_layer: str, noise_layer: str,
@@ -268,8 +271,12 @@ def pretrain_redistribution(build_fn: Callable[[], Any], h1_layer: str, noise_la
                             batch_size: int = 128, learning_rate: float = 1e-3,
                             beta: float = 1.0, mix: float = 0.0, floor: float = 0.01,
                             num_score_examples: int = 5000,
-                            rng: Optional[np.random.Generator] = None
-                            ) -> RedistributionResult:
+                            rng: Optional[np.random.Generator] = None,
+                            pretrain_fn: Optional[Callable[[Any, np.random.Generator], None]]
+                            = None,
+                            score_fn: Optional[Callable[[Any, np.ndarray, np.ndarray],
+                                                        np.ndarray]] = None,
+                            allow_zero: bool = False) -> RedistributionResult:
     """Pre-trains a noise-free model, then computes r from its loss gradients (HGM Eq. 7).
 
     The pre-trained model is thrown away afterwards: Secure-SGD re-initialises and trains
@@ -289,6 +296,12 @@ def pretrain_redistribution(build_fn: Callable[[], Any], h1_layer: str, noise_la
         floor: relative floor (r_k >= floor / K before renormalisation).
         num_score_examples: random examples used for s (all if fewer).
         rng: numpy generator for shuffling and the score subset.
+        pretrain_fn: `f(model, rng)` training the model in place instead of the Adam epochs
+            (e.g. the code release's batch-mean step, `tfdp.papers.hgm.release`).
+        score_fn: `f(model, x, y) -> scores` instead of Eq. 7's mean |gradient|^beta (e.g.
+            `release.abs_mean_sign_scores`).
+        allow_zero: with floor 0 and mix 0, keep zero entries of r (only for a noise that
+            does not divide by r; r then sums to 1 with entries >= 0).
 
     Returns:
         A RedistributionResult.
@@ -313,11 +326,14 @@ def pretrain_redistribution(build_fn: Callable[[], Any], h1_layer: str, noise_la
         return loss
 
     n = len(x)
-    for _ in range(int(epochs)):
-        order = rng.permutation(n)
-        for start in range(0, n - batch_size + 1, batch_size):
-            idx = order[start:start + batch_size]
-            step(tf.constant(x[idx]), tf.constant(np.asarray(y[idx], np.int64)))
+    if pretrain_fn is not None:
+        pretrain_fn(model, rng)
+    else:
+        for _ in range(int(epochs)):
+            order = rng.permutation(n)
+            for start in range(0, n - batch_size + 1, batch_size):
+                idx = order[start:start + batch_size]
+                step(tf.constant(x[idx]), tf.constant(np.asarray(y[idx], np.int64)))
     pred = np.argmax(model.predict(x[:2000], verbose=0), axis=-1)
     train_acc = float(np.mean(pred == np.asarray(y[:2000])))
 
@@ -340,14 +356,23 @@ def pretrain_redistribution(build_fn: Callable[[], Any], h1_layer: str, noise_la
         return h
 
     subset = np.sort(rng.permutation(n)[:min(int(num_score_examples), n)])
-    scores = gradient_scores(h1_fn, head_fn, x[subset], y[subset], beta=beta)
-    r = mechanisms.redistribution_from_scores(scores, floor=floor, mix=mix)
+    if score_fn is None:
+        scores = gradient_scores(h1_fn, head_fn, x[subset], y[subset], beta=beta)
+    else:
+        scores = np.asarray(score_fn(model, x[subset], y[subset]), np.float64)
+    if allow_zero and floor == 0.0 and mix == 0.0:
+        if not (np.all(np.isfinite(scores)) and np.all(scores >= 0) and scores.sum() > 0):
+            raise ValueError("scores: expected finite entries >= 0, not all zero")
+        r = scores / scores.sum()  # zero entries kept (allow_zero)
+    else:
+        r = mechanisms.redistribution_from_scores(scores, floor=floor, mix=mix)
     k = r.size
     stats = {"pretrain_epochs": int(epochs), "pretrain_train_accuracy": train_acc,
              "score_examples": int(len(subset)), "beta": float(beta), "mix": float(mix),
              "floor": float(floor), "r_min_times_K": float(r.min() * k),
              "r_max_times_K": float(r.max() * k)}
-    return RedistributionResult(r=r, source="nonprivate_pretrain", stats=stats)
+    kernel = np.asarray(model.get_layer(h1_layer).kernel.numpy(), np.float64)
+    return RedistributionResult(r=r, source="nonprivate_pretrain", stats=stats, kernel=kernel)
 
 
 def sensitivity_ratio_to_uniform(kernel: Any, r: Any, mode: str) -> float:
