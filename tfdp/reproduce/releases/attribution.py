@@ -177,14 +177,17 @@ def attribution_class(comp: Comparison, release: Sequence[float], tfdp: Sequence
     if test is None:
         return ("not attributed: the test needs at least 2 seeds on each side "
                 f"(release {len(release)}, tfdp {len(tfdp)})")
+    if test["p"] < ALPHA:
+        where = ("at identical settings" if comp.identical else
+                 "at these settings (not all identical: see Settings above)")
+        return (f"not attributed: release and tfdp differ {where} (p = "
+                f"{test['p']:.3g} < {ALPHA:g}); a difference between tfdp and the release "
+                "remains to be found (class *tfdp*, or a release departure tfdp has no "
+                "option for)")
     if not comp.identical:
         cls = attribution_class(dataclasses.replace(comp, identical=True), release, tfdp, test)
         return ("provisional, the settings are not all identical (see Settings above): "
                 + cls)
-    if test["p"] < ALPHA:
-        return (f"not attributed: release and tfdp differ at identical settings (p = "
-                f"{test['p']:.3g} < {ALPHA:g}); a difference between tfdp and the release "
-                "remains to be found (class *tfdp* or an unlisted release departure)")
     if comp.published is None:
         return ("release and tfdp agree at this budget, but the paper publishes no value to "
                 "measure the scale gap against")
