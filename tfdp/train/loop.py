@@ -271,17 +271,7 @@ class Run(RunState):
             self._flush_pending()
             self._charge_epoch(seg, n_steps, num_train)
             reporter.start_epoch(epoch, cfg.epochs, n_steps)
-            sums: dict[str, float] = {}
-            done = 0
-            for batch in dataset:
-                if done >= n_steps:
-                    break
-                metrics = self.run_step(step_fn, batch)
-                done += 1
-                for k, v in metrics.items():
-                    sums[k] = sums.get(k, 0.0) + v
-                reporter.step(done, sums)
-            epoch_means = {k: v / max(done, 1) for k, v in sums.items()}
+            epoch_means = self._run_steps(step_fn, dataset, n_steps, reporter)
             if max_steps is not None and int(self.step_var.numpy()) >= max_steps:
                 stopped = True
             if method.after_epoch(epoch, self.ledger):
@@ -296,11 +286,7 @@ class Run(RunState):
             if self.chief:
                 self.ledger.save(self.rd.file(rundir.LEDGER_FILE))
             if last or halt or (epoch + 1) % self.checkpoint_every == 0:
-                self.ledger_state_var.assign(json.dumps(self.ledger.to_dict(), sort_keys=True))
-                if self._config_record is not None:
-                    self.config_state_var.assign(integrity.config_record(self._config_record))
-                self.manager.save(checkpoint_number=epoch + 1)
-                self._save_progress(segments, segment, epoch_means)
+                self._checkpoint(epoch, segments, segment, epoch_means)
             if halt:
                 interrupted = True
                 break
@@ -312,6 +298,30 @@ class Run(RunState):
             return RunResult(self.rd.path, {}, self.ledger.to_dict(), True, self.model,
                              epochs_completed, steps)
         return self._finish(reporter, segments, segment, epoch_means, stopped)
+
+    def _run_steps(self, step_fn: Callable, dataset: Any, n_steps: int,
+                   reporter: report.Reporter) -> dict[str, float]:
+        """Runs the epoch's first `n_steps` batches; returns the mean of each metric."""
+        sums: dict[str, float] = {}
+        done = 0
+        for batch in dataset:
+            if done >= n_steps:
+                break
+            metrics = self.run_step(step_fn, batch)
+            done += 1
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v
+            reporter.step(done, sums)
+        return {k: v / max(done, 1) for k, v in sums.items()}
+
+    def _checkpoint(self, epoch: int, segments: list, segment: dict, epoch_means: Mapping
+                    ) -> None:
+        """Saves the checkpoint of `epoch` with the ledger and configuration records."""
+        self.ledger_state_var.assign(json.dumps(self.ledger.to_dict(), sort_keys=True))
+        if self._config_record is not None:
+            self.config_state_var.assign(integrity.config_record(self._config_record))
+        self.manager.save(checkpoint_number=epoch + 1)
+        self._save_progress(segments, segment, epoch_means)
 
     def _step_cap(self) -> int | None:
         """The method's step cap, lifted when a resume asks for more epochs than planned.
@@ -442,19 +452,8 @@ def train(method: Method, data: Data, *, strategy: tf.distribute.Strategy | None
         method.config = dataclasses.replace(method.config, optimizer=optimizer)
     cfg = method.config
     strategy = strategy or tf.distribute.get_strategy()
-    checks.check_int(checkpoint_every, "checkpoint_every", minimum=1)
-    if stop_after_epochs is not None:
-        checks.check_int(stop_after_epochs, "stop_after_epochs", minimum=1)
-    checks.check_int(cfg.epochs, "epochs", minimum=1)
-    checks.check_int(cfg.batch_size, "batch_size", minimum=1)
-    checks.check_train_test_arrays(data.x_train, data.y_train, data.x_test, data.y_test,
-                                   data.input_shape)
-    if len(data.x_train) < cfg.batch_size:
-        raise ValueError(f"batch_size: {cfg.batch_size} is larger than the {len(data.x_train)} "
-                         "training examples")
+    _check_train_args(method, data, checkpoint_every, stop_after_epochs)
     chief = is_chief(strategy)
-    method.validate()
-    make_optimizer(cfg.optimizer, cfg.learning_rate)  # validates before any work
     lock = None
     if chief:
         check_run_dir(cfg.model_dir, resume=resume, overwrite=overwrite)
@@ -481,6 +480,28 @@ def train(method: Method, data: Data, *, strategy: tf.distribute.Strategy | None
     finally:
         if lock is not None:
             lock.release()
+
+
+def _check_train_args(method: Method, data: Data, checkpoint_every: int,
+                      stop_after_epochs: int | None) -> None:
+    """`train`'s checks before any work.
+
+    Raises:
+      ValueError: naming the argument, or whatever the method's `validate` rejects.
+    """
+    cfg = method.config
+    checks.check_int(checkpoint_every, "checkpoint_every", minimum=1)
+    if stop_after_epochs is not None:
+        checks.check_int(stop_after_epochs, "stop_after_epochs", minimum=1)
+    checks.check_int(cfg.epochs, "epochs", minimum=1)
+    checks.check_int(cfg.batch_size, "batch_size", minimum=1)
+    checks.check_train_test_arrays(data.x_train, data.y_train, data.x_test, data.y_test,
+                                   data.input_shape)
+    if len(data.x_train) < cfg.batch_size:
+        raise ValueError(f"batch_size: {cfg.batch_size} is larger than the {len(data.x_train)} "
+                         "training examples")
+    method.validate()
+    make_optimizer(cfg.optimizer, cfg.learning_rate)  # validates before any work
 
 
 def _last_stats(history: Mapping[str, Any]) -> dict:
