@@ -1,13 +1,13 @@
 """EvalOptions is the one declaration of tfdp-evaluate's flags (names, defaults, help, choices)."""
 
 import dataclasses
+import json
 import subprocess
 import sys
 
 from absl import flags
 
 from tfdp import certify, eval_options, evaluate, kernels, options
-from tfdp.apps import evaluate as evaluate_app
 from tfdp.apps import option_flags
 
 
@@ -17,16 +17,29 @@ def test_the_light_choices_are_the_libraries():
     assert eval_options.ATTACK_NORM_NAMES == tuple(evaluate.ATTACK_NORMS)
 
 
+# The app's flags, read in a fresh process (its absl flags would clash with other apps').
+_APP_FLAGS = """
+import json
+from tfdp.apps import evaluate as app
+print(json.dumps({n: [app.FLAGS[n].default, app.FLAGS[n].help] for n in app.OWN_FLAGS}))
+"""
+
+
 def test_every_flag_field_is_an_app_flag_with_the_field_default():
+    out = subprocess.run([sys.executable, "-c", _APP_FLAGS], capture_output=True, text=True,
+                         check=True).stdout
+    app_flags = json.loads(out.strip().splitlines()[-1])
     declared = options.flag_options(eval_options.EvalOptions)
     defaults = {f.name: f.default for f in dataclasses.fields(eval_options.EvalOptions)}
     assert [f for f, _ in declared][:3] == ["attacks", "attack_sizes", "size_range"]
     for field, option in declared:
-        flag = evaluate_app.FLAGS[option.name]
-        assert option.name in evaluate_app.OWN_FLAGS
+        default, help_text = app_flags[option.name]
         want = defaults[field]
-        assert flag.default == (list(want) if isinstance(want, tuple) else want), field
-        assert flag.help.endswith(option.help), field
+        assert default == (list(want) if isinstance(want, tuple) else want), field
+        assert help_text.endswith(option.help), field
+    # The app's own flags besides the options: the run or export to evaluate, the preset.
+    assert set(app_flags) - {o.name for _, o in declared} == {
+        "model_dir", "saved_model", "attack_preset", "verbose"}
     by_name = dict((o.name, (f, o)) for f, o in declared)
     assert by_name["attack_size_range"][0] == "size_range"
     assert by_name["bound"][1].enum_values == eval_options.BOUNDS
