@@ -12,8 +12,10 @@ flag. Benchmarks declare their options on an `OptionSet` directly (no absl invol
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import math
+import types
 import typing
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
@@ -202,7 +204,7 @@ def at_least(bound: int) -> Any:
 def _kind_of(annotation) -> tuple[str, Any]:
     """(OptionSet kind, element type for lists) of a field annotation."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) is typing.Union:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         if len(args) != 1:
             raise TypeError(f"unsupported option annotation {annotation!r}")
         return _kind_of(args[0])
@@ -214,7 +216,7 @@ def _kind_of(annotation) -> tuple[str, Any]:
         return "float", None
     if annotation is str:
         return "string", None
-    if typing.get_origin(annotation) is tuple and args:
+    if typing.get_origin(annotation) in (tuple, collections.abc.Sequence) and args:
         return "list", args[0]
     raise TypeError(f"unsupported option annotation {annotation!r}")
 
@@ -321,3 +323,56 @@ def declare(prefix: str) -> Any:
         cls.PREFIX = prefix
         return cls
     return wrap
+
+
+# ---------------------------------------------------------------------------------------------
+# Flags of a plain settings dataclass (e.g. `tfdp.eval_options.EvalOptions`): fields declared
+# with `flag` become command-line flags without a prefix, named as the field or as given.
+
+
+_FLAG_KEY = "tfdp_flag"
+
+
+def flag(default: Any, help: str, *, name: Optional[str] = None,
+         choices: Optional[Sequence[str]] = None) -> Any:
+    """A field of a settings dataclass that is also an app's command-line flag.
+
+    The dataclass stays an ordinary one (its own checks run where it is used); `flag_options`
+    derives the flags from its fields, so the flag list is never written twice.
+
+    Args:
+      default: the field's default (lists as tuples).
+      help: the flag's help text.
+      name: the flag's name when it is not the field's.
+      choices: for a `str` field, the allowed values (the flag is then an enum).
+
+    Returns:
+      A dataclasses.field carrying the declaration.
+    """
+    meta = {"help": help, "name": name, "choices": None if choices is None else tuple(choices)}
+    return dataclasses.field(default=default, metadata={_FLAG_KEY: meta})
+
+
+def flag_options(cls: type) -> tuple[tuple[str, Option], ...]:
+    """(field name, its flag's Option) of every `flag` field of dataclass `cls`, in order.
+
+    The kind comes from the field's annotation (float, int, bool, str or an enum with
+    `choices`, a tuple or Sequence for a comma-separated list; Optional allowed).
+
+    Raises:
+      TypeError: for an annotation no flag kind fits, or choices on a non-str field.
+    """
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        meta = f.metadata.get(_FLAG_KEY)
+        if meta is None:
+            continue
+        kind, _ = _kind_of(hints[f.name])
+        if meta["choices"] is not None:
+            if kind != "string":
+                raise TypeError(f"{cls.__name__}.{f.name}: choices need a str field")
+            kind = "enum"
+        out.append((f.name, Option(meta["name"] or f.name, kind, f.default, meta["help"],
+                                   meta["choices"])))
+    return tuple(out)

@@ -166,3 +166,20 @@ def test_bench_app_passes_its_flags_to_run(tmp_path):
         [sys.executable, "-m", "tfdp.apps.bench", "gpm", "--gpm_bench_backend=bogus"],
         cwd=_ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert bad.returncode != 0 and "gpm_bench_backend" in bad.stderr
+
+
+def test_flag_options_of_a_plain_dataclass():
+    import dataclasses as _dc
+    from typing import Optional as _Opt, Sequence as _Seq
+
+    @_dc.dataclass
+    class Plain:
+        names: _Seq[str] = options.flag(("a",), "names")
+        size: _Opt[float] = options.flag(None, "size", name="the_size")
+        mode: str = options.flag("x", "mode", choices=("x", "y"))
+        internal: int = 3
+
+    got = options.flag_options(Plain)
+    assert [(f, o.name, o.kind, o.default, o.enum_values) for f, o in got] == [
+        ("names", "names", "list", ("a",), None), ("size", "the_size", "float", None, None),
+        ("mode", "mode", "enum", "x", ("x", "y"))]

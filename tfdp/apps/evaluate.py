@@ -7,57 +7,20 @@ import sys
 
 from absl import app, flags, logging
 
-from tfdp import rundir
-from tfdp.apps import cli
+from tfdp import eval_options, options, rundir
+from tfdp.apps import cli, option_flags
 from tfdp.train import report
 
 FLAGS = flags.FLAGS
 _BEFORE = set(FLAGS)
+# (EvalOptions field, its flag) of every field declared as a flag.
+EVAL_FLAGS = options.flag_options(eval_options.EvalOptions)
 flags.DEFINE_string("model_dir", None, "Run directory written by tfdp-train.")
-flags.DEFINE_list("attacks", ["fgsm", "ifgsm", "mim", "madry"],
-                  "Attacks, comma-separated, from fgsm, ifgsm, mim, madry (empty: clean only).")
-flags.DEFINE_list("attack_sizes", ["0.1", "0.2"],
-                  "l_inf attack sizes, comma-separated, on --attack_size_range.")
-flags.DEFINE_list("attack_size_range", None,
-                  "low,high of the range the sizes refer to, e.g. 0,1 for sizes on [0,1] of a "
-                  "model trained on [-1,1] (a size doubles). Default: the data's own range.")
-flags.DEFINE_integer("nb_iter", 10, "Iterations of ifgsm, mim and madry (T_a).")
-flags.DEFINE_integer("eot_draws", 1, "> 1: attack the noisy model, averaging gradients over "
-                     "this many noise draws (expectation over transformation).")
-flags.DEFINE_bool("use_true_labels", False,
-                  "Craft against the true labels instead of the model's predictions.")
-flags.DEFINE_bool("certify", False, "Monte-Carlo prediction and certified accuracy.")
-flags.DEFINE_integer("num_draws", None, "Monte-Carlo draws per input (default: the run's "
-                     "certification config, else 1000).")
-flags.DEFINE_float("alpha", None, "Failure probability of the bounds, in (0, 1) (default "
-                   "0.05, i.e. 95% confidence).")
-flags.DEFINE_enum("bound", None, ["clopper_pearson", "hoeffding", "bernstein"],
-                  "Confidence bound (default: Clopper-Pearson on argmax counts).")
-flags.DEFINE_integer("num_examples", None, "Evaluate only the first N test examples (default: "
-                     "all; with --certify, the run's --num_test, at most 1000).")
-flags.DEFINE_integer("batch_size", 100, "Examples per batch.")
-flags.DEFINE_integer("draws_per_step", 256, "Monte-Carlo draws per forward pass.")
-flags.DEFINE_integer("seed", None, "Seed of the Madry random starts (unset: OS entropy).")
-flags.DEFINE_string("data_dir", None, "Data root (default: the run's data_dir).")
+# Every EvalOptions flag (attacks, sizes, certification, ...), from its one declaration.
+option_flags.define_flags([option for _, option in EVAL_FLAGS], __name__, FLAGS)
 flags.DEFINE_string("saved_model", None, "Evaluate this SavedModel written by tfdp-export "
                     "instead of a run directory; results go to --model_dir if given, else "
                     "to SAVED_MODEL-evaluation.")
-flags.DEFINE_enum("noise_kernel", "auto", ["auto", "portable", "fused"],
-                  "How the noise layers draw fresh noise (Monte-Carlo prediction, EOT "
-                  "attacks): 'portable' TensorFlow ops, the 'fused' compiled CPU op (built "
-                  "with g++ on first use), or 'auto': fused wherever it builds, else portable "
-                  "(evaluation.json records the kernel used and any fallback). The two draw "
-                  "the same noise to a few float32 ulps. Run directories only.")
-flags.DEFINE_enum("attack_norm", "inf", ["inf", "2"],
-                  "Norm of the attacks and attack sizes: inf (l_inf) or 2 (l2). With --certify "
-                  "it must be the certificate's norm (gaussian_smoothing: 2), except that an "
-                  "l2 certificate with inf reports l_inf radii = l2 radius / sqrt(d).")
-flags.DEFINE_bool("soundness_check", False,
-                  "With --certify: attack every clean-certified example at its certified "
-                  "radius (PGD with EOT gradients, the certificate's norm, from x, a random "
-                  "start and towards the runner-up class), test with fresh draws whether the "
-                  "smoothed prediction changed and report how many flipped, with a binomial "
-                  "p-value against alpha, and the same at 2 r (the check's power).")
 flags.DEFINE_enum("attack_preset", None, ["paper", "strong"],
                   "paper: step mu/T_a as the authors' code; strong: PGD step 2.5 mu/T_a, "
                   "5x --nb_iter, 5 random restarts (unset: as the other flags say).")
@@ -75,18 +38,13 @@ def _lib():
     return evaluate_lib
 
 
-def _options():
-    """The evaluation options from the flags (a tfdp.evaluate.EvalOptions)."""
-    return _lib().EvalOptions(
-        attacks=tuple(FLAGS.attacks), attack_sizes=tuple(FLAGS.attack_sizes),
-        size_range=tuple(FLAGS.attack_size_range) if FLAGS.attack_size_range else None,
-        nb_iter=FLAGS.nb_iter, eot_draws=FLAGS.eot_draws,
-        use_true_labels=FLAGS.use_true_labels, certify=FLAGS.certify,
-        num_draws=FLAGS.num_draws, alpha=FLAGS.alpha, bound=FLAGS.bound,
-        num_examples=FLAGS.num_examples, batch_size=FLAGS.batch_size,
-        draws_per_step=FLAGS.draws_per_step, seed=FLAGS.seed, data_dir=FLAGS.data_dir,
-        noise_kernel=FLAGS.noise_kernel, attack_norm=FLAGS.attack_norm,
-        soundness_check=FLAGS.soundness_check)
+def _options() -> eval_options.EvalOptions:
+    """The evaluation options from the flags (lists as tuples)."""
+    values = {}
+    for field, option in EVAL_FLAGS:
+        value = FLAGS[option.name].value
+        values[field] = tuple(value) if isinstance(value, list) else value
+    return eval_options.EvalOptions(**values)
 
 
 def check_model_dir(model_dir: str) -> str | None:

@@ -9,23 +9,24 @@ are the library's. Flags are registered under the declaring library module's nam
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Iterable
 
 from absl import flags
 
-from tfdp.options import OptionSet
+from tfdp.options import Option, OptionSet
 
 _DEFINE = {"float": flags.DEFINE_float, "integer": flags.DEFINE_integer,
            "bool": flags.DEFINE_bool, "string": flags.DEFINE_string,
            "list": flags.DEFINE_list}
 
 
-def define_flags(option_set: OptionSet, module_name: str,
+def define_flags(option_set: Iterable[Option], module_name: str,
                  flag_values: flags.FlagValues = flags.FLAGS) -> list[str]:
     """Defines one absl flag per option of `option_set` (skipping names already defined).
 
     Args:
-      option_set: the declarations.
+      option_set: the declarations (an OptionSet, or the options of
+        `tfdp.options.flag_options`).
       module_name: module the flags are registered under (the declaring library module).
       flag_values: the FlagValues to define them in.
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import importlib
 import importlib.util
@@ -17,11 +16,14 @@ if not any(a.startswith("--verbose=") and a[10:].strip() not in ("0", "1") for a
 from absl import app, flags, logging  # noqa: E402  (after the TF log level is set)
 
 from tfdp.apps import cli, option_flags, train_help  # noqa: E402
-from tfdp.train import registry  # noqa: E402
+# The resolved invocation and what it records and loads; the names stay importable from here.
+from tfdp.apps.train_spec import (SEED_NOTE, RunSpec, data_dir_source,  # noqa: E402,F401
+                                  data_options, flags_text, load_data, resolved_data_dir,
+                                  run_flags)
+from tfdp.train import registry, resume  # noqa: E402
 from tfdp import rundir
 from tfdp import data
 from tfdp.train import base
-from tfdp.data import sources
 
 DEFAULTS = {"epochs": 1, "batch_size": 128, "learning_rate": 1e-3, "optimizer": "sgd",
             "epsilon": None, "delta": 0.0, "value_range": (-1.0, 1.0)}
@@ -148,29 +150,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@dataclasses.dataclass
-class RunSpec:
-    """A validated tfdp-train invocation."""
-
-    config: Any  # tfdp.train.base.TrainConfig
-    method_cls: type
-    optimizer: str
-    strategy: str
-    resume: bool
-    num_train: int | None
-    overwrite: bool
-    cpu_replicas: int | None
-    num_test: int | None
-    checkpoint_every: int
-    stop_after_epochs: int | None
-    data_dir: str | None
-    download: bool
-    verbose: int
-    num_classes: int | None = None
-    noise_kernel: str = "portable"
-    noise_kernel_fallback: str | None = None
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -209,17 +188,6 @@ def stored_run_flags(model_dir: str) -> dict:
     return stored
 
 
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
-        try:
-            return [float(v) for v in a] == [float(v) for v in b]
-        except (TypeError, ValueError):
-            return list(a or []) == list(b or [])
-    if _is_number(a) and _is_number(b):
-        return float(a) == float(b)
-    return a == b
-
-
 def merge_resume(values: Mapping[str, Any], options: Mapping[str, Any],
                  present: set[str], method_cls) -> tuple[dict, dict]:
     """Values of a --resume: the run's own flags from config.json, checked against the given.
@@ -239,28 +207,16 @@ def merge_resume(values: Mapping[str, Any], options: Mapping[str, Any],
     stored = stored_run_flags(values["model_dir"])
     mutable = set(getattr(method_cls, "resume_mutable_flags", ("epochs",))) | set(
         RUN_CONTROL_FLAGS)
-    merged, merged_opts = dict(values), dict(options)
-    conflicts = []
-    for name, old in stored.items():
-        if name == "options":
-            continue
-        if name in present:
-            if name not in mutable and not _same(old, values.get(name)):
-                conflicts.append(f"--{name}: the run was started with {old!r}, the resume "
-                                 f"asks for {values.get(name)!r}")
-        elif name not in ("model_dir",) and name in RUN_FLAGS:
-            merged[name] = old
-    for name, old in stored["options"].items():
-        if name in present:
-            if name not in mutable and not _same(old, options.get(name)):
-                conflicts.append(f"--{name}: the run was started with {old!r}, the resume "
-                                 f"asks for {options.get(name)!r}")
-        else:
-            merged_opts[name] = old
+    stored_opts = stored.pop("options")
+    conflicts = (resume.flag_conflicts(stored, values, present, mutable)
+                 + resume.flag_conflicts(stored_opts, options, present, mutable))
     if conflicts:
-        raise ValueError("--resume: these flags change the run in " + str(values["model_dir"])
-                         + " (a resume reads the run's configuration from its config.json; "
-                         "start a new run to change them):\n  " + "\n  ".join(conflicts))
+        raise resume.conflict_error(values["model_dir"], conflicts)
+    merged = dict(values, **{name: old for name, old in stored.items()
+                             if name not in present and name != "model_dir"
+                             and name in RUN_FLAGS})
+    merged_opts = dict(options, **{name: old for name, old in stored_opts.items()
+                                   if name not in present})
     return merged, merged_opts
 
 
@@ -291,15 +247,7 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
     if present is None:  # library use: every value given is explicit
         present = {k for k, val in v.items() if val is not None} | set(options)
     if v.get("resume"):
-        if not v.get("model_dir"):
-            raise ValueError("--resume: needs --model_dir of the run to continue")
-        rundir.check_run_dir(v["model_dir"], resume=True, flag_prefix="--")
-        if "method" not in present:
-            v["method"] = stored_run_flags(v["model_dir"]).get("method")
-        if v.get("method") not in registry.METHODS:
-            raise ValueError(f"--method: unknown method {v.get('method')!r}")
-        v, options = merge_resume(v, options, set(present),
-                                  registry.get_method_class(v["method"]))
+        v, options = _resume_values(v, options, set(present))
     method = v.get("method") or "adlm"
     if method not in registry.METHODS:
         raise ValueError(f"--method: unknown method {method!r}; choose one of "
@@ -311,64 +259,24 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
     method_cls = registry.get_method_class(method)
     # lazy: loads scipy; importing tfdp.apps.train does not
     from tfdp.certify import smoothing  # pylint: disable=import-outside-toplevel
-    smoothing.check_smoothing_sigma(method, options.get("smoothing_sigma"))
+    # The common options (smoothing sigma, unsound certificates), read and checked once;
+    # then whether this method takes input smoothing.
+    common = base.CommonOptions.from_options(options)
+    smoothing.check_smoothing_sigma(method, common.smoothing_sigma)
     # lazy: loads scipy; importing tfdp.apps.train does not
     from tfdp.certify import registry as cert_registry  # pylint: disable=import-outside-toplevel
     cert_registry.check_unsound_allowed(options)
     defaults = dict(DEFAULTS)
     defaults.update(getattr(method_cls, "default_flags", {}) or {})
-
-    def pick(name):
-        return v[name] if v.get(name) is not None else defaults.get(name)
-
-    epochs, batch_size = pick("epochs"), pick("batch_size")
-    learning_rate, optimizer = pick("learning_rate"), pick("optimizer")
-    epsilon, delta = pick("epsilon"), pick("delta")
-    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"--{name}: expected an integer >= 1, got {value!r}")
-    if not _is_number(learning_rate) or learning_rate <= 0:
-        raise ValueError(f"--learning_rate: expected a positive number, got {learning_rate!r}")
-    if optimizer not in base.OPTIMIZERS:
-        raise ValueError(f"--optimizer: unknown optimizer {optimizer!r}; choose one of "
-                         f"{list(base.OPTIMIZERS)}")
-    if epsilon is not None and (not _is_number(epsilon) or epsilon <= 0):
-        raise ValueError(f"--epsilon: expected a finite number > 0, got {epsilon!r}")
-    if not _is_number(delta) or not 0.0 <= delta < 1.0:
-        raise ValueError(f"--delta: expected a number in [0, 1), got {delta!r}")
-    value_range = _parse_value_range(pick("value_range"))
+    epochs, batch_size, learning_rate, optimizer, epsilon, delta, value_range = (
+        _hyper_parameters(v, defaults))
     strategy = v.get("strategy") or "default"
     if strategy not in strategies.STRATEGIES:
         raise ValueError(f"--strategy: unknown strategy {strategy!r}; choose one of "
                          f"{list(strategies.STRATEGIES)}")
-    seed = v.get("seed")
-    if seed is not None and (not isinstance(seed, int) or seed < 0):
-        raise ValueError(f"--seed: expected a non-negative integer, got {seed!r}")
-    if strategy == "multi_worker" and seed is None:
-        raise ValueError("--seed: multi_worker training needs an explicit --seed so that every "
-                         "worker draws the same batches and noise")
-    for name in ("num_train", "num_test", "stop_after_epochs"):
-        value = v.get(name)
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise ValueError(f"--{name}: expected an integer >= 1, got {value!r}")
-    checkpoint_every = v.get("checkpoint_every")
-    checkpoint_every = 1 if checkpoint_every is None else checkpoint_every
-    if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
-        raise ValueError(f"--checkpoint_every: expected an integer >= 1, got "
-                         f"{checkpoint_every!r}")
+    seed, checkpoint_every, cpu_replicas, num_classes = _run_controls(v, strategy, dataset)
     resume = bool(v.get("resume"))
     overwrite = bool(v.get("overwrite"))
-    cpu_replicas = v.get("cpu_replicas")
-    if cpu_replicas is not None and (not isinstance(cpu_replicas, int) or cpu_replicas < 1):
-        raise ValueError(f"--cpu_replicas: expected an integer >= 1, got {cpu_replicas!r}")
-    num_classes = v.get("num_classes")
-    if num_classes is not None:
-        if not isinstance(num_classes, int) or not 1 <= num_classes <= 200:
-            raise ValueError(f"--num_classes: expected an integer in [1, 200], got "
-                             f"{num_classes!r}")
-        if dataset != "tiny_imagenet":
-            raise ValueError(f"--num_classes: only --dataset=tiny_imagenet takes a class "
-                             f"subset, got --dataset={dataset}")
     # builds the fused kernel now: a missing compiler fails here, before any work
     noise_kernel, kernel_fallback = kernels.resolve_noise_kernel(v.get("noise_kernel") or "auto")
     num_train = v.get("num_train")
@@ -400,101 +308,87 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
                    noise_kernel_fallback=kernel_fallback)
 
 
-def run_flags(spec: RunSpec) -> dict:
-    """The resolved generic flag values of a run (stored in config.json under "flags").
+def _resume_values(v: dict, options: dict, present: set[str]) -> tuple[dict, dict]:
+    """The values of a --resume: the run's own flags, checked against those given.
 
-    --seed is not among them: the seed regenerates the run's privacy noise, so it is kept
-    only in the checkpoint (a resume checks a given --seed against it).
+    Raises:
+      ValueError: naming the flag, without --model_dir or a checkpoint, for an unknown
+        method, or a flag that changes the run (`merge_resume`).
     """
-    cfg = spec.config
-    return {
-        "method": cfg.method, "dataset": cfg.dataset, "data_dir": spec.data_dir,
-        "epochs": cfg.epochs, "batch_size": cfg.batch_size,
-        "learning_rate": cfg.learning_rate, "optimizer": spec.optimizer,
-        "epsilon": cfg.epsilon, "delta": cfg.delta,
-        "value_range": [float(b) for b in cfg.value_range],
-        "strategy": spec.strategy, "num_train": spec.num_train, "num_test": spec.num_test,
-        "checkpoint_every": spec.checkpoint_every, "cpu_replicas": spec.cpu_replicas,
-        "num_classes": spec.num_classes, "noise_kernel": spec.noise_kernel,
-    }
+    if not v.get("model_dir"):
+        raise ValueError("--resume: needs --model_dir of the run to continue")
+    rundir.check_run_dir(v["model_dir"], resume=True, flag_prefix="--")
+    if "method" not in present:
+        v["method"] = stored_run_flags(v["model_dir"]).get("method")
+    if v.get("method") not in registry.METHODS:
+        raise ValueError(f"--method: unknown method {v.get('method')!r}")
+    return merge_resume(v, options, set(present), registry.get_method_class(v["method"]))
 
 
-# flags.txt's second header line: --seed is left out by design (issue 40).
-SEED_NOTE = ("# --seed is left out by design: a seed regenerates the run's privacy noise, so it "
-             "is kept only in the checkpoint; a re-run draws fresh noise from OS entropy "
-             "unless you add --seed=S yourself (same hyper-parameters, not the same numbers)")
+def _hyper_parameters(v: Mapping[str, Any], defaults: Mapping[str, Any]) -> tuple:
+    """(epochs, batch_size, learning_rate, optimizer, epsilon, delta, value_range), each
+    the flag's value or the method's default, checked.
 
-
-def flags_text(spec: RunSpec) -> str:
-    """flags.txt: `--name=value` lines that re-create the run with --flagfile.
-
-    The run directory is not among them: a copied run directory must never point back at
-    the original, so --model_dir is always given on the command line. Nor is --seed (its
-    header says so, `SEED_NOTE`): the seed regenerates the run's privacy noise.
+    Raises:
+      ValueError: naming the flag.
     """
-    values = run_flags(spec)
-    values["value_range"] = ",".join(repr(float(b)) for b in spec.config.value_range)
-    lines = ["# re-run with --flagfile=flags.txt --model_dir=<new directory>; continue this "
-             "run with --resume --model_dir=<this directory>",
-             SEED_NOTE]
-    lines += [f"--{k}={_flag_str(val)}" for k, val in values.items() if val is not None]
-    lines += [f"--{k}={_flag_str(val)}" for k, val in sorted(spec.config.options.items())
-              if val is not None]
-    return "\n".join(lines) + "\n"
+    def pick(name):
+        return v[name] if v.get(name) is not None else defaults.get(name)
+
+    epochs, batch_size = pick("epochs"), pick("batch_size")
+    learning_rate, optimizer = pick("learning_rate"), pick("optimizer")
+    epsilon, delta = pick("epsilon"), pick("delta")
+    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name}: expected an integer >= 1, got {value!r}")
+    if not _is_number(learning_rate) or learning_rate <= 0:
+        raise ValueError(f"--learning_rate: expected a positive number, got {learning_rate!r}")
+    if optimizer not in base.OPTIMIZERS:
+        raise ValueError(f"--optimizer: unknown optimizer {optimizer!r}; choose one of "
+                         f"{list(base.OPTIMIZERS)}")
+    if epsilon is not None and (not _is_number(epsilon) or epsilon <= 0):
+        raise ValueError(f"--epsilon: expected a finite number > 0, got {epsilon!r}")
+    if not _is_number(delta) or not 0.0 <= delta < 1.0:
+        raise ValueError(f"--delta: expected a number in [0, 1), got {delta!r}")
+    value_range = _parse_value_range(pick("value_range"))
+    return epochs, batch_size, learning_rate, optimizer, epsilon, delta, value_range
 
 
-def _flag_str(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return ",".join(_flag_str(v) for v in value)
-    return str(value)
+def _run_controls(v: Mapping[str, Any], strategy: str, dataset: str
+                  ) -> tuple[int | None, int, int | None, int | None]:
+    """(seed, checkpoint_every, cpu_replicas, num_classes), checked; num_train, num_test
+    and stop_after_epochs checked too.
 
-
-def data_options(spec: RunSpec) -> dict:
-    """Loader options that define the data set (stored in config.json for the evaluator)."""
-    return {"num_classes": spec.num_classes} if spec.num_classes is not None else {}
-
-
-def load_data(spec: RunSpec):
-    """Loads the training and test splits named by the spec (after validation)."""
-    # lazy: loads keras; importing tfdp.apps.train does not
-    from tfdp.train import loop  # pylint: disable=import-outside-toplevel
-
-    cfg = spec.config
-    extra = {"download": spec.download} if cfg.dataset in ("mnist", "fashion_mnist",
-                                                           "cifar10") else {}
-    extra.update(data_options(spec))
-    x_train, y_train = data.load(cfg.dataset, "train", data_dir=spec.data_dir,
-                                 value_range=cfg.value_range, num_examples=spec.num_train,
-                                 **extra)
-    x_test, y_test = data.load(cfg.dataset, "test", data_dir=spec.data_dir,
-                               value_range=cfg.value_range, num_examples=spec.num_test, **extra)
-    ds_info = data.info(cfg.dataset, data_dir=spec.data_dir, **data_options(spec))
-    return loop.Data(x_train, y_train, x_test, y_test, tuple(x_train.shape[1:]),
-                     int(ds_info.num_classes), resolved_data_dir(cfg.dataset, spec.data_dir))
-
-
-def resolved_data_dir(dataset: str, data_dir: str | None) -> str | None:
-    """The data root a run read (recorded in config.json so tfdp-evaluate finds the data).
-
-    --data_dir if given, else TFDP_DATA_DIR, else the Keras cache, as an absolute path; None
-    for the data sets that need no files (sample, synthetic).
+    Raises:
+      ValueError: naming the flag.
     """
-    if dataset in ("sample", "synthetic"):
-        return None
-    return sources.roots(data_dir)[0]
-
-
-def data_dir_source(dataset: str, data_dir: str | None) -> str | None:
-    """Where the data root came from: 'flag', the environment variable's name, or 'default'."""
-    if dataset in ("sample", "synthetic"):
-        return None
-    if data_dir is not None:
-        return "flag"
-    return "TFDP_DATA_DIR" if os.environ.get("TFDP_DATA_DIR") else "default"
+    seed = v.get("seed")
+    if seed is not None and (not isinstance(seed, int) or seed < 0):
+        raise ValueError(f"--seed: expected a non-negative integer, got {seed!r}")
+    if strategy == "multi_worker" and seed is None:
+        raise ValueError("--seed: multi_worker training needs an explicit --seed so that every "
+                         "worker draws the same batches and noise")
+    for name in ("num_train", "num_test", "stop_after_epochs"):
+        value = v.get(name)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"--{name}: expected an integer >= 1, got {value!r}")
+    checkpoint_every = v.get("checkpoint_every")
+    checkpoint_every = 1 if checkpoint_every is None else checkpoint_every
+    if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ValueError(f"--checkpoint_every: expected an integer >= 1, got "
+                         f"{checkpoint_every!r}")
+    cpu_replicas = v.get("cpu_replicas")
+    if cpu_replicas is not None and (not isinstance(cpu_replicas, int) or cpu_replicas < 1):
+        raise ValueError(f"--cpu_replicas: expected an integer >= 1, got {cpu_replicas!r}")
+    num_classes = v.get("num_classes")
+    if num_classes is not None:
+        if not isinstance(num_classes, int) or not 1 <= num_classes <= 200:
+            raise ValueError(f"--num_classes: expected an integer in [1, 200], got "
+                             f"{num_classes!r}")
+        if dataset != "tiny_imagenet":
+            raise ValueError(f"--num_classes: only --dataset=tiny_imagenet takes a class "
+                             f"subset, got --dataset={dataset}")
+    return seed, checkpoint_every, cpu_replicas, num_classes
 
 
 def execute(spec: RunSpec, run_data=None):

@@ -17,53 +17,17 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from typing import Any, ClassVar, Iterable, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Generic, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 from tfdp import data
 from tfdp import checks
+# A run's configuration (split out of this module, issue 42); the names stay importable here.
+from tfdp.train.config import (CommonOptions, OptionValue, OptionValues,  # noqa: F401
+                               Settings, SettingsT, TrainConfig)
 
 OPTIMIZERS = ("sgd", "adam")
 BATCH_SCHEDULES = ("shuffle", "fixed", "poisson")
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    """What the shared run knows about a run (built from the tfdp-train flags).
-
-    Attributes:
-      method: method name, e.g. "adlm".
-      dataset: dataset name for `tfdp.data.load`.
-      model_dir: run directory.
-      epochs: training epochs.
-      batch_size: global batch size (split across replicas).
-      learning_rate: optimizer learning rate.
-      seed: integer seed, or None for OS entropy.
-      epsilon: total privacy budget of the run (None for non-private methods).
-      delta: delta of the run (0 for pure eps-DP methods).
-      value_range: the data's (low, high) pixel range.
-      options: every other flag value, by flag name (method-specific settings); a method's
-        config dataclass (e.g. `tfdp.train.dpsgd.DPSGDConfig`) is accepted and stored as its
-        `as_options()` mapping.
-      optimizer: the main optimizer, "sgd" or "adam" (`loop.train(optimizer=...)` sets it).
-    """
-
-    method: str
-    dataset: str
-    model_dir: str
-    epochs: int = 1
-    batch_size: int = 128
-    learning_rate: float = 1e-3
-    seed: int | None = None
-    epsilon: float | None = None
-    delta: float = 0.0
-    value_range: tuple[float, float] = (-1.0, 1.0)
-    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    optimizer: str = "sgd"
-
-    def __post_init__(self) -> None:
-        if hasattr(self.options, "as_options"):
-            self.options = self.options.as_options()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,8 +222,11 @@ def poisson_lots(num_examples: int, batch_size: int, rng: np.random.Generator
             for _ in range(num_examples // batch_size)]
 
 
-class Method(abc.ABC):
+class Method(abc.ABC, Generic[SettingsT]):
     """A training method (AdLM, DP-SGD, ...) run by `tfdp.train.loop.Run`.
+
+    Generic in its settings class: `class DPSGD(Method[DPSGDConfig])` declares
+    `settings_class = DPSGDConfig`, and `self.settings` is a `DPSGDConfig`.
 
     The run calls, in order: `validate` (before any work), `attach` (always), `setup` (host
     side, once per run; on resume only when `setup_state()` saved nothing), `build` (inside
@@ -307,7 +274,7 @@ class Method(abc.ABC):
         self.optimizer = None
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> SettingsT:
         """The typed settings of this run (`settings_class` made from `config.options`).
 
         Raises:

@@ -62,7 +62,7 @@ def clipped_sum(per_example_grads, l2_clip: float) -> list:
     return privatize.clip_and_sum(per_example_grads, l2_clip)
 
 
-class DPSGD(Method):
+class DPSGD(Method[DPSGDConfig]):
     """DP-SGD with vectorised per-example gradients (the AdLM and HGM papers' baseline).
 
     Per lot: per-example gradients (tf.vectorized_map), each clipped to L2 norm C (Abadi et
@@ -155,7 +155,7 @@ class DPSGD(Method):
         return self._steps
 
     def certification_config(self) -> dict | None:
-        sigma = self.config.options.get("smoothing_sigma")
+        sigma = self.config.common.smoothing_sigma
         return smoothing.certification(sigma) if sigma else None
 
     def build_model(self, input_shape, num_classes):
@@ -166,7 +166,7 @@ class DPSGD(Method):
         variables = model.trainable_variables
         # --smoothing_sigma: per-example input noise before the per-example gradients and
         # their clipping (data processing; the privacy analysis is unchanged).
-        x = smoothing.training_noise(ctx, x, self.config.options.get("smoothing_sigma"))
+        x = smoothing.training_noise(ctx, x, self.config.common.smoothing_sigma)
 
         def example_loss(xi, yi):
             logits = model(xi, training=True)

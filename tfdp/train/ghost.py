@@ -36,6 +36,8 @@ import tensorflow as tf
 from keras.src.layers.convolutional.base_conv import BaseConv
 from keras.src.models import functional as keras_functional
 
+from tfdp.train import metrics
+
 METHODS = ("ghost", "auto")
 
 # Layers whose output for one example depends on the other examples of the batch.
@@ -490,8 +492,7 @@ def clipped_gradient_sum(model: Any, variables: Sequence[Any], x: tf.Tensor, y: 
         # One batched vector-Jacobian product: sum_i c_i a_i^T g_i (and sum_i c_i sum_t g_i).
         for i, grad in zip(plan.var_index, vjp.gradient(z, own, output_gradients=weighted)):
             sums[i] = grad
-    correct = tf.cast(tf.equal(tf.argmax(row_logits, axis=-1, output_type=tf.int64),
-                               tf.cast(y, tf.int64)), tf.float32)
+    correct = metrics.correct_predictions(row_logits, y)
     return sums, losses, correct
 
 

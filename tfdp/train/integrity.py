@@ -22,7 +22,8 @@ import tensorflow as tf
 
 __all__ = ["CONFIG_STATE", "config_record", "read_config_record", "first_difference",
            "config_edit", "replay_differences", "readable_checkpoints", "remove_temp_files",
-           "clean_error_text"]
+           "clean_error_text", "checkpoint_names", "first_line", "choose_checkpoint",
+           "check_config_against_checkpoint"]
 
 # Checkpoint name of the run's configuration record.
 CONFIG_STATE = "run_config"
@@ -254,3 +255,84 @@ def clean_error_text(e: BaseException) -> str:
     line = re.sub(r"\{\{[^}]*\}\}\s*", "", line)
     line = re.sub(r"\s*\[Op:[^\]]*\]", "", line).strip()
     return line or type(e).__name__
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an error's message (its type's name when it has none)."""
+    text = str(getattr(e, "message", None) or e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def checkpoint_names(latest: str | None) -> set[str]:
+    """Top-level object names in a checkpoint (e.g. "step", "run_secret").
+
+    Raises:
+      ValueError: naming the checkpoint when it is missing, truncated or corrupt.
+    """
+    if not latest:
+        raise ValueError("resume: the run directory holds no checkpoint")
+    try:
+        return {name.split("/")[0] for name, _ in tf.train.list_variables(latest)}
+    except (tf.errors.OpError, ValueError, IndexError) as e:
+        raise ValueError(f"{latest}: cannot read the checkpoint ({first_line(e)})") from None
+
+
+def choose_checkpoint(ckpt_dir: str) -> tuple[str, Optional[dict]]:
+    """The newest checkpoint that reads back completely, and what a fallback skipped.
+
+    Returns:
+      (checkpoint path, None), or when newer checkpoints are damaged (the older intact
+      checkpoint, {"checkpoint": path, "step": its step, "damaged": [newer paths]}).
+
+    Raises:
+      ValueError: when the folder holds no checkpoint, or naming the newest checkpoint when
+        none reads back.
+    """
+    latest = tf.train.latest_checkpoint(ckpt_dir)
+    if not latest:
+        raise ValueError("resume: the run directory holds no checkpoint")
+    chosen, damaged = readable_checkpoints(ckpt_dir)
+    if chosen is None:
+        path, reason = damaged[0] if damaged else (latest, "unreadable")
+        raise ValueError(f"{path}: cannot read the checkpoint ({reason}); no older intact "
+                         "checkpoint is left to resume from")
+    if not damaged:
+        return chosen, None
+    step = tf.train.load_checkpoint(chosen).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE")
+    return chosen, {"checkpoint": chosen, "step": int(step), "damaged": [p for p, _ in damaged],
+                    "reason": damaged[0][1]}
+
+
+def check_config_against_checkpoint(latest: str, stored_config: Mapping[str, Any],
+                                    config_path: str, mutable: Iterable[str]) -> bool:
+    """Refuses a config.json that differs from the record in the checkpoint.
+
+    Args:
+      latest: the checkpoint a resume starts from.
+      stored_config: config.json as read.
+      config_path: config.json's path (named in the error).
+      mutable: the method's `resume_mutable_flags`.
+
+    Returns:
+      False when the checkpoint was written before the configuration was stored with it
+      (nothing to compare), True when config.json matches the record.
+
+    Raises:
+      ValueError: naming the file, the edited field and both values; or the checkpoint
+        when its record cannot be read.
+    """
+    if CONFIG_STATE not in checkpoint_names(latest):
+        return False
+    var = tf.Variable(b"", dtype=tf.string, trainable=False)
+    try:
+        tf.train.Checkpoint(**{CONFIG_STATE: var}).restore(latest).expect_partial()
+    except (tf.errors.OpError, ValueError, IndexError) as e:
+        raise ValueError(f"{latest}: cannot read the checkpoint ({first_line(e)})") from None
+    recorded = read_config_record(var.numpy(), latest)
+    on_disk = dict(stored_config)
+    if "data_sha256" not in recorded:  # moved to the private state (issue 40), checked there
+        on_disk.pop("data_sha256", None)
+    diff = config_edit(on_disk, recorded, tuple(mutable))
+    if diff is not None:
+        raise ValueError(config_edit_message(config_path, latest, diff))
+    return True

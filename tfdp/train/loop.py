@@ -1,38 +1,45 @@
 """The shared training run: a `Run` drives a `Method` through its hooks.
 
 `train(...)` is the public entry point; it builds a `Run` and calls it. A run validates,
-takes the run directory's lock, derives every random stream from one run key, runs the
-method's `setup` (ledger entries saved before any step), checkpoints whatever the method's
-`build` returned, then runs epochs of `batches` / `train_step`, charging per-step privacy
-spends before each epoch, and finally writes model.keras and metrics.json. Strategies and
-TF_CONFIG live in `tfdp.train.strategy`, the run directory's rules in `tfdp.rundir`, and
-TensorBoard and printing in `tfdp.train.report`.
+takes the run directory's lock, then prepares its state (`tfdp.train.run_state`: the run
+key of `tfdp.train.run_secret`, resume checks against the run's files and checkpoint, the
+method's `setup` with ledger entries saved before any step, config.json, the checkpoint of
+whatever the method's `build` returned), runs epochs of `batches` / `train_step`
+(`tfdp.train.steps`), charging per-step privacy spends before each epoch, and finally writes
+model.keras and metrics.json. Strategies and TF_CONFIG live in `tfdp.train.strategy`, the run
+directory's rules in `tfdp.rundir`, and TensorBoard and printing in `tfdp.train.report`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import re
-import secrets
-import sys
 import time
 from typing import Any, Callable, Mapping
 
-import keras
-import numpy as np
 import tensorflow as tf
 
 from tfdp import checks, rundir, tf_options
 from tfdp.train import integrity, report
-from tfdp.train.base import (OPTIMIZERS, DataSpec, Method, StepContext, derive_seed,
-                             lot_bucket, make_optimizer)
-from tfdp.train.strategy import (STRATEGIES, cpu_mirrored_strategy, is_chief, make_strategy,
-                                 tf_config_is_chief, worker_name)
-from tfdp.rundir import check_run_dir, has_checkpoint
+from tfdp.train.base import (OPTIMIZERS, Method, derive_seed, lot_bucket,  # noqa: F401
+                             make_optimizer)
+from tfdp.train.strategy import (STRATEGIES, cpu_mirrored_strategy, is_chief,  # noqa: F401
+                                 make_strategy, tf_config_is_chief)
+from tfdp.rundir import check_run_dir, has_checkpoint  # noqa: F401
 from tfdp import accounting
+# Re-exported: the run's pieces were split out of this module (issue 42); their public names
+# stay importable from here.
+from tfdp.train.resume import data_fingerprint, resume_conflicts  # noqa: F401
+from tfdp.train.run_secret import (SECRET_BITS, epoch_batches, os_entropy_key,  # noqa: F401
+                                   public_split_indices)
+from tfdp.train.run_secret import decode_secret as _decode_secret  # noqa: F401  (tests/leak_scan.py)
+from tfdp.train.run_state import Data, RunState, SetupError
+from tfdp.train.steps import epoch_dataset as _epoch_dataset
+from tfdp.train.steps import evaluate_accuracy, flat_batches as _flat_batches
+# Looked up here at each call: tests and tools/stobatch replace it to record the traced step.
+from tfdp.train.steps import make_step_fn as _make_step_fn
 
 tf_options.configure_tensorflow()  # bit-reproducible tf.function graphs (tfdp/tf_options.py)
 
@@ -40,17 +47,6 @@ __all__ = ["Data", "Run", "RunResult", "SetupError", "StorageError", "train", "e
            "resume_conflicts", "data_fingerprint", "OPTIMIZERS", "STRATEGIES", "make_optimizer",
            "make_strategy", "cpu_mirrored_strategy", "tf_config_is_chief", "check_run_dir",
            "has_checkpoint", "derive_seed", "NONPRIVATE_STATS_KEY", "public_split_indices"]
-
-_EVAL_BATCH = 1000
-
-# Stream identifiers: every random stream of a run is derived from one run key.
-_STREAM_SETUP, _STREAM_SHUFFLE, _STREAM_FIXED, _STREAM_INIT, _STREAM_STEPS = 1, 2, 3, 4, 5
-_STREAM_PUBLIC, _STREAM_LAYERS = 6, 7
-# Checkpoint names the run itself uses; a method's `build` may not return them.
-_RUN_STATE = ("generator", "epoch", "step", "run_key", "run_secret", "ledger_digest",
-              "ledger_state", integrity.CONFIG_STATE)
-# Bits of OS entropy in a run key drawn when no --seed is given (issue: >= 128).
-SECRET_BITS = 256
 
 
 class StorageError(ValueError):
@@ -82,30 +78,6 @@ def storage_message(model_dir: str, e: BaseException) -> str:
             f"resume with --resume --model_dir={model_dir})")
 
 
-class SetupError(ValueError):
-    """A method's setup rejected the run (e.g. a budget that no step fits) before training."""
-
-
-@dataclasses.dataclass
-class Data:
-    """In-memory training and test data of a run.
-
-    Attributes:
-      x_train, y_train, x_test, y_test: arrays (x float32 NHWC, y integer labels).
-      input_shape: shape of one example.
-      num_classes: number of classes.
-      data_dir: where the data came from (recorded in config.json), or None.
-    """
-
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    input_shape: tuple[int, ...]
-    num_classes: int
-    data_dir: str | None = None
-
-
 @dataclasses.dataclass
 class RunResult:
     """What a call of `train` produced.
@@ -128,680 +100,23 @@ class RunResult:
     epochs_completed: int
     steps: int
 
-
-def os_entropy_key() -> int:
-    """A fresh run key of `SECRET_BITS` bits from OS entropy (used when no --seed is given)."""
-    return secrets.randbits(SECRET_BITS)
-
-
-def _encode_secret(run_key: int, user_supplied: bool) -> bytes:
-    return (f"user:{int(run_key)}" if user_supplied else f"os:{int(run_key):x}").encode()
-
-
-def _decode_secret(value: bytes, path: str) -> tuple[int, bool]:
-    """(run key, user supplied) from the checkpoint's run_secret."""
-    text = value.decode("ascii", "replace")
-    kind, _, body = text.partition(":")
-    try:
-        if kind == "user":
-            return int(body), True
-        if kind == "os":
-            return int(body, 16), False
-    except ValueError:
-        pass
-    raise ValueError(f"{path}: the checkpoint's run secret is corrupt")
-
-
-def epoch_batches(method: Method, run_key: int, epoch: int) -> list:
-    """The batches `method` yields for `epoch` of the run with key `run_key`.
-
-    The method must be attached (`Method.attach`); its `batches` gets the epoch's seeded
-    stream, so the same run key always gives the same batches.
-    """
-    rng = np.random.default_rng(derive_seed(run_key, _STREAM_SHUFFLE, epoch))
-    return list(method.batches(epoch, rng))
-
-
-def public_split_indices(num_all: int, num_public: int, run_key: int
-                         ) -> tuple[np.ndarray, np.ndarray]:
-    """(public, private) sorted record indices of a run's public split, chosen from its key."""
-    perm = np.random.default_rng(derive_seed(run_key, _STREAM_PUBLIC)).permutation(num_all)
-    return np.sort(perm[:num_public]), np.sort(perm[num_public:])
-
-
-def _flat_batches(batches: list) -> list[np.ndarray]:
-    """Index arrays of the steps; a tuple of arrays (e.g. a pair) is concatenated in order."""
-    out = []
-    for b in batches:
-        if isinstance(b, (tuple, list)):
-            b = np.concatenate([np.asarray(p) for p in b])
-        out.append(np.asarray(b, dtype=np.int64))
-    return out
-
-
-def _padded(x: np.ndarray, y: np.ndarray, b: np.ndarray, size: int) -> tuple:
-    """(x, y, indices) of the records `b`, padded with zero rows of index -1 to `size` rows."""
-    xb = np.zeros((size,) + x.shape[1:], x.dtype)
-    yb = np.zeros((size,) + y.shape[1:], y.dtype)
-    ib = np.full([size], -1, np.int64)
-    xb[:len(b)], yb[:len(b)], ib[:len(b)] = x[b], y[b], b
-    return xb, yb, ib
-
-
-def _epoch_dataset(strategy, x: np.ndarray, y: np.ndarray, batches: list[np.ndarray],
-                   pad_to: Callable[[int], int] | None = None):
-    """Distributed dataset of (x, y, record indices) batches.
-
-    With `pad_to`, batches of varying size are padded to `pad_to(len(batch))` rows (zeros,
-    record index -1; see `Method.pads_lots`).
-    """
-    if pad_to is not None and len({len(b) for b in batches}) > 1:
-        def padded_gen():
-            for b in batches:
-                yield _padded(x, y, b, pad_to(len(b)))
-        signature = (tf.TensorSpec((None,) + x.shape[1:], tf.as_dtype(x.dtype)),
-                     tf.TensorSpec((None,) + y.shape[1:], tf.as_dtype(y.dtype)),
-                     tf.TensorSpec((None,), tf.int64))
-        ds = tf.data.Dataset.from_generator(padded_gen, output_signature=signature)
-    elif not batches:
-        empty = np.zeros([0], np.int64)
-        ds = tf.data.Dataset.from_tensor_slices((x[empty], y[empty], empty)).batch(1)
-    elif len({len(b) for b in batches}) == 1:
-        # Batches of one size: gathered per step by a generator with the static batch shape
-        # (the same elements as slicing a gathered epoch array, without copying the epoch's
-        # data into a dataset constant first, which cost about 1 s per 12,800 MNIST images).
-        def fixed_gen():
-            for b in batches:
-                yield x[b], y[b], b
-        m = len(batches[0])
-        signature = (tf.TensorSpec((m,) + x.shape[1:], tf.as_dtype(x.dtype)),
-                     tf.TensorSpec((m,) + y.shape[1:], tf.as_dtype(y.dtype)),
-                     tf.TensorSpec((m,), tf.int64))
-        ds = tf.data.Dataset.from_generator(fixed_gen, output_signature=signature)
-    else:
-        def gen():
-            for b in batches:
-                yield x[b], y[b], b
-        signature = (tf.TensorSpec((None,) + x.shape[1:], tf.as_dtype(x.dtype)),
-                     tf.TensorSpec((None,), tf.as_dtype(y.dtype)),
-                     tf.TensorSpec((None,), tf.int64))
-        ds = tf.data.Dataset.from_generator(gen, output_signature=signature)
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return strategy.experimental_distribute_dataset(ds.prefetch(2).with_options(options))
-
-
-def _make_step_fn(strategy, method: Method, generator: tf.random.Generator,
-                  global_batch_size: int, reduce_retracing: bool = True) -> Callable:
-    def replica_fn(seed, x, y, indices):
-        ctx = StepContext.current(seed, global_batch_size, indices)
-        metrics = method.train_step(ctx, x, y)
-        return {k: tf.cast(v, tf.float32) for k, v in dict(metrics).items()}
-
-    @tf.function(reduce_retracing=reduce_retracing)
-    def step(x, y, indices):
-        # One seed per step, drawn in cross-replica context so that every replica sees it.
-        seed = generator.make_seeds(1)[:, 0]
-        per_replica = strategy.run(replica_fn, args=(seed, x, y, indices))
-        return {k: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
-                for k, v in per_replica.items()}
-
-    return step
-
-
-def evaluate_accuracy(model, x: np.ndarray, y: np.ndarray, batch_size: int = _EVAL_BATCH
-                      ) -> float:
-    """Fraction of examples whose argmax logit equals the label (inference mode)."""
-    if len(x) == 0:
-        raise ValueError("x: no test examples")
-
-    @tf.function
-    def predict(xb):
-        return tf.argmax(model(xb, training=False), axis=-1, output_type=tf.int64)
-
-    correct = 0
-    for start in range(0, len(x), batch_size):
-        pred = predict(tf.convert_to_tensor(x[start:start + batch_size])).numpy()
-        correct += int(np.sum(pred == np.asarray(y[start:start + batch_size]).astype(np.int64)))
-    return correct / len(x)
-
-
-# Configuration keys compared on resume, with the flag that sets each (the training data is
-# compared by content through data_sha256, kept in the checkpoint folder's private state).
-_RESUME_KEYS = {"method": "--method", "dataset": "--dataset", "batch_size": "--batch_size",
-                "learning_rate": "--learning_rate", "optimizer": "--optimizer",
-                "epsilon": "--epsilon", "delta": "--delta", "value_range": "--value_range",
-                "num_train": "--num_train", "input_shape": "--dataset",
-                "num_classes": "--dataset", "data_sha256": "--data_dir",
-                "epochs": "--epochs"}
 _NONPRIVATE_NOTE = ("computed on the private training data WITHOUT privacy protection (not "
                     "privatized); for monitoring only, never release it with the model")
 NONPRIVATE_STATS_KEY = "nonprivate_training_stats"
-# Marks the private state file (checkpoints/private_state.json): never published.
-_PRIVATE_NOTE = ("private state of the run (a hash of the training arrays is a membership test "
-                 "for anyone who knows the other records); never release it")
-_UNSET = object()
 
 
-def data_fingerprint(x: np.ndarray, y: np.ndarray) -> str:
-    """sha256 of the training arrays (detects a resume on different data)."""
-    h = hashlib.sha256()
-    for a in (np.ascontiguousarray(x), np.ascontiguousarray(y)):
-        h.update(str((a.dtype.str, a.shape)).encode())
-        h.update(memoryview(a).cast("B"))
-    return h.hexdigest()
-
-
-def resume_conflicts(stored: Mapping[str, Any], current: Mapping[str, Any],
-                     mutable: tuple[str, ...] = ("epochs",)) -> list[str]:
-    """Differences between a run's config.json and the configuration of a resume.
-
-    Args:
-      stored: the run's config.json.
-      current: the resume's configuration, same keys (options under "options").
-      mutable: keys allowed to differ (the method's `resume_mutable_flags`).
-
-    Returns:
-      One message per conflicting setting, naming its flag and both values.
-    """
-    out = []
-    for key, flag in _RESUME_KEYS.items():
-        if key in mutable or key not in stored or key not in current:
-            continue
-        a, b = stored[key], current[key]
-        if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
-            a, b = list(a or []), list(b or [])
-        if a != b:
-            if key == "data_sha256":
-                out.append("training data: the data differ from the run's (content hash "
-                           f"{str(a)[:12]}... vs {str(b)[:12]}...)")
-            else:
-                out.append(f"{flag}: the run was started with {a!r}, the resume asks for {b!r}")
-    # --seed is checked against the checkpoint, where the run's secret key lives.
-    opts_a, opts_b = stored.get("options") or {}, current.get("options") or {}
-    for key in sorted(set(opts_a) | set(opts_b)):
-        if key in mutable:
-            continue
-        a, b = opts_a.get(key, _UNSET), opts_b.get(key, _UNSET)
-        if (a is _UNSET and b is None) or (b is _UNSET and a is None):
-            continue
-        if a is _UNSET or b is _UNSET:
-            out.append(f"--{key}: the run was started with "
-                       f"{'its default' if a is _UNSET else repr(a)}, the resume asks for "
-                       f"{'its default' if b is _UNSET else repr(b)}")
-            continue
-        if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
-            a, b = list(a) if a is not None else None, list(b) if b is not None else None
-        if a != b:
-            out.append(f"--{key}: the run was started with {a!r}, the resume asks for {b!r}")
-    return out
-
-
-def _config_dict(method: Method, data: Data, strategy, num_train: int, num_public: int
-                 ) -> dict:
-    cfg = method.config
-    return {
-        "method": cfg.method, "dataset": cfg.dataset, "data_dir": data.data_dir,
-        "value_range": list(cfg.value_range), "input_shape": list(data.input_shape),
-        "num_classes": int(data.num_classes),
-        # Where the noise came from; the seed itself stays in the checkpoint (issue 22).
-        "noise_seed": "user_supplied" if cfg.seed is not None else "os_entropy",
-        "certification": None,  # filled in after setup (it may depend on setup's results)
-        "epochs": cfg.epochs, "batch_size": cfg.batch_size,
-        "learning_rate": cfg.learning_rate, "optimizer": cfg.optimizer,
-        "epsilon": cfg.epsilon, "delta": cfg.delta,
-        "strategy": type(strategy).__name__,
-        "num_replicas": int(strategy.num_replicas_in_sync),
-        "num_train": int(num_train), "num_public": int(num_public),
-        "num_test": int(len(data.x_test)),
-        "batch_schedule": method.batch_schedule(),
-        "options": dict(cfg.options),
-    }
-
-
-def _run_setup(method: Method, spec: DataSpec, ledger, rng: np.random.Generator, strategy
-               ) -> None:
-    try:
-        method.setup(spec, ledger, rng, strategy)
-    except ValueError as e:
-        raise SetupError(str(e)) from e
-
-
-class Run:
+class Run(RunState):
     """One training run of a method: state, checkpoints, epochs and result files.
 
     Build it with the same arguments as `train` (after their validation) and call `run()`
-    while holding the run directory's lock; `train` does both.
+    while holding the run directory's lock; `train` does both. `RunState` prepares the run
+    up to its first epoch; this class trains the epochs and writes the results.
     """
-
-    def __init__(self, method: Method, data: Data, strategy, chief: bool, *, resume: bool,
-                 checkpoint_every: int, stop_after_epochs: int | None, flags_text: str | None,
-                 config_extra: Mapping[str, Any] | None, verbose: int,
-                 print_fn: Callable[[str], None]):
-        self.method, self.data, self.strategy, self.chief = method, data, strategy, chief
-        self.cfg = method.config
-        self.resume = resume
-        self.checkpoint_every, self.stop_after_epochs = checkpoint_every, stop_after_epochs
-        self.flags_text, self.config_extra = flags_text, dict(config_extra or {})
-        self.verbose, self.print_fn = verbose, print_fn
-        self.rd = rundir.RunDir(self.cfg.model_dir)
-        self.ckpt_dir = self.rd.file(rundir.CHECKPOINT_DIR)
-        if not chief:  # other workers save to their own folder inside the run directory
-            self.ckpt_dir = os.path.join(self.rd.path, "workers", worker_name(strategy))
-        self.start_time = time.time()
-        self.history: dict = {"segments": []}
-        self.private_state: dict = {}  # checkpoints/private_state.json (data_sha256)
-        self.stored_config: dict = {}
-        self.spend = None  # the method's accounting.StepSpend, if it spends per step
-        self.prior_segments: list = []
-        self.latest_checkpoint: str | None = None
-        self._pending_config: dict | None = None
-        # config.json as this run last wrote it (stored with each checkpoint).
-        self._config_record: dict | None = None
-        self.fallback: dict | None = None  # the older checkpoint a resume fell back to
-
-    # ------------------------------------------------------------------ phases
 
     def run(self) -> RunResult:
         """Prepares the run state, trains the remaining epochs and writes the results."""
         self.prepare()
         return self._train_epochs()
-
-    def prepare(self) -> None:
-        """Everything before the first epoch: run key, setup, config, ledger, state restored.
-
-        After it, `make_step_fn`, `epoch_inputs` and `run_step` are the pieces `run()` trains
-        with (also used by `tfdp-bench dpsgd` to time exactly this path).
-        """
-        fingerprint = data_fingerprint(self.data.x_train, self.data.y_train)
-        self._load_or_start(accounting)
-        spec = self._split_public()
-        config = _config_dict(self.method, self.data, self.strategy, spec.num_train,
-                              self.num_public)
-        config.update(self.config_extra)
-        self._check_resume(dict(config, data_sha256=fingerprint))
-        self._setup(accounting, spec)
-        self.spend = self.method.step_spend()
-        if self.resume:
-            self._check_ledger_against_checkpoint(accounting, config)
-        if self.spend is not None:
-            if self.spend.name in self.ledger:
-                self.prior_segments = list(
-                    self.ledger.get(self.spend.name).get("segments") or [])
-            self.spend.record(self.ledger, self.prior_segments)
-        # The certification entry may depend on setup's results (e.g. HGM's redistribution r).
-        config["certification"] = self.method.certification_config()
-        self._write_config(config)
-        self._build()
-        self._write_private_state(fingerprint)  # after build: a refused build leaves nothing
-
-    def _load_or_start(self, accounting) -> None:
-        # The run key: every random stream of the run derives from it (principle 5). It is a
-        # secret: it lives only in the checkpoint (`run_secret`), never in config.json,
-        # flags.txt, logs, TensorBoard or anything exported.
-        self.run_secret_var = tf.Variable(b"", dtype=tf.string, trainable=False,
-                                          name="run_secret")
-        self.run_key_var = None  # the scalar key of checkpoints written before run_secret
-        if self.resume:
-            latest = self._choose_checkpoint()
-            self.latest_checkpoint = latest
-            self.run_key, user_supplied = self._restore_secret(latest)
-            if self.cfg.seed is not None and (not user_supplied
-                                              or int(self.cfg.seed) != self.run_key):
-                raise ValueError(
-                    "--seed: differs from the seed this run was started with"
-                    if user_supplied else "--seed: this run was started without --seed (its "
-                    "noise comes from OS entropy kept in its checkpoint); resume it without "
-                    "--seed")
-            self.ledger = accounting.PrivacyLedger.load(self.rd.file(rundir.LEDGER_FILE))
-            if self.ledger.noise_seed is None:
-                self.ledger.noise_seed = "user_supplied" if user_supplied else "os_entropy"
-            if self.rd.exists(rundir.CONFIG_FILE) or self.chief:
-                self.stored_config = self.rd.read_json(rundir.CONFIG_FILE)
-            if self.chief:
-                self._check_config_against_checkpoint()
-            seg_path = os.path.join(rundir.checkpoint_dir(self.cfg.model_dir),
-                                    rundir.SEGMENTS_FILE)
-            if os.path.exists(seg_path):
-                self.history = rundir.read_json(seg_path)
-            private_path = os.path.join(rundir.checkpoint_dir(self.cfg.model_dir),
-                                        rundir.PRIVATE_STATE_FILE)
-            if os.path.exists(private_path):
-                self.private_state = rundir.read_json(private_path)
-        else:
-            user_supplied = self.cfg.seed is not None
-            self.run_key = int(self.cfg.seed) if user_supplied else os_entropy_key()
-            self.run_secret_var.assign(_encode_secret(self.run_key, user_supplied))
-            self.ledger = accounting.PrivacyLedger()
-            self.ledger.noise_seed = "user_supplied" if user_supplied else "os_entropy"
-
-    def _choose_checkpoint(self) -> str:
-        """The newest checkpoint that reads back completely; says which newer ones it skips.
-
-        Raises:
-          ValueError: naming the newest checkpoint when none reads back.
-        """
-        ckpt_dir = rundir.checkpoint_dir(self.cfg.model_dir)
-        latest = tf.train.latest_checkpoint(ckpt_dir)
-        if not latest:
-            raise ValueError("resume: the run directory holds no checkpoint")
-        chosen, damaged = integrity.readable_checkpoints(ckpt_dir)
-        if chosen is None:
-            path, reason = damaged[0] if damaged else (latest, "unreadable")
-            raise ValueError(f"{path}: cannot read the checkpoint ({reason}); no older intact "
-                             "checkpoint is left to resume from")
-        if damaged:
-            step = tf.train.load_checkpoint(chosen).get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE")
-            self.fallback = {"checkpoint": chosen, "step": int(step),
-                             "damaged": [p for p, _ in damaged]}
-            self._say(f"resume: {damaged[0][0]} is damaged ({damaged[0][1]}); resuming from "
-                      f"the older intact checkpoint {chosen} (step {int(step)})")
-        return chosen
-
-    def _check_config_against_checkpoint(self) -> None:
-        """Refuses a config.json that differs from the record in the checkpoint."""
-        latest = self.latest_checkpoint
-        if integrity.CONFIG_STATE not in _checkpoint_names(latest):
-            return  # a checkpoint written before the configuration was stored with it
-        var = tf.Variable(b"", dtype=tf.string, trainable=False)
-        try:
-            tf.train.Checkpoint(**{integrity.CONFIG_STATE: var}).restore(
-                latest).expect_partial()
-        except (tf.errors.OpError, ValueError, IndexError) as e:
-            raise ValueError(f"{latest}: cannot read the checkpoint ({_first_line(e)})") from None
-        recorded = integrity.read_config_record(var.numpy(), latest)
-        on_disk = dict(self.stored_config)
-        if "data_sha256" not in recorded:  # moved to the private state (issue 40), checked there
-            on_disk.pop("data_sha256", None)
-        diff = integrity.config_edit(on_disk, recorded,
-                                     tuple(self.method.resume_mutable_flags))
-        if diff is not None:
-            raise ValueError(integrity.config_edit_message(self.rd.file(rundir.CONFIG_FILE),
-                                                           latest, diff))
-        self._config_record = dict(self.stored_config)
-
-    def _restore_secret(self, latest: str) -> tuple[int, bool]:
-        """The run key from the checkpoint (`run_secret`, or an older run's `run_key`)."""
-        names = _checkpoint_names(latest)
-        try:
-            if "run_secret" in names:
-                tf.train.Checkpoint(run_secret=self.run_secret_var).restore(
-                    latest).expect_partial()
-                return _decode_secret(self.run_secret_var.numpy(), latest)
-            # A checkpoint written before the secret key: a 63-bit key (kept as it was).
-            self.run_key_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="run_key")
-            tf.train.Checkpoint(run_key=self.run_key_var).restore(latest).expect_partial()
-        except (tf.errors.OpError, ValueError, IndexError) as e:
-            raise ValueError(f"{latest}: cannot read the checkpoint ({_first_line(e)})") from None
-        key = int(self.run_key_var.numpy())
-        user_supplied = self.cfg.seed is not None and int(self.cfg.seed) == key
-        self.run_secret_var.assign(_encode_secret(key, user_supplied))
-        return key, user_supplied
-
-    def _split_public(self) -> DataSpec:
-        """Removes the method's public split (chosen from the run key); attaches the method."""
-        data, method = self.data, self.method
-        num_all = len(data.x_train)
-        self.num_public = int(method.public_split_size(num_all))
-        if self.num_public:
-            if not 0 < self.num_public < num_all:
-                raise ValueError(f"public split: {self.num_public} records of {num_all} leaves "
-                                 "no private training data")
-            pub, priv = public_split_indices(num_all, self.num_public, self.run_key)
-            method.set_public_data(data.x_train[pub], data.y_train[pub])
-            self.data = data = dataclasses.replace(data, x_train=data.x_train[priv],
-                                                   y_train=data.y_train[priv])
-        num_train = len(data.x_train)
-        if num_train < self.cfg.batch_size:
-            raise ValueError(f"batch_size: {self.cfg.batch_size} is larger than the "
-                             f"{num_train} private training examples")
-        spec = DataSpec(tuple(int(d) for d in data.input_shape), int(data.num_classes),
-                        tuple(float(v) for v in self.cfg.value_range), num_train,
-                        self.cfg.dataset, data.x_train, data.y_train)
-        method.attach(spec, self.strategy, derive_seed(self.run_key, _STREAM_FIXED),
-                      layer_seed=derive_seed(self.run_key, _STREAM_LAYERS, bits=128))
-        return spec
-
-    def _check_resume(self, config: Mapping[str, Any]) -> None:
-        if not (self.resume and self.stored_config):
-            return
-        stored = dict(self.stored_config)  # a run before issue 40 kept data_sha256 here
-        if "data_sha256" in self.private_state:
-            stored["data_sha256"] = self.private_state["data_sha256"]
-        conflicts = resume_conflicts(stored, config,
-                                     tuple(self.method.resume_mutable_flags))
-        if conflicts:
-            raise ValueError("resume: the resume's settings conflict with the run in "
-                             f"{self.rd.path} (resume reads its configuration from config.json; "
-                             "change it only in a new run):\n  " + "\n  ".join(conflicts))
-
-    def _setup(self, accounting, spec: DataSpec) -> None:
-        """Host-side setup: once per run; on resume from its saved state, or re-run and
-        checked to reproduce the run's setup ledger entries."""
-        method = self.method
-        setup_rng = np.random.default_rng(derive_seed(self.run_key, _STREAM_SETUP))
-        setup_path = os.path.join(rundir.checkpoint_dir(self.cfg.model_dir),
-                                  rundir.SETUP_STATE_FILE)
-        if self.resume and os.path.exists(setup_path):
-            method.restore_setup_state(rundir.load_arrays(setup_path))
-        elif self.resume:
-            scratch = accounting.PrivacyLedger()
-            _run_setup(method, spec, scratch, setup_rng, self.strategy)
-            kept = {e["name"]: e for e in self.ledger.entries if e.get("segments") is None}
-            if {e["name"]: e for e in scratch.entries} != kept:
-                raise RuntimeError("setup changed the privacy ledger on resume; the method's "
-                                   "setup is not deterministic given its rng, so resuming "
-                                   "would spend budget again")
-        else:
-            started = time.time()
-            self._say(f"{self.cfg.method}: setup before the first step (e.g. pre-training, "
-                      "private statistics; some methods take minutes here)")
-            _run_setup(method, spec, self.ledger, setup_rng, self.strategy)
-            self._say(f"{self.cfg.method}: setup done in "
-                      f"{report.seconds_text(time.time() - started)}")
-            os.makedirs(self.rd.path, exist_ok=True)
-            state = method.setup_state()
-            if state and self.chief:
-                rundir.save_arrays(setup_path, state)
-
-    def _say(self, text: str) -> None:
-        """A progress message on the chief, flushed at once (logs show it while it runs)."""
-        if self.verbose and self.chief:
-            self.print_fn(text)
-            sys.stdout.flush()
-
-    def _write_config(self, config: dict) -> None:
-        if not self.chief:
-            self._config_record = dict(config)
-            return
-        rd, cfg = self.rd, self.cfg
-        if not self.resume:
-            if self.flags_text is not None:
-                rd.write_text(rundir.FLAGS_FILE, self.flags_text)
-            rd.write_json(rundir.CONFIG_FILE, config)
-            self._config_record = rd.read_json(rundir.CONFIG_FILE)
-        elif self.stored_config:
-            updated = dict(self.stored_config)
-            updated.pop("data_sha256", None)  # moved to the private state (issue 40)
-            for key in self.method.resume_mutable_flags:
-                if key in config and key != "options":
-                    updated[key] = config[key]
-            new_flags = self.config_extra.get("flags")
-            if new_flags:  # the flags of the latest segment; a later resume starts from them
-                updated["flags"] = new_flags
-            for key in ("cpu_replicas", "num_replicas", "strategy"):
-                if key in config:
-                    updated[key] = config[key]
-            updated.setdefault("resumes", []).append(
-                {"epochs": cfg.epochs, "batch_size": cfg.batch_size,
-                 "num_replicas": int(self.strategy.num_replicas_in_sync), "time": time.time()})
-            # Written when the first step of the resume is about to run: a resume that runs
-            # nothing writes nothing.
-            self._pending_config = updated
-            return
-        self.ledger.save(rd.file(rundir.LEDGER_FILE))
-
-    def _write_private_state(self, fingerprint: str) -> None:
-        """Writes checkpoints/private_state.json: the training data's hash (resume checks).
-
-        The hash of the private training arrays is a membership test, so it is kept in the
-        private checkpoint folder, never in config.json (issue 40).
-        """
-        if not self.chief or self.private_state.get("data_sha256") == fingerprint:
-            return
-        self.private_state = {"never_release": _PRIVATE_NOTE, "data_sha256": fingerprint}
-        rundir.write_json_atomic(os.path.join(rundir.checkpoint_dir(self.cfg.model_dir),
-                                              rundir.PRIVATE_STATE_FILE), self.private_state)
-
-    def _refresh_config(self, updates: dict | None) -> None:
-        """Writes a method's per-epoch config.json entries (chief only; the run's file)."""
-        if not updates or not self.chief or not self.rd.exists(rundir.CONFIG_FILE):
-            return
-        config = self.rd.read_json(rundir.CONFIG_FILE)
-        config.update(updates)
-        self.rd.write_json(rundir.CONFIG_FILE, config)
-        self._config_record = self.rd.read_json(rundir.CONFIG_FILE)
-
-    def _flush_pending(self) -> None:
-        """Writes the resume's config.json update and ledger (before its first step)."""
-        if self._pending_config is not None and self.chief:
-            self.rd.write_json(rundir.CONFIG_FILE, self._pending_config)
-            self._config_record = self.rd.read_json(rundir.CONFIG_FILE)
-            self.ledger.save(self.rd.file(rundir.LEDGER_FILE))
-        self._pending_config = None
-
-    def _check_ledger_against_checkpoint(self, accounting, config: Mapping[str, Any]) -> None:
-        """Refuses a resume whose ledger.json is not the run's; drops replayed charges.
-
-        The per-step entry's charged steps must reach the checkpoint's step counter, and
-        ledger.json must be the ledger saved with the checkpoint or that ledger with its
-        per-step entry charged further (steps charged for an epoch that began after the
-        checkpoint); any other difference is refused, naming the field and both values.
-        The steps charged after the checkpoint are recomputed by this resume with the same
-        lots and noise (both keyed by the run's secret key and the step's position) when the
-        resume runs them with the same settings as the stopped process: they release nothing
-        new, and the ledger restarts from the checkpoint's (docs/ledger.md). Otherwise they
-        stay charged and the resume charges its steps again.
-        """
-        latest = self.latest_checkpoint
-        path = self.rd.file(rundir.LEDGER_FILE)
-        names = _checkpoint_names(latest)
-        step = tf.Variable(0, dtype=tf.int64, trainable=False)
-        state = tf.Variable(b"", dtype=tf.string, trainable=False)
-        objects = {"step": step}
-        if "ledger_state" in names:
-            objects["ledger_state"] = state
-        try:
-            tf.train.Checkpoint(**objects).restore(latest).expect_partial()
-        except (tf.errors.OpError, ValueError, IndexError) as e:
-            raise ValueError(f"{latest}: cannot read the checkpoint ({_first_line(e)})") from None
-        ran = int(step.numpy())
-        file_dict = self.ledger.to_dict()
-        charged = _charged_steps(file_dict, self.spend)
-        if self.spend is not None and charged < ran:
-            raise ValueError(
-                f"resume: {path} charges {charged} steps of {self.spend.name!r} but the "
-                f"checkpoint {latest} has run {ran} steps; the ledger does not match what ran "
-                "(restore the run's own ledger.json)")
-        if "ledger_state" not in names:
-            return  # a checkpoint written before the ledger was stored with it
-        text = state.numpy().decode("utf-8", "replace")
-        try:
-            saved_ledger = accounting.PrivacyLedger.from_dict(json.loads(text))
-        except (ValueError, json.JSONDecodeError) as e:
-            raise ValueError(f"{latest}: the ledger stored in the checkpoint is corrupt "
-                             f"({_first_line(e)})") from None
-        saved = saved_ledger.to_dict()
-        diff = self._ledger_difference(accounting, saved, path)
-        if diff is not None:
-            field, in_file, in_ckpt = diff
-            raise ValueError(
-                f"resume: {path} (sha256 {_ledger_digest(file_dict)[:16]}, {charged} charged "
-                f"steps) does not match the ledger saved in the checkpoint {latest} (sha256 "
-                f"{_ledger_digest(saved)[:16]}, {_charged_steps(saved, self.spend)} charged "
-                f"steps): {field} is {integrity.short(in_file)} in the file but "
-                f"{integrity.short(in_ckpt)} in the checkpoint; restore the run's own "
-                "ledger.json")
-        if self.spend is None or charged == ran:
-            return
-        multi_worker = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-        if multi_worker:
-            differences = ["multi-worker steps are not verified to replay bit for bit"]
-        elif not self.method.replays_identically():
-            differences = [f"{self.cfg.method}'s steps with these settings do not replay bit "
-                           "for bit"]
-        else:
-            differences = integrity.replay_differences(self.stored_config, config)
-        if differences:
-            self._say(f"resume: the {charged - ran} steps after the checkpoint {latest} are "
-                      "charged again: this resume does not recompute them bit for bit ("
-                      + "; ".join(differences) + ")")
-            return
-        saved_ledger.noise_seed = self.ledger.noise_seed
-        self.ledger = saved_ledger
-        self._say(f"resume: from step {ran} ({latest}); the {charged - ran} steps run after it "
-                  "are replayed with the same lots and noise and charged once")
-
-    def _ledger_difference(self, accounting, saved: Mapping[str, Any], path: str
-                           ) -> tuple[str, Any, Any] | None:
-        """The first field where ledger.json differs from what the checkpoint allows."""
-        raw = rundir.read_json(path)
-        expected = accounting.PrivacyLedger.from_dict(dict(saved))
-        name = self.spend.name if self.spend is not None else None
-        if name is not None and name in expected and name in self.ledger:
-            file_segs = self.ledger.get(name).get("segments") or []
-            old_segs = expected.get(name)["segments"]
-            if accounting._extends(old_segs, file_segs):  # pylint: disable=protected-access
-                self.spend.record(expected, file_segs)
-        want = expected.to_dict()
-        # The entries first: the totals only follow from them.
-        return (integrity.first_difference(raw.get("entries"), want.get("entries"), "entries")
-                or integrity.first_difference(raw, want))
-
-    def _build(self) -> None:
-        """The method's state (inside the strategy scope), the run's counters, the checkpoint."""
-        # Weight initialisation protects nothing; Keras takes a 32-bit seed.
-        keras.utils.set_random_seed(derive_seed(self.run_key, _STREAM_INIT, bits=31))
-        with self.strategy.scope():
-            objects = self.method.build()
-        objects = checks.check_trackables(objects, f"build: {type(self.method).__name__}")
-        clash = sorted(set(objects) & set(_RUN_STATE))
-        if clash:
-            raise ValueError(f"build: {type(self.method).__name__} returned {clash}, names the "
-                             f"run keeps for its own state {list(_RUN_STATE)}")
-        if "model" not in objects:
-            raise ValueError(f"build: {type(self.method).__name__} returned no 'model' (the "
-                             "model that is evaluated and saved)")
-        self.model = objects["model"]
-        self.generator = tf.random.Generator.from_seed(derive_seed(self.run_key, _STREAM_STEPS))
-        self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-        self.step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        # The ledger as saved with each checkpoint (private state; checked on resume).
-        self.ledger_state_var = tf.Variable(b"", dtype=tf.string, trainable=False,
-                                            name="ledger_state")
-        run_state = ({"run_key": self.run_key_var} if self.run_key_var is not None
-                     else {"run_secret": self.run_secret_var})
-        # The run's configuration as config.json holds it (private state; checked on resume).
-        self.config_state_var = tf.Variable(b"", dtype=tf.string, trainable=False,
-                                            name=integrity.CONFIG_STATE)
-        # A checkpoint written before the ledger (or configuration) was stored with it keeps
-        # its old layout.
-        names = _checkpoint_names(self.latest_checkpoint) if self.resume else None
-        if names is None or "ledger_state" in names:
-            run_state["ledger_state"] = self.ledger_state_var
-        if names is None or integrity.CONFIG_STATE in names:
-            run_state[integrity.CONFIG_STATE] = self.config_state_var
-        ckpt = tf.train.Checkpoint(generator=self.generator, epoch=self.epoch_var,
-                                   step=self.step_var, **run_state, **objects)
-        self.manager = tf.train.CheckpointManager(ckpt, self.ckpt_dir, max_to_keep=2)
-        if self.resume:
-            latest = self.latest_checkpoint
-            try:
-                status = ckpt.restore(latest)
-                status.assert_existing_objects_matched()
-            except (tf.errors.OpError, AssertionError, ValueError, IndexError) as e:
-                raise ValueError(f"{latest}: the checkpoint does not match this run's model "
-                                 f"and state ({e})") from None
 
     def _segments_with(self, seg: dict, n_steps: int, num_train: int) -> list:
         """The per-step entry's segments once `n_steps` more steps of `seg` have run.
@@ -956,17 +271,7 @@ class Run:
             self._flush_pending()
             self._charge_epoch(seg, n_steps, num_train)
             reporter.start_epoch(epoch, cfg.epochs, n_steps)
-            sums: dict[str, float] = {}
-            done = 0
-            for batch in dataset:
-                if done >= n_steps:
-                    break
-                metrics = self.run_step(step_fn, batch)
-                done += 1
-                for k, v in metrics.items():
-                    sums[k] = sums.get(k, 0.0) + v
-                reporter.step(done, sums)
-            epoch_means = {k: v / max(done, 1) for k, v in sums.items()}
+            epoch_means = self._run_steps(step_fn, dataset, n_steps, reporter)
             if max_steps is not None and int(self.step_var.numpy()) >= max_steps:
                 stopped = True
             if method.after_epoch(epoch, self.ledger):
@@ -981,11 +286,7 @@ class Run:
             if self.chief:
                 self.ledger.save(self.rd.file(rundir.LEDGER_FILE))
             if last or halt or (epoch + 1) % self.checkpoint_every == 0:
-                self.ledger_state_var.assign(json.dumps(self.ledger.to_dict(), sort_keys=True))
-                if self._config_record is not None:
-                    self.config_state_var.assign(integrity.config_record(self._config_record))
-                self.manager.save(checkpoint_number=epoch + 1)
-                self._save_progress(segments, segment, epoch_means)
+                self._checkpoint(epoch, segments, segment, epoch_means)
             if halt:
                 interrupted = True
                 break
@@ -997,6 +298,30 @@ class Run:
             return RunResult(self.rd.path, {}, self.ledger.to_dict(), True, self.model,
                              epochs_completed, steps)
         return self._finish(reporter, segments, segment, epoch_means, stopped)
+
+    def _run_steps(self, step_fn: Callable, dataset: Any, n_steps: int,
+                   reporter: report.Reporter) -> dict[str, float]:
+        """Runs the epoch's first `n_steps` batches; returns the mean of each metric."""
+        sums: dict[str, float] = {}
+        done = 0
+        for batch in dataset:
+            if done >= n_steps:
+                break
+            metrics = self.run_step(step_fn, batch)
+            done += 1
+            for k, v in metrics.items():
+                sums[k] = sums.get(k, 0.0) + v
+            reporter.step(done, sums)
+        return {k: v / max(done, 1) for k, v in sums.items()}
+
+    def _checkpoint(self, epoch: int, segments: list, segment: dict, epoch_means: Mapping
+                    ) -> None:
+        """Saves the checkpoint of `epoch` with the ledger and configuration records."""
+        self.ledger_state_var.assign(json.dumps(self.ledger.to_dict(), sort_keys=True))
+        if self._config_record is not None:
+            self.config_state_var.assign(integrity.config_record(self._config_record))
+        self.manager.save(checkpoint_number=epoch + 1)
+        self._save_progress(segments, segment, epoch_means)
 
     def _step_cap(self) -> int | None:
         """The method's step cap, lifted when a resume asks for more epochs than planned.
@@ -1129,19 +454,8 @@ def train(method: Method, data: Data, *, strategy: tf.distribute.Strategy | None
         method.config = dataclasses.replace(method.config, optimizer=optimizer)
     cfg = method.config
     strategy = strategy or tf.distribute.get_strategy()
-    checks.check_int(checkpoint_every, "checkpoint_every", minimum=1)
-    if stop_after_epochs is not None:
-        checks.check_int(stop_after_epochs, "stop_after_epochs", minimum=1)
-    checks.check_int(cfg.epochs, "epochs", minimum=1)
-    checks.check_int(cfg.batch_size, "batch_size", minimum=1)
-    checks.check_train_test_arrays(data.x_train, data.y_train, data.x_test, data.y_test,
-                                   data.input_shape)
-    if len(data.x_train) < cfg.batch_size:
-        raise ValueError(f"batch_size: {cfg.batch_size} is larger than the {len(data.x_train)} "
-                         "training examples")
+    _check_train_args(method, data, checkpoint_every, stop_after_epochs)
     chief = is_chief(strategy)
-    method.validate()
-    make_optimizer(cfg.optimizer, cfg.learning_rate)  # validates before any work
     lock = None
     if chief:
         check_run_dir(cfg.model_dir, resume=resume, overwrite=overwrite)
@@ -1170,6 +484,28 @@ def train(method: Method, data: Data, *, strategy: tf.distribute.Strategy | None
             lock.release()
 
 
+def _check_train_args(method: Method, data: Data, checkpoint_every: int,
+                      stop_after_epochs: int | None) -> None:
+    """`train`'s checks before any work.
+
+    Raises:
+      ValueError: naming the argument, or whatever the method's `validate` rejects.
+    """
+    cfg = method.config
+    checks.check_int(checkpoint_every, "checkpoint_every", minimum=1)
+    if stop_after_epochs is not None:
+        checks.check_int(stop_after_epochs, "stop_after_epochs", minimum=1)
+    checks.check_int(cfg.epochs, "epochs", minimum=1)
+    checks.check_int(cfg.batch_size, "batch_size", minimum=1)
+    checks.check_train_test_arrays(data.x_train, data.y_train, data.x_test, data.y_test,
+                                   data.input_shape)
+    if len(data.x_train) < cfg.batch_size:
+        raise ValueError(f"batch_size: {cfg.batch_size} is larger than the {len(data.x_train)} "
+                         "training examples")
+    method.validate()
+    make_optimizer(cfg.optimizer, cfg.learning_rate)  # validates before any work
+
+
 def _last_stats(history: Mapping[str, Any]) -> dict:
     """The last epoch's (non-private) training statistics of a segments.json.
 
@@ -1181,36 +517,3 @@ def _last_stats(history: Mapping[str, Any]) -> dict:
         return dict(marked.get("last_epoch") or {})
     return dict(history.get("last_stats") or {})
 
-
-def _checkpoint_names(latest: str | None) -> set[str]:
-    """Top-level object names in a checkpoint (e.g. "step", "run_secret").
-
-    Raises:
-      ValueError: naming the checkpoint when it is missing, truncated or corrupt.
-    """
-    if not latest:
-        raise ValueError("resume: the run directory holds no checkpoint")
-    try:
-        return {name.split("/")[0] for name, _ in tf.train.list_variables(latest)}
-    except (tf.errors.OpError, ValueError, IndexError) as e:
-        raise ValueError(f"{latest}: cannot read the checkpoint ({_first_line(e)})") from None
-
-
-def _ledger_digest(ledger_dict: Mapping[str, Any]) -> str:
-    """sha256 of a ledger's canonical JSON."""
-    return hashlib.sha256(json.dumps(ledger_dict, sort_keys=True).encode()).hexdigest()
-
-
-def _charged_steps(ledger_dict: Mapping[str, Any], spend: Any) -> int:
-    """Steps the per-step entry of `spend` has charged (0 without one)."""
-    if spend is None:
-        return 0
-    for e in ledger_dict.get("entries", []):
-        if e.get("name") == spend.name:
-            return sum(int(seg["steps"]) for seg in e.get("segments") or [])
-    return 0
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(getattr(e, "message", None) or e).strip()
-    return text.splitlines()[0] if text else type(e).__name__

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from layers import noise as noise_layers
 from tfdp import accounting, mechanisms, options
-from tfdp.train import ghost
+from tfdp.train import ghost, metrics
 from tfdp.train.base import StepContext
 
 # "vectorized": per-example gradients of the whole model (tf.vectorized_map).
@@ -57,8 +57,7 @@ def per_example_gradients(model, variables: Sequence[tf.Variable], x: tf.Tensor,
         # this every example of the batch would get the same draw (layers/noise.py).
         with noise_layers.example_index_scope(index), tf.GradientTape() as tape:
             loss, logits = example_loss(xi[None], yi[None])
-        correct = tf.cast(tf.equal(tf.argmax(logits[0], output_type=tf.int64),
-                                   tf.cast(yi, tf.int64)), tf.float32)
+        correct = metrics.correct_predictions(logits[0], yi)
         return tape.gradient(loss, variables), loss, correct
 
     index = tf.range(tf.shape(y)[0], dtype=tf.int64)

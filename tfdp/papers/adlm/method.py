@@ -13,6 +13,7 @@ from absl import logging
 from tfdp import losses, mechanisms, options
 from tfdp.papers.adlm import relevance
 from tfdp.papers.adlm import models as adlm_models
+from tfdp.train import metrics
 from tfdp.train.base import Method, StepContext
 
 INPUT_NOISE_MODES = ("per_example_fixed", "batch_shared_per_step", "shared_fixed")
@@ -595,9 +596,7 @@ class AdLM(Method):
                     self.fm_noise, kernel, divisor=divisor, per_replica=True)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        correct = tf.reduce_sum(tf.cast(tf.equal(
-            tf.argmax(z, axis=-1, output_type=tf.int64), tf.cast(y, tf.int64)), tf.float32))
-        return {"loss": loss, "accuracy": correct / float(global_batch_size)}
+        return {"loss": loss, "accuracy": metrics.step_accuracy(z, y, global_batch_size)}
 
     def info(self) -> dict:
         """What setup computed (relevance statistics), for reports."""

@@ -32,7 +32,8 @@ from tfdp.papers.hgm import release
 from tfdp.train import privatize
 from tfdp.train.base import Method
 from tfdp.train.dpsgd import DPSGD
-from tfdp.train.nonprivate import per_example_cross_entropy, step_metrics
+from tfdp.train.metrics import step_metrics
+from tfdp.train.nonprivate import per_example_cross_entropy
 
 TRAIN_NOISE = ("fresh", "fixed_once")
 CLIPPING = ("per_example", "batch_mean")

@@ -51,7 +51,7 @@ from attacks import graph as attack_graph
 from tfdp import losses, options
 from tfdp.mechanisms import budgets
 from tfdp.papers.stobatch import models
-from tfdp.train import replica
+from tfdp.train import metrics, replica
 from tfdp.train.base import Method
 from tfdp import data
 from tfdp.train import loop
@@ -690,9 +690,7 @@ class StoBatch(Method):
             sums["l1"] += (tf.reduce_sum(tf.nn.relu(zb) - tf.abs(zb) / 2 + zb ** 2 / 8)
                            / float(m * n_tr))
             sums["l2"] += tf.reduce_sum(zb * yb1) / float(m * n_tr)
-            sums["accuracy"] += tf.reduce_sum(tf.cast(tf.equal(
-                tf.argmax(zb, 1, output_type=tf.int64), tf.cast(yb, tf.int64)),
-                dt)) / float(m * n_tr)
+            sums["accuracy"] += metrics.step_accuracy(zb, yb, m * n_tr, dt)
             sums["adv_linf"] += tf.reduce_sum(tf.reduce_max(
                 tf.abs(tf.reshape(xa_crafted - xs, [tf.shape(xs)[0], -1])), 1)) / float(m * n_tr)
         noise_term, g_noise = self.chi3_term_gradient(model)
