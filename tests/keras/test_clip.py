@@ -117,7 +117,7 @@ class _Scale(L.Layer):
 
 
 def test_functional_mixed_model_with_fallback_matches_naive_loop():
-    inp = keras.Input((8, 8, 2))
+    inp = keras.Input((8, 8, 8))  # 8 channels: the first convolution's patches are extracted
     h = L.Conv2D(4, 3, padding="same", activation="relu")(inp)
     h = L.GroupNormalization(groups=2)(h)
     h = L.DepthwiseConv2D(3, padding="same")(h)
@@ -128,7 +128,7 @@ def test_functional_mixed_model_with_fallback_matches_naive_loop():
     h = L.Flatten()(h)
     out = L.Dense(3)(L.Dense(5, activation="relu")(h))
     model = keras.Model(inp, out)
-    x, y = _images((8, 8, 2))
+    x, y = _images((8, 8, 8))
     _check(model, x, y)
 
 
