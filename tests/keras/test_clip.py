@@ -80,6 +80,14 @@ def _images(shape, n=6):
     ("layernorm", lambda: [L.Dense(6), L.LayerNormalization(), L.Dense(3)], (4,)),
     ("groupnorm", lambda: [L.Conv2D(4, 3), L.GroupNormalization(groups=2), L.Flatten(),
                            L.Dense(3)], (6, 6, 1)),
+    ("conv2d_extracted_patches", lambda: [L.Conv2D(4, 3, padding="same", activation="relu"),
+                                          L.Conv2D(3, 3, strides=2, padding="same"),
+                                          L.Flatten(), L.Dense(3)], (6, 6, 8)),
+    ("norms_scale_or_center_only", lambda: [
+        L.Conv2D(4, 3), L.GroupNormalization(groups=4, center=False),
+        L.LayerNormalization(axis=[1, 3], scale=False), L.Flatten(), L.Dense(3)], (6, 6, 1)),
+    ("layernorm_rms_scaling", lambda: [L.Dense(6), L.LayerNormalization(rms_scaling=True),
+                                       L.Dense(3)], (4,)),
 ])
 def test_each_registered_type_matches_naive_loop(name, build, shape):
     del name
@@ -109,7 +117,7 @@ class _Scale(L.Layer):
 
 
 def test_functional_mixed_model_with_fallback_matches_naive_loop():
-    inp = keras.Input((8, 8, 2))
+    inp = keras.Input((8, 8, 8))  # 8 channels: the first convolution's patches are extracted
     h = L.Conv2D(4, 3, padding="same", activation="relu")(inp)
     h = L.GroupNormalization(groups=2)(h)
     h = L.DepthwiseConv2D(3, padding="same")(h)
@@ -120,7 +128,7 @@ def test_functional_mixed_model_with_fallback_matches_naive_loop():
     h = L.Flatten()(h)
     out = L.Dense(3)(L.Dense(5, activation="relu")(h))
     model = keras.Model(inp, out)
-    x, y = _images((8, 8, 2))
+    x, y = _images((8, 8, 8))
     _check(model, x, y)
 
 

@@ -153,3 +153,47 @@ def test_fit_refuses_keras_batching_arguments():
     with pytest.raises(ValueError, match="^batch_size:"):
         _compile(tk.make_private(_cnn(), epsilon=1.0, epochs=1, batch_size=500)).fit(X, Y)
     assert dp.steps == 0 and not dp.ledger()["guarantee"]
+
+
+def _dense(regularizer=None, activity=None, name="dense_net"):
+    return keras.Sequential([keras.Input((6, 6, 1)), L.Flatten(),
+                             L.Dense(2, kernel_regularizer=regularizer,
+                                     activity_regularizer=activity, name="out")], name=name)
+
+
+def test_weight_regularizer_gradient_is_added_after_the_noise():
+    """One step with an L2 kernel penalty moves the kernel by exactly -lr * 2 * lam * w0 more
+    than the same step (same lots, same noise) without it."""
+    lam, lr = 0.1, 0.05
+    plain, reg = _dense(), _dense(keras.regularizers.L2(lam))
+    reg.set_weights(plain.get_weights())
+    w0 = plain.get_weights()[0].copy()
+    for model in (plain, reg):
+        dp = _compile(tk.make_private(model, noise_multiplier=1.0, batch_size=400, seed=3), lr)
+        dp.fit(X, Y, epochs=1, verbose=0)
+        assert dp.steps == 1
+    np.testing.assert_allclose(reg.get_weights()[0] - plain.get_weights()[0],
+                               -lr * 2 * lam * w0, atol=1e-6)
+    np.testing.assert_allclose(reg.get_weights()[1], plain.get_weights()[1], atol=1e-7)
+
+
+class _AddsLoss(L.Layer):
+    def call(self, inputs):
+        self.add_loss(tf.reduce_mean(inputs ** 2))
+        return inputs
+
+
+@pytest.mark.parametrize("build,name", [
+    (lambda: _dense(activity=keras.regularizers.L2(0.1)), "'out' has an activity_regularizer"),
+    (lambda: keras.Sequential([keras.Input((6, 6, 1)), _AddsLoss(name="adds"), L.Flatten(),
+                               L.Dense(2)]), "'adds' adds a loss in call"),
+])
+def test_data_dependent_losses_refused_before_training(build, name):
+    model = build()
+    before = [w.copy() for w in model.get_weights()]
+    dp = _compile(tk.make_private(model, noise_multiplier=1.0, batch_size=50, seed=0))
+    with pytest.raises(ValueError, match=name):
+        dp.fit(X, Y, epochs=1, verbose=0)
+    assert dp.steps == 0
+    for b, w in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(b, w)

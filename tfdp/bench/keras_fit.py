@@ -2,8 +2,10 @@
 
 The path of README "Your own model": `tfdp.keras.make_private(model).fit` against the same
 model's non-private Keras `fit` step, and against TF Privacy's DPModel `fit` on the same
-network (tf-keras), on the MNIST CNN and a small CIFAR-10 residual network with
-GroupNormalization. Each system runs in its own process (`tfdp.bench.keras_fit_worker`),
+network (tf-keras), and against Opacus and plain PyTorch on the same network rebuilt in
+PyTorch (`tfdp.bench.keras_fit_torch`, in a separate environment holding torch and opacus),
+on the MNIST CNN and a small CIFAR-10 residual network with GroupNormalization. Each system
+runs in its own process (`tfdp.bench.keras_fit_worker`, `tfdp.bench.keras_fit_torch`),
 one at a time; every round trains one epoch of each system in a rotated order, so slow drifts
 of a shared machine's load hit all systems alike. A round's ms/step is the median of its
 steps' times as the framework's own batch callbacks see them; reported are the medians and
@@ -15,22 +17,26 @@ from __future__ import annotations
 import datetime
 import os
 import statistics
+import tempfile
 from typing import Any
+
+import numpy as np
 
 from tfdp import options
 from tfdp.bench import dpsgd as dpsgd_bench
-from tfdp.bench import keras_fit_worker, worker_process
+from tfdp.bench import keras_fit_torch, keras_fit_worker, worker_process
 
 TARGET_RATIO = 1.5          # DP-SGD fit step / non-private fit step (issue 41)
 TARGET_PEER_SPEEDUP = 2.0   # TF Privacy's step / tfdp's step (issue 41)
+SYSTEMS = keras_fit_worker.SYSTEMS + keras_fit_torch.SYSTEMS
 
 OPTIONS = options.OptionSet("keras_bench_")
 
 _MODELS = OPTIONS.list("keras_bench_models", list(keras_fit_worker.MODELS),
                        "Models: mnist (README's CNN) and/or cifar10 (small ResNet with "
                        "GroupNormalization).")
-_SYSTEMS = OPTIONS.list("keras_bench_systems", list(keras_fit_worker.SYSTEMS),
-                        f"Systems, from {keras_fit_worker.SYSTEMS}; nonprivate is always "
+_SYSTEMS = OPTIONS.list("keras_bench_systems", list(SYSTEMS),
+                        f"Systems, from {SYSTEMS}; nonprivate is always "
                         "included (the reference).")
 _BATCH = OPTIONS.integer("keras_bench_batch_size", 256, "Lot / batch size.")
 _NUM_TRAIN = OPTIONS.integer("keras_bench_num_train", 12800,
@@ -42,6 +48,10 @@ _PEER_PYTHON = OPTIONS.string("keras_bench_peer_python", "",
                               "Interpreter of tfprivacy-dpmodel (an environment with tf-keras "
                               "and tensorflow-privacy); empty: $TFDP_BENCH_PEER_PYTHON, else "
                               "this interpreter.")
+_OPACUS_PYTHON = OPTIONS.string("keras_bench_opacus_python", "",
+                                "Interpreter of torch-nonprivate and opacus (an environment "
+                                "with torch and opacus); empty: $TFDP_BENCH_OPACUS_PYTHON, "
+                                "else this interpreter.")
 _TIMEOUT = OPTIONS.integer("keras_bench_worker_timeout", 3600,
                            "Seconds a worker may take to start or to answer a round.")
 
@@ -49,13 +59,21 @@ _TIMEOUT = OPTIONS.integer("keras_bench_worker_timeout", 3600,
 class _Worker(worker_process.WorkerProcess):
     """A worker process speaking keras_fit_worker's line protocol."""
 
-    def __init__(self, system: str, model: str, cfg: dict):
-        python = cfg["peer_python"] if system == "tfprivacy-dpmodel" else ""
+    def __init__(self, system: str, model: str, cfg: dict, data_file: str = ""):
         args = [f"--system={system}", f"--model={model}", f"--batch_size={cfg['batch_size']}",
                 f"--num_train={cfg['num_train']}", f"--l2_clip={cfg['l2_clip']}",
                 f"--noise_multiplier={cfg['noise_multiplier']}"]
-        env = {"TF_USE_LEGACY_KERAS": "1"} if system == "tfprivacy-dpmodel" else {}
-        super().__init__(system, "tfdp.bench.keras_fit_worker", args, python=python, env=env)
+        module, python, env = "tfdp.bench.keras_fit_worker", "", {}
+        if system == "tfprivacy-dpmodel":
+            python, env = cfg["peer_python"], {"TF_USE_LEGACY_KERAS": "1"}
+        elif system in keras_fit_torch.SYSTEMS:
+            module, python = "tfdp.bench.keras_fit_torch", cfg["opacus_python"]
+            args.append(f"--data_file={data_file}")
+            if "OMP_WAIT_POLICY" not in os.environ:
+                # PyTorch's OpenMP threads spin while waiting by default, which slows them
+                # badly on a shared machine (tfdp.bench.dpsgd); TensorFlow waits passively.
+                env["OMP_WAIT_POLICY"] = "PASSIVE"
+        super().__init__(system, module, args, python=python, env=env)
 
     def run(self) -> dict:
         return self.request("run")
@@ -67,10 +85,17 @@ def _summary(values: list) -> dict:
 
 def _bench_model(model: str, systems: list, cfg: dict) -> dict:
     workers, skipped, setup = {}, {}, {}
+    tmp = tempfile.TemporaryDirectory(prefix="tfdp-keras-fit-")
+    data_file = ""
+    if any(s in keras_fit_torch.SYSTEMS for s in systems):
+        # The same arrays as the Keras workers load (those import TensorFlow; torch's not).
+        x, y, source = keras_fit_worker.load_data(model, int(cfg["num_train"]))
+        data_file = os.path.join(tmp.name, "train.npz")
+        np.savez(data_file, x=x, y=y, source=np.asarray(source))
     try:
         for system in systems:
             try:
-                w = _Worker(system, model, cfg)
+                w = _Worker(system, model, cfg, data_file)
             except RuntimeError as e:
                 if system == "nonprivate":
                     raise
@@ -93,6 +118,7 @@ def _bench_model(model: str, systems: list, cfg: dict) -> dict:
     finally:
         for w in workers.values():
             w.close()
+        tmp.cleanup()
     ref = times["nonprivate"]
     out = {}
     for system in names:
@@ -101,9 +127,14 @@ def _bench_model(model: str, systems: list, cfg: dict) -> dict:
                                                         zip(times[system], ref)]),
                        "ms_per_round": times[system], "mean_ms_per_round": means[system],
                        "setup": setup[system]}
-    if "tfdp-keras" in out and "tfprivacy-dpmodel" in out:
-        out["tfprivacy-dpmodel"]["speedup_of_tfdp"] = _summary(
-            [p / t for p, t in zip(times["tfprivacy-dpmodel"], times["tfdp-keras"])])
+    for peer in ("tfprivacy-dpmodel", "opacus"):
+        if "tfdp-keras" in out and peer in out:
+            # The peer's step time over tfdp's, per round.
+            out[peer]["speedup_of_tfdp"] = _summary(
+                [p / t for p, t in zip(times[peer], times["tfdp-keras"])])
+    if "opacus" in out and "torch-nonprivate" in out:
+        out["opacus"]["ratio_to_torch_nonprivate"] = _summary(
+            [p / t for p, t in zip(times["opacus"], times["torch-nonprivate"])])
     return {"systems": out, "skipped": skipped, "data": setup["nonprivate"].get("data")}
 
 
@@ -126,7 +157,7 @@ def run(**overrides: Any) -> dict:
         if m not in keras_fit_worker.MODELS:
             raise ValueError(f"keras_bench_models: unknown model {m!r}")
     for s in systems:
-        if s not in keras_fit_worker.SYSTEMS:
+        if s not in SYSTEMS:
             raise ValueError(f"keras_bench_systems: unknown system {s!r}")
     for name in ("batch_size", "num_train", "rounds"):
         if int(cfg[name]) < 1:
@@ -136,6 +167,8 @@ def run(**overrides: Any) -> dict:
     systems = ["nonprivate"] + [s for s in systems if s != "nonprivate"]
     cfg["peer_python"] = str(OPTIONS.setting(overrides, "peer_python")
                              or os.environ.get("TFDP_BENCH_PEER_PYTHON", ""))
+    cfg["opacus_python"] = str(OPTIONS.setting(overrides, "opacus_python")
+                               or os.environ.get("TFDP_BENCH_OPACUS_PYTHON", ""))
     load_before = os.getloadavg()
     results = {m: _bench_model(m, systems, cfg) for m in models}
     load_after = os.getloadavg()
@@ -144,8 +177,8 @@ def run(**overrides: Any) -> dict:
         return results[model]["systems"].get("tfdp-keras", {}).get(
             "ratio_to_nonprivate", {}).get("median")
 
-    def speedup_of(model):
-        return results[model]["systems"].get("tfprivacy-dpmodel", {}).get(
+    def speedup_of(model, peer="tfprivacy-dpmodel"):
+        return results[model]["systems"].get(peer, {}).get(
             "speedup_of_tfdp", {}).get("median")
 
     headline = "mnist" if "mnist" in results else models[0]
@@ -157,6 +190,7 @@ def run(**overrides: Any) -> dict:
         "passed": None if ratio is None else bool(ratio <= TARGET_RATIO),
         "ratio_by_model": {m: ratio_of(m) for m in models},
         "tfprivacy_speedup_by_model": {m: speedup_of(m) for m in models},
+        "opacus_speedup_by_model": {m: speedup_of(m, "opacus") for m in models},
         "target_tfprivacy_speedup": TARGET_PEER_SPEEDUP,
         "measured_path": "fit",
         "measured_path_description": "Keras' own fit (batch callbacks), as a user runs it",

@@ -151,10 +151,12 @@ def _dpsgd_section(result: dict, results_dir: str) -> list[str]:
 
 
 def _keras_fit_section(result: dict) -> list[str]:
-    """Per model and system: ms/step, ratio to the non-private fit step, TF Privacy's
-    step over tfdp's (medians over rounds, [min, max])."""
-    lines = ["", "| model | system | ms/step | ratio to nonprivate | TF Privacy / tfdp |",
-             "|---|---|---|---|---|"]
+    """Per model and system: ms/step, ratio to the non-private fit step, a peer's (TF Privacy,
+    Opacus) step over tfdp's, Opacus' over PyTorch's non-private step (medians over rounds,
+    [min, max])."""
+    lines = ["", "| model | system | ms/step | ratio to nonprivate | peer / tfdp "
+                 "| Opacus / PyTorch non-private |",
+             "|---|---|---|---|---|---|"]
 
     def cell(summary):
         if not summary:
@@ -166,9 +168,10 @@ def _keras_fit_section(result: dict) -> list[str]:
         for system, v in res.get("systems", {}).items():
             lines.append(f"| {model} | {system} | {cell(v.get('ms_per_step'))} | "
                          f"{cell(v.get('ratio_to_nonprivate'))} | "
-                         f"{cell(v.get('speedup_of_tfdp'))} |")
+                         f"{cell(v.get('speedup_of_tfdp'))} | "
+                         f"{cell(v.get('ratio_to_torch_nonprivate'))} |")
         for system, why in res.get("skipped", {}).items():
-            lines.append(f"| {model} | {system} | skipped: {why} | | |")
+            lines.append(f"| {model} | {system} | skipped: {why} | | | |")
     lines += ["", f"Load average before / after: {result.get('loadavg_before')} / "
                   f"{result.get('loadavg_after')}."]
     return lines

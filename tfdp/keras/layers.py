@@ -11,9 +11,9 @@ backward pass. A `LayerRule` computes it for one layer type (as Opacus registers
 * Conv1D / Conv3D: per-example kernel gradients from N-d patches (the same construction).
 * DepthwiseConv2D: per-channel patches (each output channel sees one input channel).
 * Embedding: ||sum_t e_{a_t} g_t||^2 = sum_{t,s} [a_t = a_s] <g_t, g_s> (no table materialised).
-* LayerNormalization / GroupNormalization: their output is affine in (gamma, beta), so each
-  per-example gradient is the forward derivative along all-ones (the normalised input, resp. 1)
-  times g, summed over the non-parameter axes (tiny: two vectors per example).
+* LayerNormalization / GroupNormalization: their output is gamma * x_hat + beta, so each
+  per-example gradient is x_hat * g (gamma), resp. g (beta), summed over the non-parameter
+  axes (tiny: two vectors per example); x_hat is recomputed as the layer does.
 
 Layers that mix the examples of a batch (BatchNormalization) have no per-example gradient and
 are refused (`check_model`); any other layer with trainable variables takes the vectorized
@@ -144,13 +144,18 @@ def _dense_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
 # Largest patch width (prod(kernel size) * input channels) built by an identity convolution;
 # above it the per-offset accumulation is cheaper (measured on CPU, see docs/keras.md).
 _IDENTITY_PATCH_MAX = 256
+# From this many input channels on, 2-D patches come from `tf.image.extract_patches` (a copy)
+# rather than the identity convolution (whose cost grows with the patch width squared);
+# measured on CPU: 1 channel favours the convolution, 16 the copy.
+_EXTRACT_MIN_CHANNELS = 8
 
 
 def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
     """Per-example norms of an ungrouped N-d convolution, or None (use the slice path).
 
     Patches come from ONE convolution with an identity kernel (exact: each output channel
-    copies one input value; several times faster on CPU than kh*kw strided slices), then the
+    copies one input value; several times faster on CPU than kh*kw strided slices for few
+    input channels) or, in 2-D with more channels, `tf.image.extract_patches`, then the
     cheaper of A_i^T G_i and the Gram form; for wide patches, the per-example gradient block
     of each kernel offset, sum_t a_{i,t+offset} g_{i,t} ([B, C, O]), is accumulated instead
     (no patch tensor; its squared norms add up to the kernel's).
@@ -172,9 +177,14 @@ def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
     gg = tf.reshape(g, [b, t, cout])
     per_example = None
     if width <= _IDENTITY_PATCH_MAX and not (max(strides) > 1 and max(rates) > 1):
-        eye = tf.reshape(tf.eye(width, dtype=a.dtype), ksize + [cin, width])
-        p = tf.reshape(tf.nn.convolution(a, eye, strides=strides, padding="VALID",
-                                         dilations=rates), [b, t, width])
+        if len(ksize) == 2 and cin >= _EXTRACT_MIN_CHANNELS:
+            # A copy op, ordered (kh, kw, cin) as the kernel's rows.
+            p = tf.image.extract_patches(a, [1] + ksize + [1], [1] + strides + [1],
+                                         [1] + rates + [1], "VALID")
+        else:
+            eye = tf.reshape(tf.eye(width, dtype=a.dtype), ksize + [cin, width])
+            p = tf.nn.convolution(a, eye, strides=strides, padding="VALID", dilations=rates)
+        p = tf.reshape(p, [b, t, width])
         if _cheaper(t, width, cout) == "ghost":
             sq = tf.reduce_sum(tf.matmul(p, p, transpose_b=True)
                                * tf.matmul(gg, gg, transpose_b=True), [1, 2])
@@ -303,22 +313,47 @@ def _param_axes(layer: Any, rank: int) -> list:
     return sorted(int(ax) % rank for ax in axes)
 
 
+def _normalized(layer: Any, a: tf.Tensor) -> Optional[tf.Tensor]:
+    """The normalised input x_hat of a Keras LayerNormalization / GroupNormalization (the
+    output is gamma * x_hat + beta), computed as the layer does; None for other types."""
+    if type(layer) is keras.layers.GroupNormalization:  # pylint: disable=unidiomatic-typecheck
+        grouped = layer._reshape_into_groups(a)  # pylint: disable=protected-access
+        axes = list(range(1, len(grouped.shape)))
+        axes.pop(-2 if layer.axis == -1 else layer.axis - 1)   # the group axis
+        mean, variance = tf.nn.moments(grouped, axes, keepdims=True)
+        return tf.reshape((grouped - mean) * tf.math.rsqrt(variance + layer.epsilon),
+                          tf.shape(a))
+    if (type(layer) is keras.layers.LayerNormalization  # pylint: disable=unidiomatic-typecheck
+            and not layer.rms_scaling):
+        return keras.ops.layer_normalization(a, None, None, layer.axis, layer.epsilon)
+    return None
+
+
 def _affine_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
     """LayerNormalization / GroupNormalization: the output is affine in each parameter P with
-    P broadcast along the non-parameter axes, so dz/dP . 1 (a forward derivative) times g,
-    summed over those axes, is example i's gradient of P."""
+    P broadcast along the non-parameter axes, so example i's gradient of P is dz/dP . 1 times
+    g, summed over those axes: x_hat * g for the scale gamma, g for the offset beta; for other
+    parameters, dz/dP . 1 is a forward derivative."""
     own = list(layer._trainable_variables)  # pylint: disable=protected-access
     rank = len(g.shape)
     keep = _param_axes(layer, rank)
     reduce_axes = [ax for ax in range(1, rank) if ax not in keep]
     b = tf.shape(g)[0]
+    gamma, beta = getattr(layer, "gamma", None), getattr(layer, "beta", None)
+    x_hat = _normalized(layer, a) if any(v is gamma for v in own) else None
     per_example = []
     for v in own:
-        tv = getattr(v, "value", v)  # the backend tf.Variable of a Keras variable
-        with tf.autodiff.ForwardAccumulator(tv, tf.ones_like(tv)) as acc:
-            z = type(layer).call(layer, a)
-        direction = acc.jvp(z, unconnected_gradients="zero")
-        pe = tf.reduce_sum(direction * g, reduce_axes) if reduce_axes else direction * g
+        if v is beta and beta is not None:
+            direction = None                           # dz/dbeta . 1 = 1
+        elif v is gamma and x_hat is not None:
+            direction = x_hat
+        else:
+            tv = getattr(v, "value", v)  # the backend tf.Variable of a Keras variable
+            with tf.autodiff.ForwardAccumulator(tv, tf.ones_like(tv)) as acc:
+                z = type(layer).call(layer, a)
+            direction = acc.jvp(z, unconnected_gradients="zero")
+        prod = g if direction is None else direction * g
+        pe = tf.reduce_sum(prod, reduce_axes) if reduce_axes else prod
         per_example.append(tf.reshape(pe, [b] + [int(d) for d in v.shape]))
     sq = tf.add_n([tf.reduce_sum(tf.reshape(tf.square(pe), [b, -1]), 1) for pe in per_example])
     return sq, per_example

@@ -246,12 +246,33 @@ class DPModel(keras.Model):
                            **kwargs)
 
     def _prepare(self, x1: np.ndarray, loss_fn) -> None:
-        """Builds the wrapped model and plans its clipping (raises before any training)."""
+        """Builds the wrapped model and plans its clipping (raises before any training).
+
+        Raises:
+          ValueError: on a model without trainable variables, or one whose layers add losses
+            computed from the data (activity regularizers, `add_loss` in `call`): those would
+            enter the update unclipped.
+        """
         del loss_fn
         if not self.inner.built or not self.inner.trainable_variables:
             self.inner(x1, training=False)
         if not self.inner.trainable_variables:
             raise ValueError("model: has no trainable variables")
+        for layer in [self.inner] + list(self.inner._flatten_layers(include_self=False)):  # pylint: disable=protected-access
+            if getattr(layer, "activity_regularizer", None) is not None:
+                raise ValueError(
+                    f"model: layer '{layer.name}' has an activity_regularizer, a loss computed "
+                    "from the data that DP-SGD would not clip; remove it (weight regularizers "
+                    "are supported)")
+        self.inner(x1, training=True)
+        data_losses = [layer.name for layer in [self.inner] + list(
+            self.inner._flatten_layers(include_self=False))  # pylint: disable=protected-access
+                       if layer._get_own_losses()]  # pylint: disable=protected-access
+        if data_losses:
+            raise ValueError(
+                f"model: layer '{data_losses[-1]}' adds a loss in call (add_loss), computed "
+                "from the data, that DP-SGD would not clip; put it into the compiled loss or "
+                "remove it (weight regularizers are supported)")
         object.__setattr__(self, "_entries",
                            clip.plan(self.inner, self.inner.trainable_variables))
 
@@ -317,12 +338,33 @@ class DPModel(keras.Model):
             noise = noise_sampling.tf_gaussian(tf.shape(total), stddev,
                                                seed=base.step_seed(seed, i + 1), dtype=total.dtype)
             grads.append((total + noise) / float(self.batch_size))
+        regularization = self._add_weight_regularization(grads, variables)
         self.optimizer.apply(grads, variables)
         count = tf.reduce_sum(mask)
         if self._loss_tracker is not None:
             self._loss_tracker.update_state(
-                tf.reduce_sum(losses * mask) / tf.maximum(count, 1.0), sample_weight=count)
+                tf.reduce_sum(losses * mask) / tf.maximum(count, 1.0) + regularization,
+                sample_weight=count)
         return self.compute_metrics(x, y, y_pred, sample_weight=mask)
+
+    @staticmethod
+    def _add_weight_regularization(grads: list, variables: list) -> tf.Tensor:
+        """Adds the gradient of the weight regularizers (kernel_regularizer, ...) to `grads`.
+
+        A weight penalty is a function of the weights alone, so its gradient added after the
+        noise is post-processing of the private update: the privacy analysis is unchanged
+        (it is neither clipped nor noised, as in Keras' own loss it is not averaged over the
+        batch either). Returns the penalty (0 without regularizers).
+        """
+        regularized = [(i, v) for i, v in enumerate(variables)
+                       if getattr(v, "regularizer", None) is not None]
+        if not regularized:
+            return tf.constant(0.0)
+        with tf.GradientTape() as tape:
+            penalty = tf.add_n([tf.cast(v.regularizer(v), tf.float32) for _, v in regularized])
+        for (i, _), g in zip(regularized, tape.gradient(penalty, [v for _, v in regularized])):
+            grads[i] = grads[i] + tf.cast(g, grads[i].dtype)
+        return penalty
 
     # ------------------------------------------------------------------ the ledger
 
