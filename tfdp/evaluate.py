@@ -24,13 +24,12 @@ import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
-import scipy.stats
 import tensorflow as tf
 from absl import logging
 
 import attacks
 from tfdp import certify as certify_lib
-from tfdp import checks, export, run_model, rundir
+from tfdp import checks, clopper_pearson, export, run_model, rundir
 from tfdp import kernels
 import layers as layers_lib
 from tfdp import soundness
@@ -275,12 +274,10 @@ def check_certificate_norm(options: EvalOptions, certification: Any) -> None:
 
 
 def binomial_ci95(k: int, n: int) -> list:
-    """Two-sided 95% Clopper-Pearson interval of a proportion k / n (scipy.stats.beta)."""
+    """Two-sided 95% Clopper-Pearson interval of a proportion k / n (tfdp.clopper_pearson)."""
     if n <= 0:
         return [0.0, 1.0]
-    lo = 0.0 if k == 0 else float(scipy.stats.beta.ppf(0.025, k, n - k + 1))
-    hi = 1.0 if k == n else float(scipy.stats.beta.ppf(0.975, k + 1, n - k))
-    return [lo, hi]
+    return list(clopper_pearson.interval(k, n, 0.05))
 
 
 def proportion(k: int, n: int) -> dict:
@@ -389,9 +386,9 @@ def evaluate_arrays(model: Any, x: np.ndarray, y: np.ndarray, *, value_range: Se
 
     def predict_exported(xb: np.ndarray, sizes_for_radius: Sequence[float]):
         seed = int(cert_rng.integers(0, 2**62))
-        # Only StoBatch's "mu_a" radius depends on the attack size; the same seed gives the
+        # Few radii depend on the attack size (StoBatch's "mu_a"); the same seed gives the
         # same draws, so one call serves every size otherwise.
-        per_size = cert["mechanism"] == "stobatch" and cert.get("delta_rx_mode") == "mu_a"
+        per_size = certificate.radius_depends_on_attack_size
         radii = {}
         for s in (sizes_for_radius if per_size else sizes_for_radius[:1]):
             out = model.certify(xb, num_draws, alpha, s, seed)
@@ -657,8 +654,6 @@ def plot_accuracy(path: str, summary: Mapping[str, Any]) -> str:
     N evaluated examples; the title names the method, data, sound epsilon, N and whether the
     certificates are sound.
     """
-    # lazy: tfdp.apps.runs defines absl flags when imported; library modules define none
-    from tfdp.apps.runs import clopper_pearson  # pylint: disable=import-outside-toplevel
     # lazy: matplotlib only when a figure is drawn
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
@@ -671,7 +666,7 @@ def plot_accuracy(path: str, summary: Mapping[str, Any]) -> str:
     def band(ax, xs, ys, color):
         if n is None:
             return
-        bounds = [clopper_pearson(int(round(y * n)), n) for y in ys]
+        bounds = [clopper_pearson.interval(int(round(y * n)), n, 1.0 - 0.95) for y in ys]
         ax.fill_between(xs, [b[0] for b in bounds], [b[1] for b in bounds], color=color,
                         alpha=0.15, linewidth=0)
 

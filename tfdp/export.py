@@ -16,7 +16,7 @@ inputs float32 images of the run's input shape, pixel values in the run's value 
   "certification" entry): the Monte-Carlo prediction, class counts, confidence bounds,
   robustness radius and `certified = radius >= attack_size and radius > 0`, computed in
   the graph with the formulas of `tfdp.certify` (same bound, same radius) for every
-  mechanism `tfdp.certify.MECHANISMS` names. Noise drawn once ("once" mode) is part of
+  mechanism `tfdp.certify.names()` lists. Noise drawn once ("once" mode) is part of
   the model's variables and saved with them; fresh noise is drawn from `seed`.
 
 A model card (`model_card.json`, beside `saved_model.pb` and as the SavedModel asset
@@ -70,7 +70,7 @@ SIGNATURES = ("serving_default", "serve", "noisy_predict", "certify")
 _TAG_NOISY = 1
 _TAG_CERTIFY = 2
 _TAG_SELECT = 3  # the selection draws (n0) of a two-stage certificate
-_TAG_SMOOTHING = 0x534D  # folded into a draw's key for the input noise of smoothing
+_TAG_SMOOTHING = certify_smoothing.SALT  # folded into a draw's key for smoothing's input noise
 
 # ------------------------------------------------------------- model card allow-list
 # The model card is built from an allow-list (issue 22): every key it may carry is declared

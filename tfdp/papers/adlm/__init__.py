@@ -22,4 +22,9 @@ PAPER = registry.Paper(
     ),
     keras_modules=("tfdp.papers.adlm.models",),
     rows="tfdp.papers.adlm.rows:rows",
+    extensions=(
+        # The pSGD baseline's network (--dpsgd_model=adlm_cnn / --nonprivate_model=adlm_cnn).
+        registry.Extension("baseline_model", "adlm_cnn",
+                           "tfdp.papers.adlm.models:mnist_per_example_model"),
+    ),
 )

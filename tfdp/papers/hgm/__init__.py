@@ -6,6 +6,7 @@ Modules:
   redistribution  the noise redistribution r (Eq. 7) and the noised layer's sensitivity (Eq. 6)
   figure          Figure 1 (the HGM noise against the classical Gaussian mechanism)
   rows            the reproduction rows (Figures 3-5)
+  unsound         the sensitivity modes whose certificates are only claimed
 The mechanism itself is shared: `tfdp.mechanisms.heterogeneous`.
 """
 
@@ -30,4 +31,7 @@ PAPER = registry.Paper(
     ),
     keras_modules=("tfdp.papers.hgm.models",),
     rows="tfdp.papers.hgm.rows:rows",
+    extensions=(
+        registry.Extension("unsound_options", "hgm", "tfdp.papers.hgm.unsound:unsound_options"),
+    ),
 )
