@@ -32,6 +32,7 @@ BUILTIN_PAPERS = ("tfdp.papers.adlm", "tfdp.papers.hgm", "tfdp.papers.stobatch",
                   "tfdp.papers.gpm")
 PLUGINS_ENV = "TFDP_PAPERS"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_EXTENSION_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -75,13 +76,12 @@ EXTENSION_KINDS = {
     "extractor": "module:function(row, jobs) -> value: the reproduction extractor `name`",
     "figure": "module:function(out_dir, results) -> list of (file name, caption): figures "
               "of the paper's section of the reproduction report",
-    "subcommand": "module:function(argv) -> int: the experiment `tfdp-audit <name>`",
-    "subcommand_options": "module:Class, the typed options (tfdp.options.declare) of the "
-                          "subcommand `name`, whose flags tfdp-audit defines",
-    "benchmark": "module:OPTIONS, in a module with run(**overrides) -> dict: "
-                 "`tfdp-bench <name>`",
-    "closed_form": "module:function(**kwargs) -> dict: a closed-form computation a "
-                   "reproduction job may run by name",
+    "subcommand": "module:ATTRIBUTE, a tfdp.audit.experiment.Subcommand: the experiment "
+                  "`tfdp-audit <name>` and the typed settings its flags come from",
+    "audit_cases": "module:function(rng) -> list of cases (tfdp.audit.dp_suite.audit_cases' "
+                   "form): the paper's mechanisms in `tfdp-audit dp`, after the shared ones",
+    "benchmark": "module:OPTIONS, in a module with run(**overrides) -> dict (keys at least "
+                 "ratio, target, reference, candidate): `tfdp-bench <name>`",
 }
 
 
@@ -103,8 +103,8 @@ class Extension:
         if self.kind not in EXTENSION_KINDS:
             raise ValueError(f"extension {self.name!r}: kind {self.kind!r} is not one of "
                              f"{sorted(EXTENSION_KINDS)}")
-        if not _NAME.match(self.name):
-            raise ValueError(f"extension name {self.name!r}: use lower case, digits and _")
+        if not _EXTENSION_NAME.match(self.name):
+            raise ValueError(f"extension name {self.name!r}: use lower case, digits, _ and -")
         if not _TARGET.match(self.target):
             raise ValueError(f"extension {self.name!r}: target {self.target!r} is not "
                              "'module:attribute'")

@@ -23,8 +23,8 @@ METHOD_MODULES = {
     "tfdp.papers.stobatch.method": "StoBatchConfig",
     "tfdp.train.nonprivate": "NonPrivateConfig",
 }
-BENCH_MODULES = ("tfdp.bench.layers", "tfdp.bench.dpsgd", "tfdp.bench.stobatch",
-                 "tfdp.bench.export", "tfdp.bench.certify", "tfdp.bench.gpm")
+BENCH_MODULES = ("tfdp.bench.layers", "tfdp.bench.dpsgd", "tfdp.papers.stobatch.bench",
+                 "tfdp.bench.export", "tfdp.bench.certify", "tfdp.papers.gpm.bench")
 
 _FLAG_NAMES = ("from absl import flags; import json; "
                "print(json.dumps(sorted(flags.FLAGS)))")

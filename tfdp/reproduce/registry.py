@@ -200,7 +200,7 @@ class Row:
       published: the published number (None for a qualitative claim).
       published_text: the published value as printed (ranges, qualifiers).
       criterion: the pass criterion.
-      extractor: name of the metric extractor (tfdp.reproduce.extract.EXTRACTORS).
+      extractor: name of the metric extractor (tfdp.reproduce.extract.extractor).
       params: extractor parameters.
       jobs: scale -> role -> Job.
       note: why a gap is expected (shown beside a verdict that is not a pass).

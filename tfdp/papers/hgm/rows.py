@@ -129,7 +129,7 @@ _LONGER_TRAINING_EVIDENCE = ("secure_sgd",)
 
 def _hgm_rows() -> list[Row]:
     rows = []
-    cf = python("python.hgm.figure1", "tfdp.reproduce.closed_forms:hgm_figure1")
+    cf = python("python.hgm.figure1", "tfdp.papers.hgm.closed_forms:hgm_figure1")
     rows.append(Row(
         id="hgm.fig1.hgm_le_gm", paper="hgm", source="Fig. 1",
         setting="sigma vs eps, Delta = 1, delta = 1e-5, uniform r, eps in (0, 1]",

@@ -6,6 +6,7 @@ Modules:
   rows    the reproduction rows (Figures 2-4)
   certificate  the certified radius (Eq. 13) and its certificate class
   unsound      the code release's radius options, whose certificates are only claimed
+  bench        tfdp-bench stobatch (a StoBatch step against plain adversarial training)
 """
 
 from tfdp import registry
@@ -25,5 +26,6 @@ PAPER = registry.Paper(
                            "tfdp.papers.stobatch.certificate:StoBatch"),
         registry.Extension("unsound_options", "stobatch",
                            "tfdp.papers.stobatch.unsound:unsound_options"),
+        registry.Extension("benchmark", "stobatch", "tfdp.papers.stobatch.bench:OPTIONS"),
     ),
 )
