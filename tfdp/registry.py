@@ -74,8 +74,9 @@ EXTENSION_KINDS = {
                        "options whose certificates are only claimed (need "
                        "--allow_unsound_certificates)",
     "extractor": "module:function(row, jobs) -> value: the reproduction extractor `name`",
-    "figure": "module:function(out_dir, results) -> list of (file name, caption): figures "
-              "of the paper's section of the reproduction report",
+    "figure": "module:function(rows_by_key, out_dir, rel, draw) -> link or None: a figure "
+              "of the reproduction report (drawn into out_dir when draw; the link relative "
+              "to the report; None when no row has a value)",
     "subcommand": "module:ATTRIBUTE, a tfdp.audit.experiment.Subcommand: the experiment "
                   "`tfdp-audit <name>` and the typed settings its flags come from",
     "audit_cases": "module:function(rng) -> list of cases (tfdp.audit.dp_suite.audit_cases' "

@@ -5,6 +5,7 @@ Modules:
   models     the MNIST and CIFAR-10 networks (Section 5)
   relevance  layer-wise relevance propagation and its private average (Eq. 4-12, 16)
   rows       the reproduction rows (Section 5's figures)
+  figures    Figure 4a in the reproduction report
 """
 
 from tfdp import registry
@@ -26,5 +27,7 @@ PAPER = registry.Paper(
         # The pSGD baseline's network (--dpsgd_model=adlm_cnn / --nonprivate_model=adlm_cnn).
         registry.Extension("baseline_model", "adlm_cnn",
                            "tfdp.papers.adlm.models:mnist_per_example_model"),
+        registry.Extension("figure", "adlm_accuracy_vs_eps",
+                           "tfdp.papers.adlm.figures:accuracy_vs_eps"),
     ),
 )

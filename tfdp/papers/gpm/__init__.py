@@ -15,6 +15,7 @@ Submodules:
   extract      the rows' extractors (Figures 5-6, Tables 2 and 4)
   subcommands  tfdp-audit samplers / gpm-hist / gpm-dpsgd / gpm-bounds / gpm-precision
   bench        tfdp-bench gpm (Figure 7)
+  figures      Figures 5 and 6 in the reproduction report
 """
 
 from tfdp import registry
@@ -39,4 +40,6 @@ PAPER = registry.Paper(
         _extractor("gpm_dpsgd_gap"), _extractor("gpm_dpsgd_dq"),
         registry.Extension("audit_cases", "gpm", "tfdp.papers.gpm.experiments:audit_cases"),
         registry.Extension("benchmark", "gpm", "tfdp.papers.gpm.bench:OPTIONS"),
+        registry.Extension("figure", "gpm_success_vs_beta",
+                           "tfdp.papers.gpm.figures:success_vs_beta"),
     ))
