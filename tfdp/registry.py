@@ -79,6 +79,13 @@ EXTENSION_KINDS = {
               "to the report; None when no row has a value)",
     "subcommand": "module:ATTRIBUTE, a tfdp.audit.experiment.Subcommand: the experiment "
                   "`tfdp-audit <name>` and the typed settings its flags come from",
+    "flagfile_rule": "module:function(method, dataset, eps, scale, eps_r, variant) -> "
+                     "(flagfile, arguments): how a reproduction row trains the method `name` "
+                     "(tfdp.reproduce.registry.train_command)",
+    "noisy_method": "module:Class of the method `name`, whose model holds a robustness noise "
+                    "layer: the rows score it by its noisy expectation (Monte-Carlo)",
+    "card_fields": "module:CARD_FIELDS, {section: allow-list spec}: the model card's fields "
+                   "the paper adds (tfdp.export; only 'certification' is read)",
     "audit_cases": "module:function(rng) -> list of cases (tfdp.audit.dp_suite.audit_cases' "
                    "form): the paper's mechanisms in `tfdp-audit dp`, after the shared ones",
     "benchmark": "module:OPTIONS, in a module with run(**overrides) -> dict (keys at least "

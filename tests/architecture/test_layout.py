@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 
 from tests.architecture import imports
 
 ROOT = imports.ROOT
+
+
+@functools.lru_cache(maxsize=1)
+def _graph() -> dict:
+    """The tree's import graph, read once for the tests of this module (not modified)."""
+    return imports.edges()
 
 
 def _describe(graph, cycle):
@@ -20,7 +27,7 @@ def _describe(graph, cycle):
 
 
 def test_no_import_cycle_among_tfdp_layers_and_attacks_counting_function_level_imports():
-    graph = imports.edges()
+    graph = _graph()
     assert len(graph) > 100  # every module was read
     found = imports.cycles(graph)
     assert not found, "import cycles:\n" + "\n\n".join(_describe(graph, c) for c in found)
@@ -71,7 +78,7 @@ def test_every_builtin_paper_declares_itself_and_the_registry_imports_no_paper()
         for m in paper.methods:
             assert m.module.startswith(f"tfdp.papers.{paper.name}."), m
         assert paper.rows == f"tfdp.papers.{paper.name}.rows:rows"
-    graph = imports.edges()
+    graph = _graph()
     assert not [m for m in graph["tfdp.registry"] if m.startswith("tfdp.papers")]
     assert not [m for m in graph["tfdp.reproduce.registry"] if m.startswith("tfdp.papers")]
     assert not [m for m in graph["tfdp.train.registry"] if m.startswith("tfdp.papers")]
@@ -85,7 +92,7 @@ def _is_app(mod: str) -> bool:
 def test_shared_code_imports_no_paper():
     """Issue 42: outside tfdp/papers (apps included) nothing imports a paper's modules, at
     module level or in a function; papers are found through the registry alone."""
-    graph = imports.edges()
+    graph = _graph()
     found = [f"{a} -> {b} (line {', '.join(map(str, lines))})"
              for a, targets in sorted(graph.items()) if not a.startswith("tfdp.papers")
              for b, lines in sorted(targets.items()) if b.startswith("tfdp.papers.")]
@@ -95,7 +102,7 @@ def test_shared_code_imports_no_paper():
 def test_library_modules_import_no_app():
     """Issue 42: library modules never import `tfdp.apps` (flags live only in the apps), not
     even inside a function."""
-    graph = imports.edges()
+    graph = _graph()
     found = [f"{a} -> {b} (line {', '.join(map(str, lines))})"
              for a, targets in sorted(graph.items()) if not _is_app(a)
              for b, lines in sorted(targets.items()) if b.startswith("tfdp.apps")]
@@ -105,7 +112,7 @@ def test_library_modules_import_no_app():
 def test_no_import_runs_back_up_a_floor():
     """Issue 42: every module's room is on a floor (imports.FLOORS) and no import, at module
     level or in a function, reaches a higher floor (tools/architecture/structure.py draws it)."""
-    graph = imports.edges()
+    graph = _graph()
     for mod in graph:
         imports.floor(mod)  # KeyError naming a room on no floor
     found = [f"{a} (floor {imports.floor(a)}) -> {b} (floor {imports.floor(b)}), line "

@@ -6,6 +6,7 @@ Modules:
   relevance  layer-wise relevance propagation and its private average (Eq. 4-12, 16)
   rows       the reproduction rows (Section 5's figures)
   figures    Figure 4a in the reproduction report
+  flagfiles  which flagfile trains AdLM in a reproduction row
 """
 
 from tfdp import registry
@@ -29,5 +30,6 @@ PAPER = registry.Paper(
                            "tfdp.papers.adlm.models:mnist_per_example_model"),
         registry.Extension("figure", "adlm_accuracy_vs_eps",
                            "tfdp.papers.adlm.figures:accuracy_vs_eps"),
+        registry.Extension("flagfile_rule", "adlm", "tfdp.papers.adlm.flagfiles:train_command"),
     ),
 )

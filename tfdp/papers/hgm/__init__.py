@@ -7,6 +7,7 @@ Modules:
   figure          Figure 1 (the HGM noise against the classical Gaussian mechanism)
   rows            the reproduction rows (Figures 3-5)
   unsound         the sensitivity modes whose certificates are only claimed
+  flagfiles       which flagfile trains each method in a reproduction row
 The mechanism itself is shared: `tfdp.mechanisms.heterogeneous`.
 """
 
@@ -33,5 +34,11 @@ PAPER = registry.Paper(
     rows="tfdp.papers.hgm.rows:rows",
     extensions=(
         registry.Extension("unsound_options", "hgm", "tfdp.papers.hgm.unsound:unsound_options"),
+        *(registry.Extension("flagfile_rule", m, "tfdp.papers.hgm.flagfiles:train_command")
+          for m in ("secure_sgd", "secure_sgd_agm", "pixeldp", "hgm_pixeldp")),
+        registry.Extension("noisy_method", "secure_sgd", "tfdp.papers.hgm.method:SecureSGD"),
+        registry.Extension("card_fields", "hgm", "tfdp.papers.hgm.card:CARD_FIELDS"),
+        registry.Extension("noisy_method", "secure_sgd_agm",
+                           "tfdp.papers.hgm.method:SecureSGDAGM"),
     ),
 )

@@ -7,6 +7,7 @@ Modules:
   certificate  the certified radius (Eq. 13) and its certificate class
   unsound      the code release's radius options, whose certificates are only claimed
   bench        tfdp-bench stobatch (a StoBatch step against plain adversarial training)
+  flagfiles    which flagfile trains StoBatch in a reproduction row
 """
 
 from tfdp import registry
@@ -27,5 +28,9 @@ PAPER = registry.Paper(
         registry.Extension("unsound_options", "stobatch",
                            "tfdp.papers.stobatch.unsound:unsound_options"),
         registry.Extension("benchmark", "stobatch", "tfdp.papers.stobatch.bench:OPTIONS"),
+        registry.Extension("flagfile_rule", "stobatch",
+                           "tfdp.papers.stobatch.flagfiles:train_command"),
+        registry.Extension("noisy_method", "stobatch", "tfdp.papers.stobatch.method:StoBatch"),
+        registry.Extension("card_fields", "stobatch", "tfdp.papers.stobatch.card:CARD_FIELDS"),
     ),
 )
