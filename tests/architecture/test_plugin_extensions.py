@@ -234,3 +234,33 @@ def test_a_toy_extractor_and_report_figure_serve_tfdp_reproduce(toyext, tmp_path
     assert "A toy paper with extensions" in report and "toyext.half" in report
     assert "figures/toyext.png)" in report
     assert (results / "figures" / "toyext.png").stat().st_size > 0
+
+
+def test_an_extension_of_an_unknown_kind_or_bad_target_is_refused():
+    from tfdp import registry  # pylint: disable=import-outside-toplevel
+    with pytest.raises(ValueError, match="kind 'widget' is not one of"):
+        registry.Extension("widget", "w", "a:b")
+    with pytest.raises(ValueError, match="target 'a.b' is not 'module:attribute'"):
+        registry.Extension("extractor", "x", "a.b")
+    with pytest.raises(ValueError, match="extension name 'Bad Name'"):
+        registry.Extension("extractor", "Bad Name", "a:b")
+    with pytest.raises(ValueError, match="kind 'widget' is not one of"):
+        registry.extensions("widget")
+
+
+def test_two_papers_declaring_one_extension_are_refused_naming_both(tmp_path, monkeypatch):
+    from tfdp import registry  # pylint: disable=import-outside-toplevel
+    before = dict(registry.extensions("extractor"))
+    (tmp_path / "clash_pkg").mkdir()
+    (tmp_path / "clash_pkg" / "__init__.py").write_text(
+        "from tfdp import registry\n"
+        "PAPER = registry.Paper(name='clash', title='clash', extensions=(\n"
+        "    registry.Extension('extractor', 'gpm_hist_cell', 'clash_pkg:f'),))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("TFDP_PAPERS", "clash_pkg")
+    with pytest.raises(ValueError, match="extractor 'gpm_hist_cell' of paper 'clash' is "
+                                         "already declared by paper 'gpm'"):
+        registry.reload()
+    assert registry.extensions("extractor") == before  # a refused reload changes nothing
+    monkeypatch.delenv("TFDP_PAPERS")
+    registry.reload()
