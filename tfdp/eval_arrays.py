@@ -14,14 +14,13 @@ import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
-import scipy.stats
 import tensorflow as tf
 from absl import logging
 
 import attacks
 import layers as layers_lib
 from tfdp import certify as certify_lib
-from tfdp import exported_model, run_model, soundness
+from tfdp import clopper_pearson, exported_model, run_model, soundness
 from tfdp.eval_checks import ATTACK_NORMS, check_certificate_norm, validate_options
 from tfdp.eval_options import EvalOptions
 
@@ -58,12 +57,10 @@ def _attack_batch(name, attack_fn, det_fn, xb, eps, low, high, labels, opts, rng
 
 
 def binomial_ci95(k: int, n: int) -> list:
-    """Two-sided 95% Clopper-Pearson interval of a proportion k / n (scipy.stats.beta)."""
+    """Two-sided 95% Clopper-Pearson interval of a proportion k / n (tfdp.clopper_pearson)."""
     if n <= 0:
         return [0.0, 1.0]
-    lo = 0.0 if k == 0 else float(scipy.stats.beta.ppf(0.025, k, n - k + 1))
-    hi = 1.0 if k == n else float(scipy.stats.beta.ppf(0.975, k + 1, n - k))
-    return [lo, hi]
+    return list(clopper_pearson.interval(k, n, 0.05))
 
 
 def proportion(k: int, n: int) -> dict:
@@ -272,9 +269,9 @@ class _Predictions:
     def _exported(self, xb: np.ndarray, sizes_for_radius: Sequence[float]):
         c = self.c
         seed = int(self.cert_rng.integers(0, 2**62))
-        # Only StoBatch's "mu_a" radius depends on the attack size; the same seed gives the
+        # Few radii depend on the attack size (StoBatch's "mu_a"); the same seed gives the
         # same draws, so one call serves every size otherwise.
-        per_size = c.cert["mechanism"] == "stobatch" and c.cert.get("delta_rx_mode") == "mu_a"
+        per_size = c.certificate.radius_depends_on_attack_size
         radii = {}
         for s in (sizes_for_radius if per_size else sizes_for_radius[:1]):
             out = self.model.certify(xb, c.num_draws, c.alpha, s, seed)

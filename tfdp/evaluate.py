@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from absl import logging
 
-from tfdp import export, run_model, rundir
+from tfdp import clopper_pearson, export, run_model, rundir
 from tfdp import kernels
 from tfdp.train import report
 from tfdp import data as data_lib
@@ -74,8 +74,6 @@ def plot_accuracy(path: str, summary: Mapping[str, Any]) -> str:
     N evaluated examples; the title names the method, data, sound epsilon, N and whether the
     certificates are sound.
     """
-    # lazy: tfdp.apps.runs defines absl flags when imported; library modules define none
-    from tfdp.apps.runs import clopper_pearson  # pylint: disable=import-outside-toplevel
     # lazy: matplotlib only when a figure is drawn
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
@@ -88,7 +86,7 @@ def plot_accuracy(path: str, summary: Mapping[str, Any]) -> str:
     def band(ax, xs, ys, color):
         if n is None:
             return
-        bounds = [clopper_pearson(int(round(y * n)), n) for y in ys]
+        bounds = [clopper_pearson.interval(int(round(y * n)), n, 1.0 - 0.95) for y in ys]
         ax.fill_between(xs, [b[0] for b in bounds], [b[1] for b in bounds], color=color,
                         alpha=0.15, linewidth=0)
 

@@ -16,7 +16,7 @@ inputs float32 images of the run's input shape, pixel values in the run's value 
   "certification" entry): the Monte-Carlo prediction, class counts, confidence bounds,
   robustness radius and `certified = radius >= attack_size and radius > 0`, computed in
   the graph with the formulas of `tfdp.certify` (same bound, same radius) for every
-  mechanism `tfdp.certify.MECHANISMS` names. Noise drawn once ("once" mode) is part of
+  mechanism `tfdp.certify.names()` lists. Noise drawn once ("once" mode) is part of
   the model's variables and saved with them; fresh noise is drawn from `seed`.
 
 A model card (`model_card.json`, beside `saved_model.pb` and as the SavedModel asset
@@ -56,6 +56,7 @@ from layers import noise as noise_layers
 from tfdp import certify as certify_lib
 from tfdp import accounting, checks, run_model, rundir, serving_inputs
 from tfdp.train import registry
+from tfdp import registry as paper_registry
 import keras
 import tfdp
 
@@ -96,7 +97,7 @@ _CARD_FLAGS = ("method", "dataset", "epochs", "batch_size", "learning_rate", "op
 # Names never copied to the model card, even when declared as a method option: the seed
 # regenerates the run's privacy noise; the others are local paths or run-control switches.
 _PRIVATE_FLAGS = ("seed", "model_dir", "data_dir", "resume", "stop_after_epochs", "verbose",
-                  "download", "flagfile", "hgm_r_file")
+                  "download", "flagfile")  # (a paper's *_file flags: the suffix rule)
 # metrics.json: only these test-set fields (no training statistics of any kind).
 _METRICS_KEYS = ("test_accuracy",)
 # evaluation.json: the test-set summary fields (computed on the test split only).
@@ -120,26 +121,26 @@ _LEDGER_SPEC = {
         "dp_event": ANY}],
 }
 # The certification parameters: public hyper-parameters of the mechanisms, constants, and
-# sensitivities of the released weights (StoBatch's Delta_r^h). Secure-SGD's r_stats keep
-# only the pre-training settings; r's range and the pre-training accuracy stay out.
+# sensitivities of the released weights. The papers add their own (`_certification_spec`:
+# StoBatch's radius parameters and Delta_r^h, Secure-SGD's r_stats without r's range).
 _CERTIFICATION_SPEC = {
     **{k: ANY for k in (
         "mechanism", "construction_bound", "epsilon", "delta", "sigma", "sigma_multiplier",
         "sensitivity", "sensitivity_mode", "sensitivity_sound", "noised_layer", "layer",
         "num_units", "h1_shape", "redistribution", "train_noise", "test_noise", "norm",
         "num_draws", "alpha", "bound", "note", "eps_cap",
-        # StoBatch (StoBatch Eq. 13, Theorem 5)
-        "batch_size", "epsilon1", "d_cert", "delta_rh", "psi", "delta_rx_mode", "mu_train",
-        "radius_psi_correction", "radius_divisor", "passes",
         # the certificate registry (tfdp.certify): name, derived soundness, smoothing
         "name", "sound", "lipschitz", "selection_draws", "noise", "input_dim")},
-    "r_stats": {k: ANY for k in ("pretrain_epochs", "score_examples", "beta", "mix", "floor",
-                                 "public_records")},
-    "budget": {k: ANY for k in (
-        "epsilon", "eps1", "eps2", "gamma", "gamma_x", "delta_r", "delta_l2",
-        "first_layer_norm", "norm_mode", "fan_in", "beta", "m", "theorem4_total",
-        "a22_term", "theorem4_total_with_a22")},
 }
+
+
+def _certification_spec() -> dict:
+    """_CERTIFICATION_SPEC with the certification fields the papers add (registry kind
+    "card_fields", e.g. StoBatch's radius parameters, Secure-SGD's r_stats)."""
+    spec = dict(_CERTIFICATION_SPEC)
+    for declared in paper_registry.extensions("card_fields").values():
+        spec.update(declared.load().get("certification", {}))
+    return spec
 
 
 def _public_options(method: Any) -> tuple:
@@ -166,7 +167,7 @@ def card_allow_list(method: Any) -> dict:
         "data": {k: ANY for k in ("dataset", "value_range", "input_shape", "num_classes",
                                   "preprocessing")},
         "ledger": _LEDGER_SPEC,
-        "certification": _CERTIFICATION_SPEC,
+        "certification": _certification_spec(),
         "versions": {k: ANY for k in ("tfdp", "tensorflow", "keras", "numpy", "python")},
         "test": {k: ANY for k in _METRICS_KEYS},
         "evaluation": {k: ANY for k in _EVALUATION_KEYS},

@@ -37,7 +37,7 @@ SIGNATURES = ("serving_default", "serve", "noisy_predict", "certify")
 _TAG_NOISY = 1
 _TAG_CERTIFY = 2
 _TAG_SELECT = 3  # the selection draws (n0) of a two-stage certificate
-_TAG_SMOOTHING = 0x534D  # folded into a draw's key for the input noise of smoothing
+_TAG_SMOOTHING = certify_smoothing.SALT  # folded into a draw's key for smoothing's input noise
 
 
 # ----------------------------------------------------------------------- seeded noise

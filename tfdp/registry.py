@@ -32,6 +32,7 @@ BUILTIN_PAPERS = ("tfdp.papers.adlm", "tfdp.papers.hgm", "tfdp.papers.stobatch",
                   "tfdp.papers.gpm")
 PLUGINS_ENV = "TFDP_PAPERS"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_EXTENSION_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -62,6 +63,65 @@ class MethodSpec:
         return self.target.partition(":")[0]
 
 
+# What else a paper may add to shared machinery, by kind, and what the target must be. Shared
+# code finds them through `extensions(kind)` and imports a target only when it is used.
+EXTENSION_KINDS = {
+    "baseline_model": "module:function(input_shape, num_classes) -> keras.Model, a choice of "
+                      "--nonprivate_model / --dpsgd_model",
+    "certificate": "module:Class, a tfdp.certify.registry.Certificate subclass: the "
+                   "certificate named `name` in a run's certification",
+    "unsound_options": "module:function(options) -> list of 'flag=value': the paper's training "
+                       "options whose certificates are only claimed (need "
+                       "--allow_unsound_certificates)",
+    "extractor": "module:function(row, jobs) -> value: the reproduction extractor `name`",
+    "figure": "module:function(rows_by_key, out_dir, rel, draw) -> link or None: a figure "
+              "of the reproduction report (drawn into out_dir when draw; the link relative "
+              "to the report; None when no row has a value)",
+    "subcommand": "module:ATTRIBUTE, a tfdp.audit.experiment.Subcommand: the experiment "
+                  "`tfdp-audit <name>` and the typed settings its flags come from",
+    "flagfile_rule": "module:function(method, dataset, eps, scale, eps_r, variant) -> "
+                     "(flagfile, arguments): how a reproduction row trains the method `name` "
+                     "(tfdp.reproduce.registry.train_command)",
+    "noisy_method": "module:Class of the method `name`, whose model holds a robustness noise "
+                    "layer: the rows score it by its noisy expectation (Monte-Carlo)",
+    "card_fields": "module:CARD_FIELDS, {section: allow-list spec}: the model card's fields "
+                   "the paper adds (tfdp.export; only 'certification' is read)",
+    "audit_cases": "module:function(rng) -> list of cases (tfdp.audit.dp_suite.audit_cases' "
+                   "form): the paper's mechanisms in `tfdp-audit dp`, after the shared ones",
+    "benchmark": "module:OPTIONS, in a module with run(**overrides) -> dict (keys at least "
+                 "ratio, target, reference, candidate): `tfdp-bench <name>`",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Extension:
+    """One thing a paper adds to shared machinery (see EXTENSION_KINDS).
+
+    Attributes:
+      kind: one of EXTENSION_KINDS.
+      name: its name where shared code looks it up (lower case, digits, underscores).
+      target: "module:attribute", imported only when used.
+    """
+
+    kind: str
+    name: str
+    target: str
+
+    def __post_init__(self):
+        if self.kind not in EXTENSION_KINDS:
+            raise ValueError(f"extension {self.name!r}: kind {self.kind!r} is not one of "
+                             f"{sorted(EXTENSION_KINDS)}")
+        if not _EXTENSION_NAME.match(self.name):
+            raise ValueError(f"extension name {self.name!r}: use lower case, digits, _ and -")
+        if not _TARGET.match(self.target):
+            raise ValueError(f"extension {self.name!r}: target {self.target!r} is not "
+                             "'module:attribute'")
+
+    def load(self):
+        """The target, imported."""
+        return load(self.target)
+
+
 @dataclasses.dataclass(frozen=True)
 class Paper:
     """One paper's declaration (the PAPER constant of its package).
@@ -74,6 +134,9 @@ class Paper:
         `tfdp.reproduce.registry.Row`), or None.
       keras_modules: modules that register Keras layers or models (with
         `keras.saving.register_keras_serializable`); imported before a saved model is loaded.
+      extensions: everything else the paper adds to shared machinery (certificates,
+        extractors, report figures, experiment subcommands, benchmarks, ...): one
+        `Extension` each, of a kind of EXTENSION_KINDS.
     """
 
     name: str
@@ -81,6 +144,7 @@ class Paper:
     methods: tuple[MethodSpec, ...] = ()
     rows: str | None = None
     keras_modules: tuple[str, ...] = ()
+    extensions: tuple[Extension, ...] = ()
 
     def __post_init__(self):
         if not _NAME.match(self.name):
@@ -89,6 +153,10 @@ class Paper:
             raise ValueError(f"paper {self.name!r}: rows {self.rows!r} is not 'module:function'")
         object.__setattr__(self, "methods", tuple(self.methods))
         object.__setattr__(self, "keras_modules", tuple(self.keras_modules))
+        object.__setattr__(self, "extensions", tuple(self.extensions))
+        for e in self.extensions:
+            if not isinstance(e, Extension):
+                raise TypeError(f"paper {self.name!r}: extensions holds {e!r}, not an Extension")
 
 
 # Methods that belong to no paper: the non-private and DP-SGD baselines every paper uses.
@@ -105,6 +173,8 @@ CORE_METHODS = (
 PAPERS: dict[str, Paper] = {}
 METHODS: dict[str, MethodSpec] = {}
 METHOD_PAPER: dict[str, str | None] = {}
+EXTENSIONS: dict[str, dict[str, Extension]] = {}
+EXTENSION_PAPER: dict[tuple[str, str], str] = {}
 
 
 _STATE = {"loaded": False}
@@ -126,6 +196,24 @@ def methods() -> dict[str, MethodSpec]:
     """name -> MethodSpec of every training method (core and papers')."""
     ensure_loaded()
     return METHODS
+
+
+def extensions(kind: str) -> dict[str, Extension]:
+    """name -> Extension of every paper's extensions of `kind`, in report order.
+
+    Raises:
+      ValueError: `kind` is not one of EXTENSION_KINDS.
+    """
+    if kind not in EXTENSION_KINDS:
+        raise ValueError(f"kind {kind!r} is not one of {sorted(EXTENSION_KINDS)}")
+    ensure_loaded()
+    return EXTENSIONS.get(kind, {})
+
+
+def extension_paper(kind: str, name: str) -> str | None:
+    """The paper that declares the extension (kind, name), or None."""
+    ensure_loaded()
+    return EXTENSION_PAPER.get((kind, name))
 
 
 def plugin_packages() -> list[str]:
@@ -151,11 +239,14 @@ def reload() -> None:
     Raises:
       ImportError: a named package cannot be imported.
       TypeError: a package declares no Paper.
-      ValueError: two papers share a name, or two methods share a name.
+      ValueError: two papers share a name, two methods share a name, or two extensions of
+        one kind share a name.
     """
     papers: dict[str, Paper] = {}
     methods: dict[str, MethodSpec] = {m.name: m for m in CORE_METHODS}
     owner: dict[str, str | None] = {m.name: None for m in CORE_METHODS}
+    exts: dict[str, dict[str, Extension]] = {}
+    ext_owner: dict[tuple[str, str], str] = {}
     for package in list(BUILTIN_PAPERS) + plugin_packages():
         paper = _declaration(package)
         if paper.name in papers:
@@ -167,12 +258,22 @@ def reload() -> None:
                                  f"registered (by {owner[m.name] or 'tfdp core'})")
             methods[m.name] = m
             owner[m.name] = paper.name
+        for e in paper.extensions:
+            if (e.kind, e.name) in ext_owner:
+                raise ValueError(f"{e.kind} {e.name!r} of paper {paper.name!r} is already "
+                                 f"declared by paper {ext_owner[(e.kind, e.name)]!r}")
+            exts.setdefault(e.kind, {})[e.name] = e
+            ext_owner[(e.kind, e.name)] = paper.name
     PAPERS.clear()
     PAPERS.update(papers)
     METHODS.clear()
     METHODS.update(methods)
     METHOD_PAPER.clear()
     METHOD_PAPER.update(owner)
+    EXTENSIONS.clear()
+    EXTENSIONS.update(exts)
+    EXTENSION_PAPER.clear()
+    EXTENSION_PAPER.update(ext_owner)
     _STATE["loaded"] = True
 
 

@@ -49,7 +49,7 @@ import scipy.stats
 import tensorflow as tf
 from absl import logging
 
-from tfdp import tf_options
+from tfdp import clopper_pearson, tf_options
 
 tf_options.configure_tensorflow()  # bit-reproducible tf.function graphs (tfdp/tf_options.py)
 
@@ -196,10 +196,8 @@ def plurality_flipped(result: Any, cls: np.ndarray, bound: str, alpha: float) ->
         m = n_c + counts
         # One-sided Clopper-Pearson upper bound of theta = p_c / (p_c + p_k) from n_c of m:
         # the (1 - level) quantile of Beta(n_c + 1, m - n_c); 1 when n_c = m.
-        with np.errstate(invalid="ignore", divide="ignore"):
-            upper = np.where(n_c >= m, 1.0,
-                             scipy.stats.beta.ppf(1.0 - level, n_c + 1.0,
-                                                  np.maximum(m - n_c, 1e-300)))
+        # (tfdp.clopper_pearson; m = 0 only where n_c = m, whose bound is 1.)
+        upper = np.where(m > 0, clopper_pearson.upper(n_c, np.maximum(m, 1.0), level), 1.0)
         upper[rows, cls] = 1.0
         return np.any(upper < 0.5, axis=1)
     mean = np.asarray(result.mean_scores, np.float64)

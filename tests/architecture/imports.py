@@ -193,3 +193,58 @@ def function_imports(known: dict[str, str] | None = None) -> list[tuple]:
                                       top_level=False):
             out.append((mod, path, node.lineno, lines[node.lineno - 1], targets))
     return out
+
+
+# The floors of the tree (docs/architecture.md, "Floors"): a module may import modules on its
+# own floor or below. A room is a top-level module or package of tfdp (each paper its own
+# room), or `layers` / `attacks`; a `__main__` module is run, never imported, so it stands
+# with the apps.
+FLOORS = (
+    ("base", ("tfdp", "checks", "clopper_pearson", "quiet_start", "tf_options", "options",
+              "registry", "rundir",
+              "kernels", "serving_inputs", "soundness", "tf_privacy_shim")),
+    ("primitives", ("mechanisms", "data", "models", "attacks")),
+    ("layers and maths", ("accounting", "composition", "dpsgd_accounting", "layers", "losses",
+                          "certify", "data_files")),
+    ("training", ("train", "run_model", "audit")),
+    ("using a run", ("export", "export_signatures", "exported_model", "evaluate",
+                     "eval_arrays", "eval_checks", "eval_options", "eval_report", "publish")),
+    ("harnesses", ("keras", "bench", "reproduce")),
+    ("papers", ("papers",)),
+    ("apps", ("apps", "__main__")),
+)
+
+
+def room(mod: str) -> str:
+    """The room of a module: `papers.<name>` for a paper, `__main__` for a module that is run,
+    else the tfdp top-level module or package it lies in (`layers`, `attacks` outside tfdp)."""
+    parts = mod.split(".")
+    if parts[-1] == "__main__":
+        return "__main__"
+    if parts[0] != "tfdp":
+        return parts[0]
+    if len(parts) == 1:
+        return "tfdp"
+    if parts[1] == "papers" and len(parts) > 2:
+        return f"papers.{parts[2]}"
+    return parts[1]
+
+
+def floor(mod: str) -> int:
+    """The floor (0 = bottom) of a module's room.
+
+    Raises:
+      KeyError: the room is on no floor (add it to FLOORS).
+    """
+    name = room(mod).split(".")[0]
+    for level, (_, rooms) in enumerate(FLOORS):
+        if name in rooms:
+            return level
+    raise KeyError(f"{mod}: room {name!r} is on no floor of FLOORS")
+
+
+def upward(graph: dict[str, dict[str, list[int]]]) -> list[tuple[str, str, list[int]]]:
+    """(importer, imported, line numbers) of every import that runs back up to a higher floor,
+    sorted."""
+    return sorted((a, b, lines) for a, targets in graph.items()
+                  for b, lines in targets.items() if floor(b) > floor(a))

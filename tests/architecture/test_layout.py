@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 
 from tests.architecture import imports
 
 ROOT = imports.ROOT
+
+
+@functools.lru_cache(maxsize=1)
+def _graph() -> dict:
+    """The tree's import graph, read once for the tests of this module (not modified)."""
+    return imports.edges()
 
 
 def _describe(graph, cycle):
@@ -20,7 +27,7 @@ def _describe(graph, cycle):
 
 
 def test_no_import_cycle_among_tfdp_layers_and_attacks_counting_function_level_imports():
-    graph = imports.edges()
+    graph = _graph()
     assert len(graph) > 100  # every module was read
     found = imports.cycles(graph)
     assert not found, "import cycles:\n" + "\n\n".join(_describe(graph, c) for c in found)
@@ -71,10 +78,81 @@ def test_every_builtin_paper_declares_itself_and_the_registry_imports_no_paper()
         for m in paper.methods:
             assert m.module.startswith(f"tfdp.papers.{paper.name}."), m
         assert paper.rows == f"tfdp.papers.{paper.name}.rows:rows"
-    graph = imports.edges()
+    graph = _graph()
     assert not [m for m in graph["tfdp.registry"] if m.startswith("tfdp.papers")]
     assert not [m for m in graph["tfdp.reproduce.registry"] if m.startswith("tfdp.papers")]
     assert not [m for m in graph["tfdp.train.registry"] if m.startswith("tfdp.papers")]
+
+
+def _is_app(mod: str) -> bool:
+    """An app module, or a `__main__` module (run as a program, never imported)."""
+    return mod.startswith("tfdp.apps.") or mod.split(".")[-1] == "__main__"
+
+
+def test_shared_code_imports_no_paper():
+    """Issue 42: outside tfdp/papers (apps included) nothing imports a paper's modules, at
+    module level or in a function; papers are found through the registry alone."""
+    graph = _graph()
+    found = [f"{a} -> {b} (line {', '.join(map(str, lines))})"
+             for a, targets in sorted(graph.items()) if not a.startswith("tfdp.papers")
+             for b, lines in sorted(targets.items()) if b.startswith("tfdp.papers.")]
+    assert not found, "shared modules importing a paper:\n" + "\n".join(found)
+
+
+def test_library_modules_import_no_app():
+    """Issue 42: library modules never import `tfdp.apps` (flags live only in the apps), not
+    even inside a function."""
+    graph = _graph()
+    found = [f"{a} -> {b} (line {', '.join(map(str, lines))})"
+             for a, targets in sorted(graph.items()) if not _is_app(a)
+             for b, lines in sorted(targets.items()) if b.startswith("tfdp.apps")]
+    assert not found, "library modules importing an app:\n" + "\n".join(found)
+
+
+def test_no_import_runs_back_up_a_floor():
+    """Issue 42: every module's room is on a floor (imports.FLOORS) and no import, at module
+    level or in a function, reaches a higher floor (tools/architecture/structure.py draws it)."""
+    graph = _graph()
+    for mod in graph:
+        imports.floor(mod)  # KeyError naming a room on no floor
+    found = [f"{a} (floor {imports.floor(a)}) -> {b} (floor {imports.floor(b)}), line "
+             f"{', '.join(map(str, lines))}" for a, b, lines in imports.upward(graph)]
+    assert not found, "imports running back up:\n" + "\n".join(found)
+
+
+def test_the_floor_check_sees_an_import_running_back_up(tmp_path):
+    pkg = tmp_path / "tfdp"
+    (pkg / "train").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train" / "__init__.py").write_text("")
+    (pkg / "checks.py").write_text("def f():\n    from tfdp.train import loop  # hidden\n")
+    (pkg / "train" / "loop.py").write_text("from tfdp import checks\n")
+    graph = imports.edges(imports.modules(str(tmp_path), ("tfdp",)))
+    assert imports.upward(graph) == [("tfdp.checks", "tfdp.train.loop", [2])]
+    assert imports.room("tfdp.papers.gpm.rows") == "papers.gpm"
+    assert imports.floor("tfdp.mechanisms.__main__") == imports.floor("tfdp.apps.train")
+
+
+def test_each_salt_is_defined_once():
+    """Issue 42: an integer salt or tag folded into a seed is one named constant, never two
+    (export's smoothing tag and the training step's smoothing salt were two copies)."""
+    import ast  # pylint: disable=import-outside-toplevel
+    values: dict[int, list[str]] = {}
+    for mod, path in imports.modules().items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)
+                    and ("SALT" in node.targets[0].id.upper() or "_TAG_" in node.targets[0].id)
+                    and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int)
+                    and node.value.value > 255):  # small tags number streams within one key
+                values.setdefault(node.value.value, []).append(f"{mod}.{node.targets[0].id}")
+    assert values, "no salt found"
+    twice = {v: names for v, names in values.items() if len(names) > 1}
+    assert not twice, f"salts defined more than once: {twice}"
+    from tfdp.certify import smoothing  # pylint: disable=import-outside-toplevel
+    assert smoothing.STEP_SALT == smoothing.SALT == 0x534D  # the one smoothing salt
 
 
 def test_function_level_imports_are_needed_and_say_why():
@@ -101,7 +179,7 @@ def test_function_level_imports_are_needed_and_say_why():
         if reason.startswith("# optional:"):
             continue
         for target in targets:
-            if target.startswith("tfdp.apps.") and target != mod:
+            if target.startswith("tfdp.apps.") and target != mod and _is_app(mod):
                 continue  # an app defines absl flags when imported: only where they are wanted
             root = target.split(".")[0]
             loads = (root if target not in known and root in imports.HEAVY else

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tfdp import certify
+from tfdp.papers.stobatch import certificate as stobatch_certificate
 
 # HGM Eq. 4 and 10 on the delta' grid: (E_lb, E_ub, G_HGM, G_GM with eps' <= 1)
 HGM_TABLE = [(0.90, 0.02, 0.6327, 0.5238), (0.99, 0.0053, 0.8127, 0.5608),
@@ -82,7 +83,7 @@ def test_stobatch_radius_fixtures(delta_big_r, m, eps1, d_cert, beta, expected):
     kwargs = dict(sensitivity=delta_big_r, batch_size=m, epsilon1=eps1, d_cert=d_cert,
                   delta_rh=0.5 * beta, delta_rx_mode="mu_train", mu_train=0.05,
                   radius_psi_correction=False)
-    r = float(certify.stobatch_radius(lower, upper, **kwargs))
+    r = float(stobatch_certificate.stobatch_radius(lower, upper, **kwargs))
     assert r == pytest.approx(expected, abs=2e-6)
     # Eq. 13 equals kappa phi / (kappa + phi) from their separate definitions (Corollary 1).
     b_x = delta_big_r / (m * eps1)
@@ -93,25 +94,25 @@ def test_stobatch_radius_fixtures(delta_big_r, m, eps1, d_cert, beta, expected):
 
 def test_stobatch_radius_options_and_monotonicity():
     base = dict(sensitivity=4950, batch_size=2499, epsilon1=0.5, d_cert=784, delta_rh=98.0)
-    r1 = float(certify.stobatch_radius(0.9, 0.1, psi=2.0, radius_psi_correction=False, **base))
-    r2 = float(certify.stobatch_radius(0.9, 0.05, psi=2.0, radius_psi_correction=False, **base))
+    r1 = float(stobatch_certificate.stobatch_radius(0.9, 0.1, psi=2.0, radius_psi_correction=False, **base))
+    r2 = float(stobatch_certificate.stobatch_radius(0.9, 0.05, psi=2.0, radius_psi_correction=False, **base))
     assert r2 > r1 > 0  # grows with eps_r*
-    r_eps = float(certify.stobatch_radius(0.9, 0.1, psi=2.0, radius_psi_correction=False,
+    r_eps = float(stobatch_certificate.stobatch_radius(0.9, 0.1, psi=2.0, radius_psi_correction=False,
                                           **dict(base, epsilon1=1.0)))
     assert r_eps < r1  # shrinks as eps1 grows
-    r_psi = float(certify.stobatch_radius(0.9, 0.1, psi=2.0, **base))
+    r_psi = float(stobatch_certificate.stobatch_radius(0.9, 0.1, psi=2.0, **base))
     assert r_psi == pytest.approx(r1 / 2.0, rel=1e-12)  # psi correction (docs/stobatch.md)
-    r_div = float(certify.stobatch_radius(0.9, 0.1, psi=2.0, radius_psi_correction=False,
+    r_div = float(stobatch_certificate.stobatch_radius(0.9, 0.1, psi=2.0, radius_psi_correction=False,
                                           radius_divisor=0.005, **base))
     assert r_div == pytest.approx(r1 * 200, rel=1e-12)  # the code release's divisor
-    r_mu = float(certify.stobatch_radius(0.9, 0.1, delta_rx_mode="mu_a", attack_size=0.05,
+    r_mu = float(stobatch_certificate.stobatch_radius(0.9, 0.1, delta_rx_mode="mu_a", attack_size=0.05,
                                          radius_psi_correction=False, **base))
-    r_train = float(certify.stobatch_radius(0.9, 0.1, delta_rx_mode="mu_train",
+    r_train = float(stobatch_certificate.stobatch_radius(0.9, 0.1, delta_rx_mode="mu_train",
                                             radius_psi_correction=False, **base))
     assert r_mu == pytest.approx(r_train, rel=1e-12)
-    assert float(certify.stobatch_radius(0.3, 0.3, **base)) == 0.0  # abstain
+    assert float(stobatch_certificate.stobatch_radius(0.3, 0.3, **base)) == 0.0  # abstain
     with pytest.raises(ValueError, match="attack_size"):
-        certify.stobatch_radius(0.9, 0.1, delta_rx_mode="mu_a", **base)
+        stobatch_certificate.stobatch_radius(0.9, 0.1, delta_rx_mode="mu_a", **base)
 
 
 def test_is_robust_and_abstention():

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from tfdp.papers.gpm import experiments as gpm
-from tfdp.bench import gpm as bench_gpm
+from tfdp.papers.gpm import bench as bench_gpm
 
 pytestmark = pytest.mark.filterwarnings("ignore::tfdp.papers.gpm.pancake.GPMResearchWarning")
 

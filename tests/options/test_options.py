@@ -23,8 +23,8 @@ METHOD_MODULES = {
     "tfdp.papers.stobatch.method": "StoBatchConfig",
     "tfdp.train.nonprivate": "NonPrivateConfig",
 }
-BENCH_MODULES = ("tfdp.bench.layers", "tfdp.bench.dpsgd", "tfdp.bench.stobatch",
-                 "tfdp.bench.export", "tfdp.bench.certify", "tfdp.bench.gpm")
+BENCH_MODULES = ("tfdp.bench.layers", "tfdp.bench.dpsgd", "tfdp.papers.stobatch.bench",
+                 "tfdp.bench.export", "tfdp.bench.certify", "tfdp.papers.gpm.bench")
 
 def _subprocess_json(code: str, *args: str) -> object:
     env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="3")

@@ -285,7 +285,7 @@ def test_noisy_methods_are_scored_by_their_monte_carlo_prediction():
             continue  # recorded beside the paper's scoring, labelled as not the paper's
         for scale, jobs in row.jobs.items():
             for job in jobs.values():
-                if job.kind == "evaluate" and job.method in registry.NOISY_METHODS:
+                if job.kind == "evaluate" and job.method in registry.noisy_methods():
                     assert "--certify" in job.args, (row.id, scale, job.id)
 
 

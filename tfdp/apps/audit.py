@@ -1,15 +1,13 @@
-"""tfdp-audit: sampler conformance, empirical DP audits, training audits, GPM experiments.
+"""tfdp-audit: empirical DP audits, training audits, and the papers' experiments.
 
 Usage: tfdp-audit SUBCOMMAND [flags], SUBCOMMAND one of:
-  samplers       black-box conformance suite on tfdp's samplers and on controls
-  dp             empirical DP audit of every shipped mechanism (and GPM with/without key)
+  dp             empirical DP audit of every shipped mechanism (and the papers' own cases,
+                 e.g. GPM with/without key)
   training       one-run canary audit of a trained model: any tfdp-train method and flags
                  (Steinke, Nasr, Jagielski 2023); `tfdp-audit training --help` lists the
                  training flags too
-  gpm-hist       GPM DP-hist experiment (GPM Figure 5, Table 4)
-  gpm-dpsgd      GPM on DP-SGD gradients (MNIST LeNet-5: Figure 6; CIFAR-10: Table 2)
-  gpm-bounds     GPM privacy bounds vs delta (GPM Figure 4)
-  gpm-precision  float64 vs float32 key attack at d = 1e6 (docs/gpm.md)
+and the experiment subcommands the papers add (listed below; GPM's: sampler conformance,
+its DP-hist and DP-SGD experiments, privacy bounds and precision check).
 Results (CSV, PNG, text; audit.json for training) go to --audit_output_dir (default
 runs/audit; the committed results/ files are rewritten only when a directory there is named
 explicitly).
@@ -17,37 +15,31 @@ explicitly).
 
 from __future__ import annotations
 
-import csv
-import json
 import os
 import sys
-import time
-import warnings
 from typing import Any
 
 from absl import app, flags, logging
 import numpy as np
 
-from tfdp.apps import cli
+from tfdp.apps import cli, option_flags
 import dataclasses
-from tfdp import rundir
+from tfdp import registry, rundir
+from tfdp.audit import experiment
 
 _BEFORE = set(flags.FLAGS)
-SUBCOMMANDS = ("samplers", "dp", "training", "gpm-hist", "gpm-dpsgd", "gpm-bounds",
-               "gpm-precision")
 
 _OUT = flags.DEFINE_string("audit_output_dir", "runs/audit",
                            "Directory for CSV / PNG / text (committed results name theirs).")
 _SEED = flags.DEFINE_integer("audit_seed", 0, "Seed of every random draw.")
 _TRIALS = flags.DEFINE_integer("audit_trials", None,
-                               "Games per cell (default: dp 20000, gpm-hist 1000, "
-                               "gpm-dpsgd 100, gpm-precision 40).")
+                               "Games per cell (default: the subcommand's; dp 20000, "
+                               "gpm-hist 1000, gpm-dpsgd 100, gpm-precision 40).")
 _THRESH = flags.DEFINE_integer("audit_threshold_trials", 200000,
                                "dp: runs per input of the tail-threshold audit (0: skip it).")
 _GDP = flags.DEFINE_integer("audit_gdp_trials", 200000,
                             "dp: runs per input of the Gaussian-DP (mu) audit of the Gaussian "
                             "mechanisms (0: skip it).")
-_N = flags.DEFINE_integer("audit_samples", 20000, "samplers: samples per sampler call.")
 _CANARIES = flags.DEFINE_integer("audit_num_canaries", 1000,
                                  "training: canaries m (training images with a random wrong "
                                  "label), each included with probability 1/2.")
@@ -71,126 +63,18 @@ _ADELTA = flags.DEFINE_float("audit_delta", None,
                              "delta).")
 _DATA_DIR = flags.DEFINE_string("audit_data_dir", None,
                                 "Root with mnist/ and cifar10/ (default: $TFDP_DATA_DIR).")
-_DS = flags.DEFINE_list("gpm_ds", ["256", "4096", "65536"], "gpm-hist: dimensions d.")
-_EPS = flags.DEFINE_list("gpm_epsilons", ["0.125", "0.25", "0.5", "1"],
-                         "Claimed epsilon* of the imitated Gaussian mechanism.")
-_BETAS = flags.DEFINE_list("gpm_betas", None,
-                           "beta values (default: gpm-hist 1e-5..1e-1, gpm-dpsgd 1e-5..1e-3).")
-_DELTA = flags.DEFINE_float("gpm_delta", 1e-10, "Claimed delta* (the GPM experiments' value).")
-_FRESH = flags.DEFINE_boolean("gpm_fresh_data", True,
-                              "gpm-hist: a new database per trial (else one per cell).")
-_HIST_INPUTS = flags.DEFINE_list("gpm_hist_inputs", None,
-                                 "gpm-hist: instead of running, merge these gpm_hist.csv files "
-                                 "(e.g. runs with different settings per d) and plot them.")
-_FIXED_KEY = flags.DEFINE_boolean("gpm_fixed_key", False,
-                                  "gpm-hist: one key per cell instead of one per trial.")
-_DG = flags.DEFINE_enum("gpm_dg_method", "cks", ["cks", "table"], "Discrete Gaussian sampler.")
-_MODEL = flags.DEFINE_enum("gpm_model", "lenet5",
-                           ["lenet5", "vgg19_bn", "resnet50", "mobilenetv2"],
-                           "gpm-dpsgd: model (lenet5 on MNIST, the others on CIFAR-10).")
-_PHASES = flags.DEFINE_list("gpm_phases", ["not_converged", "converged"],
-                            "gpm-dpsgd: phases (random init / pretrained).")
-_CLIPS = flags.DEFINE_list("gpm_clips", ["4", "8"], "gpm-dpsgd: clip norms C.")
-_BATCH = flags.DEFINE_integer("gpm_batch_size", 128, "gpm-dpsgd: DP-SGD batch size n.")
-_EPOCHS = flags.DEFINE_integer("gpm_pretrain_epochs", 20,
-                               "gpm-dpsgd: Adam epochs for the converged phase.")
-_NUM_TRAIN = flags.DEFINE_integer("gpm_num_train", None,
-                                  "gpm-dpsgd: use only this many training (and test) examples.")
-_WEIGHTS = flags.DEFINE_string("gpm_weights", None,
-                               "gpm-dpsgd: load converged weights from this .weights.h5 "
-                               "instead of pretraining.")
-_SAVE_WEIGHTS = flags.DEFINE_boolean("gpm_save_weights", True,
-                                     "gpm-dpsgd: save pretrained weights in the output dir.")
+
+# The subcommands the papers add (registry kind "subcommand", e.g. GPM's), with the flags of
+# their settings classes (tfdp.audit.experiment.Subcommand).
+PAPER_SUBCOMMANDS = {name: declared.load()
+                     for name, declared in registry.extensions("subcommand").items()}
+for _sub in PAPER_SUBCOMMANDS.values():
+    if _sub.settings_class is not None:
+        option_flags.define_flags(_sub.settings_class.OPTIONS, _sub.settings_class.__module__)
+SUBCOMMANDS = ("dp", "training") + tuple(PAPER_SUBCOMMANDS)
 
 cli.define_verbose()
 OWN_FLAGS = cli.new_flags(_BEFORE)
-
-
-def _write_csv(path: str, rows: list[dict]) -> None:
-    if not rows:
-        return
-    keys = list(dict.fromkeys(k for r in rows for k in r))  # union, first-seen order
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: r.get(k) for k in keys})
-    logging.info("wrote %s", path)
-
-
-def _plt():
-    # lazy: matplotlib only when a figure is drawn
-    import matplotlib  # pylint: disable=import-outside-toplevel
-    matplotlib.use("Agg")
-    # lazy: matplotlib only when a figure is drawn
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-    return plt
-
-
-def _floats(values: list[str]) -> list[float]:
-    return [float(v) for v in values]
-
-
-def _cmd_samplers(out: str) -> None:
-    # lazy: loads tensorflow; importing tfdp.apps.audit does not
-    from tfdp import mechanisms  # pylint: disable=import-outside-toplevel
-    # lazy: loads scipy; importing tfdp.apps.audit does not
-    from tfdp.audit import samplers  # pylint: disable=import-outside-toplevel
-    from tfdp.papers.gpm import pancake  # pylint: disable=import-outside-toplevel
-    # lazy: loads tensorflow; importing tfdp.apps.audit does not
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-
-    n, seed = _N.value, _SEED.value
-    key256 = pancake.generate_key(256, rng=np.random.default_rng(seed + 11))
-    key2 = pancake.generate_key(2, rng=np.random.default_rng(seed + 12))
-    rng_fixed = 12345
-
-    def tf_gauss(num, s):
-        return tf.cast(mechanisms.tf_gaussian([num, 64], 2.0, seed=[s, 0], dtype=tf.float64),
-                       tf.float64).numpy()
-
-    def tf_lap(num, s):
-        return tf.cast(mechanisms.tf_laplace([num, 64], 1.5, seed=[s, 0], dtype=tf.float64),
-                       tf.float64).numpy()
-
-    cases = [
-        ("sample_gaussian d=256", "gaussian", 2.0, "pass",
-         lambda num, s: mechanisms.sample_gaussian(2.0, (num, 256), rng=np.random.default_rng(s))),
-        ("tf_gaussian d=64", "gaussian", 2.0, "pass", tf_gauss),
-        ("sample_laplace d=64", "laplace", 1.5, "pass",
-         lambda num, s: mechanisms.sample_laplace(1.5, (num, 64), rng=np.random.default_rng(s))),
-        ("tf_laplace d=64", "laplace", 1.5, "pass", tf_lap),
-        ("GPM d=256 gamma=32 beta=1e-4 (unknown key)", "gaussian", 2.0, "pass (undetectable)",
-         lambda num, s: pancake.pancake_noise(key256, 2.0, 1e-4, 32.0, num,
-                                              rng=np.random.default_rng(s))),
-        ("control: Gaussian sigma x 0.9", "gaussian", 2.0, "fail",
-         lambda num, s: 1.8 * np.random.default_rng(s).standard_normal((num, 256))),
-        ("control: GPM d=2 beta=0.3 gamma=5", "gaussian", 1.0, "fail",
-         lambda num, s: pancake.pancake_noise(key2, 1.0, 0.3, 5.0, num,
-                                              rng=np.random.default_rng(s))),
-        ("control: repeated seed", "gaussian", 2.0, "fail",
-         lambda num, s: 2.0 * np.random.default_rng(rng_fixed).standard_normal((num, 64))),
-    ]
-    rows, texts = [], []
-    for name, fam, scale, expect, sampler in cases:
-        t0 = time.time()
-        size = 10000 if "d=2 " in name else n
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", pancake.GPMResearchWarning)
-            rep = samplers.conformance_suite(sampler, family=fam, scale=scale, n=size,
-                                             seed=seed)
-        groups = rep.groups()
-        rows.append({"sampler": name, "family": fam, "n": size, "d": rep.d,
-                     "expected": expect, "result": "PASS" if rep.passed else "FAIL",
-                     "tests": len(rep.results), "rejected": len(rep.rejected),
-                     "rejected_groups": ";".join(g for g, v in groups.items() if v["rejected"]),
-                     "min_p": min(r.p_value for r in rep.results),
-                     "seconds": round(time.time() - t0, 2)})
-        texts.append(f"== {name} (expected: {expect})\n{rep.to_text()}\n")
-        print(texts[-1])
-    _write_csv(os.path.join(out, "samplers.csv"), rows)
-    with open(os.path.join(out, "samplers.txt"), "w", encoding="utf-8") as f:
-        f.write("\n".join(texts))
 
 
 def _check_dp() -> None:
@@ -211,7 +95,7 @@ def _cmd_dp(out: str) -> None:
     rows = [r.to_dict() for r in res]
     for r in rows:
         r.pop("disclaimer", None)
-    _write_csv(os.path.join(out, "dp_audit.csv"), rows)
+    experiment.write_csv(os.path.join(out, "dp_audit.csv"), rows)
     print(res[0].disclaimer)
 
 
@@ -380,202 +264,47 @@ def _cmd_training(out: str, spec: Any) -> None:
     logging.info("wrote %s", path)
 
 
-def _read_hist_csv(path: str) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        for k, v in r.items():
-            if k not in ("fresh_data", "fixed_key"):
-                r[k] = float(v) if any(c in v for c in ".en") else int(v)
-    return rows
-
-
-def _plot_hist(rows: list[dict], path: str) -> None:
-    plt = _plt()
-    ds = sorted({int(r["d"]) for r in rows})
-    eps = sorted({float(r["epsilon"]) for r in rows})
-    fig, axes = plt.subplots(1, len(ds), figsize=(4.5 * len(ds), 3.6), squeeze=False)
-    for ax, d in zip(axes[0], ds):
-        for e in eps:
-            sel = sorted((r for r in rows if int(r["d"]) == d and float(r["epsilon"]) == e),
-                         key=lambda r: r["beta"])
-            x = [r["beta"] for r in sel]
-            line = ax.errorbar(x, [r["success_rate"] for r in sel],
-                               yerr=[[r["success_rate"] - r["ci_low"] for r in sel],
-                                     [r["ci_high"] - r["success_rate"] for r in sel]],
-                               marker="o", capsize=2, label=f"eps*={e:g}")
-            ax.plot(x, [r["oracle_exact"] for r in sel], ls="--", color=line[0].get_color())
-        trials = sorted({int(r["trials"]) for r in rows if int(r["d"]) == d})
-        ax.set_xscale("log")
-        ax.set_xlabel("beta")
-        ax.set_title(f"DP-hist d={d} ({'/'.join(map(str, trials))} trials; dashed: oracle)",
-                     fontsize=9)
-        ax.set_ylim(0.45, 1.02)
-    axes[0][0].set_ylabel("key-holder attack success")
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
-def _cmd_gpm_hist(out: str) -> None:
-    # lazy: loads scipy; importing tfdp.apps.audit does not
-    from tfdp.papers.gpm import experiments as gpm  # pylint: disable=import-outside-toplevel
-
-    if _HIST_INPUTS.value:
-        rows = [r for p in _HIST_INPUTS.value for r in _read_hist_csv(p)]
-        _write_csv(os.path.join(out, "gpm_hist.csv"), rows)
-        _plot_hist(rows, os.path.join(out, "gpm_hist.png"))
-        return
-    trials = _TRIALS.value or 1000
-    betas = _floats(_BETAS.value or ["1e-5", "1e-4", "1e-3", "1e-2", "1e-1"])
-    ds, eps = [int(v) for v in _DS.value], _floats(_EPS.value)
-    rows = []
-    t0 = time.time()
-    for i, (d, e, b) in enumerate((d, e, b) for d in ds for e in eps for b in betas):
-        cell_seed = int(np.random.SeedSequence([_SEED.value, i]).generate_state(1)[0])
-        r = gpm.hist_experiment(d, e, b, trials, cell_seed, delta=_DELTA.value,
-                                fresh_data=_FRESH.value, fixed_key=_FIXED_KEY.value,
-                                dg_method=_DG.value)
-        r["seconds_total"] = round(time.time() - t0, 2)
-        rows.append(r)
-        print(f"d={d} eps*={e} beta={b:g}: success {r['success_rate']:.4f} "
-              f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}] oracle {r['oracle_exact']:.4f}; "
-              f"L2 GM {r['l2_error_gm']:.1f} GPM {r['l2_error_gpm']:.1f} "
-              f"expected {r['l2_error_expected']:.1f}")
-    _write_csv(os.path.join(out, "gpm_hist.csv"), rows)
-    _plot_hist(rows, os.path.join(out, "gpm_hist.png"))
-
-
-def _cmd_gpm_dpsgd(out: str) -> None:
-    # lazy: loads keras; importing tfdp.apps.audit does not
-    import keras  # pylint: disable=import-outside-toplevel
-    from tfdp.papers.gpm import dpsgd as gpm_dpsgd  # pylint: disable=import-outside-toplevel
-
-    trials = _TRIALS.value or 100
-    betas = _floats(_BETAS.value or ["1e-5", "1e-4", "1e-3"])
-    data_dir = _DATA_DIR.value or os.environ.get("TFDP_DATA_DIR")
-    name = _MODEL.value
-    x, y = gpm_dpsgd.load_task(name, "train", data_dir, _NUM_TRAIN.value)
-    xt, yt = gpm_dpsgd.load_task(name, "test", data_dir, _NUM_TRAIN.value)
-    rows = []
-    for phase in _PHASES.value:
-        if phase not in ("not_converged", "converged"):
-            raise app.UsageError(f"--gpm_phases: unknown phase {phase!r}")
-        keras.utils.set_random_seed(_SEED.value)
-        model = gpm_dpsgd.build_model(name)
-        if phase == "converged":
-            if _WEIGHTS.value:
-                model.load_weights(_WEIGHTS.value)
-                acc = gpm_dpsgd.pretrain(model, x, y, xt, yt, epochs=0, seed=_SEED.value)
-            else:
-                t0 = time.time()
-                acc = gpm_dpsgd.pretrain(model, x, y, xt, yt, epochs=_EPOCHS.value,
-                                         seed=_SEED.value, augment=name != "lenet5")
-                logging.info("pretrained %s for %d epochs in %.0fs: test acc %.4f", name,
-                             _EPOCHS.value, time.time() - t0, acc)
-                if _SAVE_WEIGHTS.value:
-                    model.save_weights(os.path.join(out, f"{name}_pretrained.weights.h5"))
-        else:
-            acc = gpm_dpsgd.pretrain(model, x, y, xt, yt, epochs=0, seed=_SEED.value)
-        # BN models: per-example gradients use the moving statistics (one example per
-        # forward pass cannot give batch statistics); LeNet-5 has no BN.
-        phase_rows = gpm_dpsgd.dpsgd_experiment(
-            model, x, y, phase=phase, epsilons=_floats(_EPS.value), betas=betas,
-            clips=_floats(_CLIPS.value), trials=trials, seed=_SEED.value,
-            batch_size=_BATCH.value, delta=_DELTA.value, accuracy=acc,
-            training=name == "lenet5", dg_method=_DG.value)
-        for r in phase_rows:
-            print(f"{name} {phase} acc={acc:.4f} C={r['clip_norm']:g} eps*={r['epsilon']:g} "
-                  f"beta={r['beta']:g}: success {r['success_rate']:.2f} "
-                  f"oracle {r['oracle_mean']:.3f} median||dq|| {r['median_dq_norm']:.3g}")
-        rows += phase_rows
-    _write_csv(os.path.join(out, f"gpm_dpsgd_{name}.csv"), rows)
-    plt = _plt()
-    clips = _floats(_CLIPS.value)
-    fig, axes = plt.subplots(len(_PHASES.value), len(clips), squeeze=False,
-                             figsize=(4.5 * len(clips), 3.4 * len(_PHASES.value)))
-    for i, phase in enumerate(_PHASES.value):
-        for j, c in enumerate(clips):
-            ax = axes[i][j]
-            for e in _floats(_EPS.value):
-                sel = [r for r in rows if r["phase"] == phase and r["clip_norm"] == c
-                       and r["epsilon"] == e]
-                line = ax.plot([r["beta"] for r in sel], [r["success_rate"] for r in sel],
-                               marker="o", label=f"eps*={e:g}")
-                ax.plot([r["beta"] for r in sel], [r["oracle_mean"] for r in sel], ls="--",
-                        color=line[0].get_color())
-            ax.set_xscale("log")
-            ax.set_ylim(0.4, 1.02)
-            ax.set_title(f"{name} {phase}, C={c:g} ({trials} trials)", fontsize=9)
-            ax.set_xlabel("beta")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, f"gpm_dpsgd_{name}.png"), dpi=120)
-
-
-def _cmd_gpm_bounds(out: str) -> None:
-    # lazy: loads scipy; importing tfdp.apps.audit does not
-    from tfdp.papers.gpm import experiments as gpm  # pylint: disable=import-outside-toplevel
-
-    rows = gpm.bounds_curves()
-    _write_csv(os.path.join(out, "gpm_bounds.csv"), rows)
-    plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, (beta, gamma) in zip(axes, ((1e-3, 1e2), (1e-5, 1e4))):
-        for sigma in (0.25, 1.0, 4.0, 16.0, 64.0):
-            sel = [r for r in rows if r["sigma"] == sigma and r["beta"] == beta
-                   and r["gamma"] == gamma]
-            dl = [r["delta"] for r in sel]
-            line = ax.plot(dl, [r["gm_eps"] for r in sel], label=f"GM sigma={sigma:g}")
-            ax.plot(dl, [r["gpm_eps_upper"] for r in sel], ls=":", color=line[0].get_color())
-        ax.plot(dl, [r["gpm_eps_lower"] for r in sel], color="k", ls="--",
-                label="GPM lower (t=0.25)")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("delta")
-        ax.set_ylabel("epsilon")
-        ax.set_title(f"beta={beta:g}, gamma={gamma:g} (dotted: GPM upper)")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "gpm_bounds.png"), dpi=120)
-
-
-def _cmd_gpm_precision(out: str) -> None:
-    # lazy: loads scipy; importing tfdp.apps.audit does not
-    from tfdp.papers.gpm import experiments as gpm  # pylint: disable=import-outside-toplevel
-
-    res = gpm.precision_check(trials=_TRIALS.value or 40, seed=_SEED.value)
-    print(json.dumps(res, indent=2))
-    _write_csv(os.path.join(out, "gpm_precision.csv"), [res])
-
-
-_COMMANDS = {"samplers": _cmd_samplers, "dp": _cmd_dp, "training": None,
-             "gpm-hist": _cmd_gpm_hist,
-             "gpm-dpsgd": _cmd_gpm_dpsgd, "gpm-bounds": _cmd_gpm_bounds,
-             "gpm-precision": _cmd_gpm_precision}
+def _paper_settings(name: str) -> Any:
+    """The settings of a paper's subcommand from its flags (checked before any work)."""
+    cls = PAPER_SUBCOMMANDS[name].settings_class
+    if cls is None:
+        return None
+    try:
+        return cls.from_options(option_flags.option_values(cls.OPTIONS))
+    except ValueError as e:
+        raise app.UsageError(str(e)) from e
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 2 or argv[1] not in _COMMANDS:
+    if len(argv) != 2 or argv[1] not in SUBCOMMANDS:
         raise app.UsageError(f"name one subcommand: tfdp-audit {{{'|'.join(SUBCOMMANDS)}}} "
                              "[flags]")
-    if argv[1].startswith("gpm"):
-        logging.warning("GPM is backdoored research/attack code: it is run here only to "
-                        "measure the backdoor, never to protect data.")
-    out = _OUT.value
-    if argv[1] == "dp":
+    name, out = argv[1], _OUT.value
+    if name == "dp":
         _check_dp()
-    spec = _check_training() if argv[1] == "training" else None
+    spec = _check_training() if name == "training" else None
+    settings = _paper_settings(name) if name in PAPER_SUBCOMMANDS else None
     os.makedirs(out, exist_ok=True)
-    if argv[1] == "training":
+    if name == "training":
         _cmd_training(out, spec)
+    elif name == "dp":
+        _cmd_dp(out)
     else:
-        _COMMANDS[argv[1]](out)
+        common = experiment.Common(seed=_SEED.value, trials=_TRIALS.value,
+                                   data_dir=_DATA_DIR.value or os.environ.get("TFDP_DATA_DIR"))
+        PAPER_SUBCOMMANDS[name].run(out, settings, common)
     print(f"results in {os.path.abspath(out)}")
 
 
 _TRAINING_HELP = ("", "tfdp-audit training also takes every tfdp-train flag (below); a "
                   "method's own flags: tfdp-train --method=M --help.")
+
+
+def _paper_help() -> tuple[str, ...]:
+    """The help lines of the papers' subcommands."""
+    lines = tuple(f"  {name:<14} {sub.summary} ({registry.extension_paper('subcommand', name)})"
+                  for name, sub in PAPER_SUBCOMMANDS.items())
+    return ("", "Subcommands the papers add:") + lines if lines else ()
 
 
 def _define_training_common_flags() -> None:
@@ -608,7 +337,7 @@ def run() -> None:
         _define_training_common_flags()
     cli.handle_help(sys.argv, lambda kind: cli.app_help(
         __doc__, OWN_FLAGS + (_train_common_flags() if training else ()), kind,
-        extra=_TRAINING_HELP if training else ()))
+        extra=(_TRAINING_HELP if training else ()) + _paper_help()))
     cli.quiet_start(sys.argv)
     if training:
         define_training_flags()  # only then: the method modules import TensorFlow

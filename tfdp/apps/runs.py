@@ -26,6 +26,7 @@ import math
 import os
 import sys
 from typing import Any, Optional, Sequence
+from tfdp import clopper_pearson as clopper_pearson_lib
 from tfdp import rundir
 from tfdp.train import report
 
@@ -71,15 +72,8 @@ class RunRow:
 
 def clopper_pearson(successes: int, trials: int, confidence: float = CONFIDENCE
                     ) -> tuple[float, float]:
-    """Two-sided Clopper-Pearson interval of a binomial proportion."""
-    # lazy: loads scipy; importing tfdp.apps.runs does not
-    from scipy import stats  # pylint: disable=import-outside-toplevel
-    a = 1.0 - confidence
-    low = 0.0 if successes == 0 else float(stats.beta.ppf(a / 2, successes,
-                                                          trials - successes + 1))
-    high = 1.0 if successes == trials else float(stats.beta.ppf(1 - a / 2, successes + 1,
-                                                                trials - successes))
-    return low, high
+    """Two-sided Clopper-Pearson interval of a binomial proportion (tfdp.clopper_pearson)."""
+    return clopper_pearson_lib.interval(successes, trials, 1.0 - confidence)
 
 
 def accuracy(value: Any, n: Any, label: str = "") -> Optional[Accuracy]:

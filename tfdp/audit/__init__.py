@@ -3,7 +3,7 @@
 Submodules:
   samplers   black-box conformance suite for Gaussian and Laplace noise samplers
   empirical  empirical DP audit (plug-in attacker + Clopper-Pearson -> epsilon lower bound)
-  dp_suite   empirical audits of every shipped mechanism (and GPM, from `tfdp.papers.gpm`)
+  dp_suite   empirical audits of every shipped mechanism (and the papers' own, e.g. GPM's)
 
 The GPM experiments and defences live in `tfdp.papers.gpm`.
 """

@@ -11,9 +11,8 @@ import numpy as np
 from tfdp import mechanisms
 from tfdp.audit import empirical
 from tfdp.audit import gdp
-from tfdp.papers.gpm import experiments as gpm_experiments
-from tfdp.papers.gpm import pancake
 from tfdp import accounting
+from tfdp import registry
 import layers
 
 _D = 16  # dimension of the audited query outputs
@@ -103,10 +102,10 @@ def dpsgd_cases_from_ledger(ledger: dict, delta: float | None = None) -> list[di
 
 
 def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
-                include_layers: bool = True, gpm_eps: float = 0.125, gpm_beta: float = 1e-4,
-                gpm_d: int = 256, dpsgd_steps: list[tuple[float, float]] | None = None
-                ) -> list[dict]:
-    """Builds (mechanism, neighbours, attacker, claim) for every shipped mechanism.
+                include_layers: bool = True,
+                dpsgd_steps: list[tuple[float, float]] | None = None) -> list[dict]:
+    """Builds (mechanism, neighbours, attacker, claim) for every shipped mechanism, then the
+    cases the papers add (registry kind "audit_cases", e.g. GPM's), last and in paper order.
 
     Each case uses a neighbouring pair at exactly the sensitivity the calibration assumes
     (L1 distance 1 for Laplace, L2 distance 1 / r-weighted distance 1 for HGM) and the
@@ -194,8 +193,10 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
     for case in cases:
         case.setdefault("x0", x0)
         case.setdefault("x1", x1)
-    # GPM: claims to be the Gaussian mechanism at (gpm_eps, 1e-10) (the GPM experiments).
-    cases.extend(gpm_experiments.audit_cases(rng, epsilon=gpm_eps, beta=gpm_beta, d=gpm_d))
+    # The papers' cases (GPM: claims to be the Gaussian mechanism at (0.125, 1e-10)), drawing
+    # from the same generator after the shared cases.
+    for declared in registry.extensions("audit_cases").values():
+        cases.extend(declared.load()(rng))
     return cases
 
 
@@ -205,8 +206,8 @@ def run_dp_suite(trials: int = 20000, seed: int = 0, include_layers: bool = True
                  progress: Callable[[str], None] | None = None) -> list[empirical.AuditResult]:
     """Audits every case of `audit_cases`.
 
-    Every case gets the balanced game (`empirical.audit`; GPM cases with `gpm_trials`
-    games); the shipped mechanisms also get the tail-threshold audit
+    Every case gets the balanced game (`empirical.audit`; research cases, such as GPM's,
+    with `gpm_trials` games); the shipped mechanisms also get the tail-threshold audit
     (`empirical.audit_threshold`, `threshold_trials` runs per input), which is much closer
     to their true epsilon, and the Gaussian mechanisms the Gaussian-DP audit
     (`gdp.audit_gaussian_dp`, `gdp_trials` runs per input), which uses the whole output
@@ -224,7 +225,8 @@ def run_dp_suite(trials: int = 20000, seed: int = 0, include_layers: bool = True
     for i, case in enumerate(audit_cases(seed=seed, include_layers=include_layers)):
         n = gpm_trials if case.get("research") else trials
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", pancake.GPMResearchWarning)
+            for category in case.get("ignore_warnings", ()):  # a case's own research warnings
+                warnings.simplefilter("ignore", category)
             runs = [empirical.audit(case["mechanism"], case["x0"], case["x1"], case["attacker"],
                                     trials=n, claimed_eps=case["claimed_eps"],
                                     delta=case["delta"], seed=seed * 1000 + i,

@@ -7,9 +7,8 @@ import math
 from typing import Any, Callable
 
 import numpy as np
-from scipy import stats
 
-from tfdp import checks
+from tfdp import checks, clopper_pearson
 from tfdp.audit import DISCLAIMER
 
 # mechanism(x, num, rng) -> [num, ...] outputs of the mechanism run num times on input x.
@@ -58,9 +57,7 @@ def clopper_pearson_lower(successes: int, trials: int, confidence: float = 0.95)
         raise ValueError(f"successes must be in [0, trials], got {successes!r}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    if successes == 0:
-        return 0.0
-    return float(stats.beta.ppf(1.0 - confidence, successes, trials - successes + 1))
+    return clopper_pearson.lower(successes, trials, 1.0 - confidence)
 
 
 def eps_from_success(p: float, delta: float) -> float:
@@ -136,9 +133,7 @@ def audit(mechanism: Mechanism, x0: Any, x1: Any, attacker: Attacker, *, trials:
 
 def clopper_pearson_upper(successes: int, trials: int, confidence: float = 0.95) -> float:
     """One-sided Clopper-Pearson upper bound: confidence quantile of Beta(k + 1, n - k)."""
-    if successes >= trials:
-        return 1.0
-    return float(stats.beta.ppf(confidence, successes + 1, trials - successes))
+    return clopper_pearson.upper(successes, trials, 1.0 - confidence)
 
 
 def audit_threshold(mechanism: Mechanism, x0: Any, x1: Any,

@@ -1,15 +1,18 @@
 """Benchmarks: each reports a ratio against a reference measured in the same run."""
 
+from tfdp import registry
+
 # name -> module with `run(**overrides) -> dict` (keys at least: ratio, target, reference,
-# candidate).
+# candidate): the shared benchmarks, then those the papers add (registry kind "benchmark",
+# e.g. GPM's sampling time and StoBatch's step), read when this package is imported.
 BENCHMARKS = {
     "layers": "tfdp.bench.layers",
-    "gpm": "tfdp.bench.gpm",
     "certify": "tfdp.bench.certify",
     "dpsgd": "tfdp.bench.dpsgd",
     "export": "tfdp.bench.export",
-    "stobatch": "tfdp.bench.stobatch",
     "evaluate": "tfdp.bench.evaluate",
     "tf_options": "tfdp.bench.tf_options",
     "keras_fit": "tfdp.bench.keras_fit",
 }
+BENCHMARKS.update({name: declared.target.partition(":")[0]
+                   for name, declared in registry.extensions("benchmark").items()})

@@ -98,7 +98,9 @@ class _Worker(worker_process.WorkerProcess):
             # 400-850 ms. Passive waiting is what TensorFlow's thread pool does already.
             env["OMP_WAIT_POLICY"] = "PASSIVE"
         self.timeout = timeout
-        super().__init__(system, "tfdp.bench.dpsgd_worker",
+        module = (dpsgd_worker.TRAIN_PATH_WORKER if system in dpsgd_worker.TRAIN_PATH_SYSTEMS
+                  else "tfdp.bench.dpsgd_worker")
+        super().__init__(system, module,
                          [f"--system={system}", f"--model={model}"]
                          + [f"--{k}={v}" for k, v in args.items() if v is not None],
                          python=python, env=env)

@@ -23,7 +23,6 @@ from typing import Any, Callable
 import numpy as np
 from tfdp import data
 from tfdp.train.base import StepContext
-import tempfile
 from tfdp import tf_privacy_shim
 from importlib import metadata
 import threading
@@ -34,6 +33,8 @@ import threading
 # runs; shown labelled as such). The peers run their own frameworks' fixed-batch steps.
 TRAIN_PATH_SYSTEMS = ("nonprivate", "tfdp-dpsgd-vectorized", "tfdp-dpsgd-ghost",
                       "tfdp-dpsgd-auto")
+# The worker module of those systems (the same protocol, with tfdp-train's run).
+TRAIN_PATH_WORKER = "tfdp.apps.bench_worker"
 STATIC_SYSTEMS = tuple(f"static-{s}" for s in TRAIN_PATH_SYSTEMS)
 SYSTEMS = TRAIN_PATH_SYSTEMS + STATIC_SYSTEMS + (
     "tfprivacy-dpmodel", "tfprivacy-vectorized", "opacus")
@@ -113,67 +114,6 @@ def _tfdp_step(system: str, x: np.ndarray, y: np.ndarray, args: Any) -> tuple[Ca
             l2_clip=args.l2_clip, noise_multiplier=args.noise_multiplier, clipping=clipping)
         optimizer.apply_gradients(zip(grads, variables))
         return metrics["loss"]
-    return step, info
-
-
-def _train_path_step(system: str, model: str, args: Any) -> tuple[Callable, dict]:
-    """A step of tfdp-train's own run: `Run.prepare`, then its epochs' inputs and step.
-
-    The run is configured exactly as `tfdp-train --method=... --dataset=<model>` with the
-    benchmark's batch, clip and noise (library form of the same flags, `apps.train.resolve`),
-    in a temporary run directory. Each call trains one step of the run (a new epoch's Poisson
-    lots and dataset when the previous epoch is used up), as `Run.run` does, without the
-    progress bar (verbose 0) and the per-epoch ledger and checkpoint writes.
-    """
-
-    # lazy: loads tensorflow; importing tfdp.bench.dpsgd_worker does not
-    import tensorflow as tf
-    from tfdp import kernels
-    # lazy: tfdp.apps.train defines absl flags when imported; library modules define none
-    from tfdp.apps import train as train_app
-    # lazy: loads keras; importing tfdp.bench.dpsgd_worker does not
-    from tfdp.train import loop
-    # lazy: loads tensorflow; importing tfdp.bench.dpsgd_worker does not
-    from tfdp.train import strategy as strategies
-
-    values = {"method": "nonprivate" if system == "nonprivate" else "dpsgd",
-              "dataset": model, "batch_size": args.batch_size, "optimizer": "adam",
-              "learning_rate": args.learning_rate, "seed": args.seed, "epochs": 1000000,
-              "num_train": args.num_train, "num_test": 100, "verbose": 0,
-              "model_dir": os.path.join(tempfile.mkdtemp(prefix="tfdp-bench-"), "run")}
-    if system == "nonprivate":
-        options = {"nonprivate_model": "cnn"}
-    else:
-        options = {"dpsgd_model": "cnn", "dpsgd_l2_clip": args.l2_clip,
-                   "dpsgd_noise_multiplier": args.noise_multiplier,
-                   "dpsgd_clipping": system.rsplit("-", 1)[1]}
-    spec = train_app.resolve(values, options)
-    with kernels.noise_kernel_flag(spec.noise_kernel):
-        method = spec.method_cls(spec.config)
-        strategy = strategies.make_strategy(spec.strategy)
-        data = train_app.load_data(spec)
-        run = loop.Run(method, data, strategy, True, resume=False, checkpoint_every=1,
-                       stop_after_epochs=None, flags_text=train_app.flags_text(spec),
-                       config_extra={"flags": train_app.run_flags(spec)}, verbose=0,
-                       print_fn=lambda _: None)
-        run.prepare()
-        step_fn = run.make_step_fn()
-    state = {"epoch": 0, "it": None, "left": 0, "lot_sizes": []}
-
-    def step():
-        if state["left"] == 0:
-            dataset, n = run.epoch_inputs(step_fn, state["epoch"])
-            state.update(epoch=state["epoch"] + 1, it=iter(dataset), left=n)
-        state["left"] -= 1
-        return run.run_step(step_fn, next(state["it"]))["loss"]
-
-    info = {"tensorflow": tf.__version__, "method": values["method"],
-            "options": options, "num_train": len(data.x_train),
-            "batch_schedule": method.batch_schedule(), "pads_lots": method.pads_lots(),
-            "steps_per_epoch": len(data.x_train) // args.batch_size,
-            "noise_kernel": spec.noise_kernel,
-            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
-            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
     return step, info
 
 
@@ -347,8 +287,17 @@ def start_memory_guard(limit_gb: float, out: Any, interval: float = 0.05) -> Non
     threading.Thread(target=watch, daemon=True).start()
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Runs the worker protocol (see module docstring)."""
+def main(argv: list[str] | None = None,
+         train_path_step: Callable[[str, str, Any], tuple[Callable, dict]] | None = None
+         ) -> None:
+    """Runs the worker protocol (see module docstring).
+
+    Args:
+      argv: the worker's arguments (default: sys.argv[1:]).
+      train_path_step: builds a TRAIN_PATH_SYSTEMS system's step (system, model, args) ->
+        (step, info). tfdp-train's run is assembled by the train app, which a library module
+        does not import: those systems' workers run `tfdp.apps.bench_worker`, which passes it.
+    """
     parser = argparse.ArgumentParser()
     parser.add_argument("--system", choices=SYSTEMS, required=True)
     parser.add_argument("--model", choices=sorted(INPUT_SHAPES), required=True)
@@ -381,7 +330,10 @@ def main(argv: list[str] | None = None) -> None:
         elif args.system.startswith("tfprivacy"):
             step, info = _tfprivacy_step(args.system, x, y, args)
         elif args.system in TRAIN_PATH_SYSTEMS:
-            step, info = _train_path_step(args.system, args.model, args)
+            if train_path_step is None:
+                raise SystemExit(f"--system={args.system}: tfdp-train's path runs in "
+                                 f"{TRAIN_PATH_WORKER}, not in this module")
+            step, info = train_path_step(args.system, args.model, args)
         else:
             step, info = _tfdp_step(args.system, x, y, args)
         info["measured_path"] = measured_path(args.system)

@@ -69,6 +69,7 @@ def build_model(name: str, nn: Any) -> Any:
 
 def _setup(args: Any, x: np.ndarray, y: np.ndarray):
     try:
+        # optional: torch lives only in the peer environment, never a tfdp dependency
         import torch  # pylint: disable=import-outside-toplevel
     except ImportError as e:
         raise RuntimeError(f"skipped: torch is not installed ({e})") from None
@@ -83,6 +84,7 @@ def _setup(args: Any, x: np.ndarray, y: np.ndarray):
     info = {"torch": torch.__version__, "torch_threads": torch.get_num_threads()}
     if args.system == "opacus":
         try:
+            # optional: opacus lives only in the peer environment, never a tfdp dependency
             import opacus  # pylint: disable=import-outside-toplevel
         except ImportError as e:
             raise RuntimeError(f"skipped: opacus is not installed ({e})") from None

@@ -1,4 +1,4 @@
-"""Monte-Carlo prediction, confidence bounds and the PixelDP / StoBatch radius formulas.
+"""Monte-Carlo prediction, confidence bounds and the PixelDP radius formulas.
 
 The certificates that use these formulas are the classes of `tfdp.certify.registry`.
 
@@ -24,7 +24,7 @@ model can be certified. It is `null` for models without robustness noise, or a d
         heterogeneous Gaussian mechanism (HGM Theorem 2/3); any eps' > 0.
     {"mechanism": "agm", "construction_bound": L, "epsilon": eps_r, "delta": delta_r}
         analytic Gaussian mechanism (Balle & Wang 2018), Secure-SGD-AGM baseline.
-    {"mechanism": "stobatch", "sensitivity": Delta_R, "batch_size": m, "epsilon1": eps1,
+    {"mechanism": "stobatch", "sensitivity": Delta_R,  (tfdp/papers/stobatch/certificate.py) "batch_size": m, "epsilon1": eps1,
      "d_cert": d, "delta_rh": Delta_r^h, "psi": psi,
      "delta_rx_mode": "unit" | "mu_a" | "mu_train", "mu_train": 0.05,
      "radius_psi_correction": true, "radius_divisor": 1.0,
@@ -44,13 +44,11 @@ import math
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
-import scipy.stats
 import tensorflow as tf
 
-from tfdp import checks, mechanisms
+from tfdp import checks, clopper_pearson, mechanisms
 
 BOUNDS = ("clopper_pearson", "hoeffding", "bernstein")
-DELTA_RX_MODES = ("unit", "mu_a", "mu_train")
 
 # PixelDP code release: delta' grid {0.001, ..., 0.299} for the Gaussian certificate search
 # (also used for HGM); it keeps delta' below HGM's 0.48394 validity limit.
@@ -254,12 +252,8 @@ def clopper_pearson_bounds(counts: Any, alpha: float) -> tuple[np.ndarray, np.nd
     if np.any(n < 1):
         raise ValueError("counts must sum to n >= 1")
     a = alpha / c.shape[-1]
-    # Clopper & Pearson (1934): lower = Beta.ppf(a; c, n-c+1), upper = Beta.ppf(1-a; c+1, n-c)
-    with np.errstate(invalid="ignore"):
-        lower = np.where(c > 0, scipy.stats.beta.ppf(a, np.maximum(c, 1e-300), n - c + 1), 0.0)
-        upper = np.where(c < n, scipy.stats.beta.ppf(1 - a, c + 1, np.maximum(n - c, 1e-300)),
-                         1.0)
-    return lower, upper
+    # Clopper & Pearson (1934), one-sided at a = alpha / K each (tfdp.clopper_pearson).
+    return clopper_pearson.lower(c, n, a), clopper_pearson.upper(c, n, a)
 
 
 def hoeffding_bounds(mean_scores: Any, num_draws: int, alpha: float
@@ -479,68 +473,6 @@ def gaussian_radius(lower: Any, upper: Any, noise_to_sensitivity: float, multipl
             mult[passed] = _agm_multiplier(safe_eps[passed], d[passed])
     radius = np.where(passed, ratio / mult, 0.0).max(axis=-1)
     return radius.reshape(shape)
-
-
-def stobatch_radius(lower: Any, upper: Any, *, sensitivity: float, batch_size: float,
-                    epsilon1: float, d_cert: float, delta_rh: float,
-                    delta_rx_mode: str = "unit", mu_train: float = 0.05,
-                    attack_size: Optional[float] = None, psi: float = 1.0,
-                    radius_psi_correction: bool = True,
-                    radius_divisor: float = 1.0) -> np.ndarray:
-    """StoBatch's certified radius for the composed input + latent Laplace mechanisms.
-
-    StoBatch Eq. 13 (Corollary 1): eps_r* = ln(E_lb / E_ub) / 2 and
-    r = eps_r* Delta_R / (m eps1 (Delta_r^x + Delta_r^h / 2)) = kappa phi / (kappa + phi)
-    at eps_r*. Delta_r^x = mu d_cert with mu = 1, the attack size or mu_train;
-    the radius is divided by psi when `radius_psi_correction` and by `radius_divisor`
-    (the code release's dp_epsilon); docs/stobatch.md, "Verified inference".
-
-    Args:
-        lower: lower bound(s) of the top class's expected composed score.
-        upper: upper bound(s) of the runner-up.
-        sensitivity: Delta_R.
-        batch_size: m.
-        epsilon1: eps1.
-        d_cert: input dimension used in Delta_r^x.
-        delta_rh: Delta_r^h (latent sensitivity).
-        delta_rx_mode: one of DELTA_RX_MODES.
-        mu_train: mu for delta_rx_mode="mu_train".
-        attack_size: mu_a for delta_rx_mode="mu_a".
-        psi: shrink factor of the fresh inference noise.
-        radius_psi_correction: divide the radius by psi.
-        radius_divisor: extra divisor (1.0 = paper-literal).
-
-    Returns:
-        radii (0 = abstain).
-
-    Raises:
-        ValueError: on bad arguments.
-    """
-    delta_r = checks.check_positive(sensitivity, "sensitivity")
-    m = checks.check_positive(batch_size, "batch_size")
-    eps1 = checks.check_positive(epsilon1, "epsilon1")
-    d_cert = checks.check_positive(d_cert, "d_cert")
-    delta_rh = checks.check_positive(delta_rh, "delta_rh")
-    psi = checks.check_positive(psi, "psi")
-    divisor = checks.check_positive(radius_divisor, "radius_divisor")
-    if delta_rx_mode == "unit":
-        mu = 1.0
-    elif delta_rx_mode == "mu_train":
-        mu = checks.check_positive(mu_train, "mu_train")
-    elif delta_rx_mode == "mu_a":
-        if attack_size is None:
-            raise ValueError("attack_size is required when delta_rx_mode='mu_a'")
-        mu = checks.check_nonnegative(attack_size, "attack_size")
-    else:
-        raise ValueError(f"delta_rx_mode must be one of {DELTA_RX_MODES}, got "
-                         f"{delta_rx_mode!r}")
-    delta_rx = mu * d_cert
-    eps_star = max_epsilon(lower, upper, 0.0)
-    # StoBatch Eq. 13
-    radius = eps_star * delta_r / (m * eps1 * (delta_rx + delta_rh / 2.0))
-    if radius_psi_correction:
-        radius = radius / psi
-    return radius / divisor
 
 
 def is_robust(radius: Any, attack_size: float) -> np.ndarray:

@@ -24,7 +24,8 @@ import numpy as np
 import scipy.stats
 import tensorflow as tf
 
-from tfdp import checks
+from tfdp import checks, clopper_pearson
+from tfdp import registry as paper_registry
 from tfdp.certify import core, graph
 
 NORMS = ("l2", "linf")
@@ -42,8 +43,30 @@ def register(cls: type["Certificate"]) -> type["Certificate"]:
 
 
 def names() -> tuple[str, ...]:
-    """The registered certificate names."""
-    return tuple(REGISTRY)
+    """The certificate names: the shared ones, then those the papers declare (registry kind
+    "certificate")."""
+    return tuple(REGISTRY) + tuple(n for n in paper_registry.extensions("certificate")
+                                   if n not in REGISTRY)
+
+
+def lookup(name: str) -> type["Certificate"]:
+    """The certificate class named `name`: a shared one, or a paper's (its module is
+    imported on first use and registers it).
+
+    Raises:
+        ValueError: no certificate has that name.
+    """
+    if name not in REGISTRY:
+        declared = paper_registry.extensions("certificate").get(name) if isinstance(
+            name, str) else None
+        if declared is None:
+            raise ValueError(f"certification['mechanism'] must be one of {names()}, "
+                             f"got {name!r}")
+        cls = declared.load()
+        if REGISTRY.get(name) is not cls:
+            raise ValueError(f"certificate {name!r}: {declared.target} did not register "
+                             f"itself under that name (decorate it with @register)")
+    return REGISTRY[name]
 
 
 class Certificate:
@@ -115,6 +138,12 @@ class Certificate:
         return self.config["norm"]
 
     @property
+    def radius_depends_on_attack_size(self) -> bool:
+        """Whether `radius` changes with the attack size being certified (then the
+        evaluation certifies each size on its own; otherwise one call serves every size)."""
+        return False
+
+    @property
     def selection_draws(self) -> int:
         """Draws spent selecting the class before the bounds' draws (0: no separate set)."""
         return 0
@@ -166,9 +195,7 @@ def from_config(config: Any) -> Certificate:
     if not isinstance(config, Mapping):
         raise ValueError("certification must be a dict with a 'mechanism' key")
     name = config.get("mechanism", config.get("name"))
-    if name not in REGISTRY:
-        raise ValueError(f"certification['mechanism'] must be one of {names()}, got {name!r}")
-    return REGISTRY[name](config)
+    return lookup(name)(config)
 
 
 # ------------------------------------------------------------------ PixelDP-style (Eq. 4)
@@ -318,106 +345,6 @@ class AGM(_PixelDPFamily):
         return "agm"
 
 
-# ------------------------------------------------------------------------------ StoBatch
-
-
-@register
-class StoBatch(Certificate):
-    """StoBatch Eq. 13 for the composed input + latent Laplace mechanisms.
-
-    Sound only in the paper-literal reading: Delta_r^x = d (delta_rx_mode "unit", d the
-    full input dimension), the psi correction on and no extra divisor (the code release's
-    `dp_epsilon` scaling); docs/stobatch.md, "Verified inference".
-    """
-
-    name = "stobatch"
-
-    def _validate(self, cfg):
-        for key in ("sensitivity", "batch_size", "epsilon1", "d_cert", "delta_rh"):
-            if key not in cfg:
-                raise ValueError(f"certification['{key}'] is required for stobatch")
-            checks.check_positive(cfg[key], f"certification['{key}']")
-        cfg.setdefault("delta_rx_mode", "unit")
-        cfg.setdefault("mu_train", 0.05)
-        cfg.setdefault("psi", 1.0)
-        cfg.setdefault("radius_psi_correction", True)
-        cfg.setdefault("radius_divisor", 1.0)
-        if cfg["delta_rx_mode"] not in core.DELTA_RX_MODES:
-            raise ValueError(f"certification['delta_rx_mode'] must be one of "
-                             f"{core.DELTA_RX_MODES}, got {cfg['delta_rx_mode']!r}")
-        checks.check_positive(cfg["psi"], "certification['psi']")
-        checks.check_positive(cfg["radius_divisor"], "certification['radius_divisor']")
-        passes = cfg.get("passes")
-        if passes is not None and (not isinstance(passes, (list, tuple)) or not all(
-                isinstance(p, (list, tuple)) for p in passes)):
-            raise ValueError("certification['passes'] must be a list of lists of layer "
-                             "names")
-        return cfg
-
-    @property
-    def unsound_reason(self) -> str:
-        c = self.config
-        reasons = []
-        if c["delta_rx_mode"] != "unit":
-            reasons.append(f"delta_rx_mode={c['delta_rx_mode']!r}")
-        if float(c["radius_divisor"]) < 1.0:
-            reasons.append(f"radius_divisor={c['radius_divisor']!r} (code-release scaling)")
-        if not c["radius_psi_correction"] and float(c["psi"]) > 1.0:
-            reasons.append("radius_psi_correction off")
-        if c.get("input_dim") is not None and float(c["d_cert"]) < float(c["input_dim"]):
-            reasons.append(f"d_cert={c['d_cert']!r} below the input dimension")
-        return "; ".join(reasons)
-
-    @property
-    def sound(self) -> bool:
-        return not self.unsound_reason
-
-    def _kwargs(self) -> dict:
-        keys = ("sensitivity", "batch_size", "epsilon1", "d_cert", "delta_rh",
-                "delta_rx_mode", "mu_train", "psi", "radius_psi_correction",
-                "radius_divisor")
-        return {k: self.config[k] for k in keys}
-
-    def radius(self, lower, upper, attack_size=None):
-        kwargs = self._kwargs()
-        radius = core.stobatch_radius(lower, upper, attack_size=attack_size, **kwargs)
-        cap = self.config.get("eps_cap")
-        if cap is not None:  # cap eps_r* through the radius's linear dependence
-            capped = core.stobatch_radius(np.exp(2.0 * float(cap)), 1.0,
-                                          attack_size=attack_size, **kwargs)
-            radius = np.minimum(radius, capped)
-        return radius
-
-    def _radius_tf(self, lower, upper, attack_size):
-        c = self.config
-        mode = c["delta_rx_mode"]
-        if mode == "unit":
-            mu = tf.constant(1.0, tf.float64)
-        elif mode == "mu_train":
-            mu = tf.constant(float(c["mu_train"]), tf.float64)
-        else:
-            mu = graph.f64(attack_size)
-        delta_rx = mu * float(c["d_cert"])
-        eps_star = graph.tf_max_epsilon(lower, upper, 0.0)
-        # StoBatch Eq. 13
-        radius = eps_star * float(c["sensitivity"]) / (
-            float(c["batch_size"]) * float(c["epsilon1"])
-            * (delta_rx + float(c["delta_rh"]) / 2.0))
-        if c["radius_psi_correction"]:
-            radius = radius / float(c["psi"])
-        return radius / float(c["radius_divisor"])
-
-    def radius_tf(self, lower, upper, attack_size=0.0):
-        lower, upper, attack_size = graph.f64(lower), graph.f64(upper), graph.f64(attack_size)
-        radius = self._radius_tf(lower, upper, attack_size)
-        cap = self.config.get("eps_cap")
-        if cap is not None:
-            capped = self._radius_tf(tf.constant([math.exp(2.0 * float(cap))], tf.float64),
-                                     tf.constant([1.0], tf.float64), attack_size)
-            radius = tf.minimum(radius, capped)
-        return radius
-
-
 # ---------------------------------------------------------------- randomized smoothing
 
 
@@ -439,9 +366,7 @@ def smoothing_lower_bound(counts_top: Any, num_draws: Any, alpha: float) -> np.n
     n = np.asarray(num_draws, np.float64) + np.zeros_like(k)
     if np.any(k < 0) or np.any(k > n) or np.any(n < 1):
         raise ValueError("counts must satisfy 0 <= count <= num_draws, num_draws >= 1")
-    with np.errstate(invalid="ignore"):
-        lower = scipy.stats.beta.ppf(alpha, np.maximum(k, 1e-300), n - k + 1)
-    return np.where(k > 0, lower, 0.0)
+    return clopper_pearson.lower(k, n, alpha)
 
 
 @register
@@ -523,23 +448,13 @@ class GaussianSmoothing(Certificate):
 def unsound_training_options(options: Mapping[str, Any]) -> list[str]:
     """The training options (flag name=value) whose certificates would not be sound.
 
-    HGM's per_map and code_spectral sensitivity modes (not proven bounds) and StoBatch's
-    code-release radius scaling (radius_divisor < 1, delta_rx_mode other than "unit", the
-    psi correction off). Such runs need --allow_unsound_certificates; their certificates
-    are named "claimed" everywhere.
+    Each paper declares its own (registry kind "unsound_options"; e.g. HGM's per_map and
+    code_spectral sensitivity modes, StoBatch's code-release radius scaling). Such runs need
+    --allow_unsound_certificates; their certificates are named "claimed" everywhere.
     """
     found = []
-    mode = options.get("hgm_sensitivity_mode")
-    if mode in ("per_map", "code_spectral"):
-        found.append(f"--hgm_sensitivity_mode={mode}")
-    divisor = options.get("stobatch_radius_divisor")
-    if divisor is not None and float(divisor) < 1.0:
-        found.append(f"--stobatch_radius_divisor={divisor}")
-    rx_mode = options.get("stobatch_delta_rx_mode")
-    if rx_mode not in (None, "unit"):
-        found.append(f"--stobatch_delta_rx_mode={rx_mode}")
-    if options.get("stobatch_radius_psi_correction") is False:
-        found.append("--nostobatch_radius_psi_correction")
+    for extension in paper_registry.extensions("unsound_options").values():
+        found.extend(extension.load()(options))
     return found
 
 

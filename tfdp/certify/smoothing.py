@@ -13,8 +13,10 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 SMOOTHING = "gaussian_smoothing"
-# Salt folded into a training step's seed for the input noise (apart from other uses).
-STEP_SALT = 0x534D
+# The one salt of smoothing's input noise: folded into a training step's seed (apart from the
+# step's other draws) and into an exported model's draw key (tfdp.export).
+SALT = 0x534D
+STEP_SALT = SALT
 
 
 def add_gaussian_noise(x: tf.Tensor, sigma: float, seed: Optional[tf.Tensor] = None

@@ -143,6 +143,16 @@ def _mean(xs: list[float]) -> float:
     return float(statistics.fmean(xs))
 
 
+def mean(xs: list[float]) -> float:
+    """The mean of the values (float), for extractors of papers."""
+    return _mean(xs)
+
+
+def close(a: float, b: float) -> bool:
+    """Whether two grid parameters (read back from a CSV) are the same number."""
+    return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
+
+
 def _seed_text(per_seed: list[float], unit: str) -> str:
     if len(per_seed) <= 1:
         return _fmt(per_seed[0], unit)
@@ -199,99 +209,6 @@ def closed_all(outs, row: Row) -> Value:
     ok = all(flags.values())
     return Value(None, "yes" if ok else "no", ok=ok,
                  detail=", ".join(f"{k} = {v}" for k, v in flags.items()))
-
-
-def _hist_rows(outs) -> list[dict]:
-    return outs["hist"][0]["csv"]["gpm_hist.csv"]
-
-
-def _close(a: float, b: float) -> bool:
-    return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
-
-
-def gpm_hist_cell(outs, row: Row) -> Value | None:
-    """GPM Figure 5 cell: success per d, each within max(3 SE, 0.02) of the exact oracle.
-
-    The tolerance is tfdp's choice (no published value): 3 binomial standard errors of the oracle
-    success p at the cell's number of trials n, sqrt(p (1 - p) / n), floored at 0.02.
-    """
-    cells = [r for r in _hist_rows(outs)
-             if _close(r["epsilon"], row.param["epsilon"]) and _close(r["beta"], row.param["beta"])]
-    if not cells:
-        return None
-    cells.sort(key=lambda r: float(r["d"]))
-    bad = []
-    for r in cells:
-        p, n = float(r["oracle_exact"]), float(r["trials"])
-        tol = max(3.0 * math.sqrt(p * (1.0 - p) / n), 0.02)
-        if abs(float(r["success_rate"]) - p) > tol:
-            bad.append(f"d = {int(float(r['d']))}: {float(r['success_rate']):.3f} vs oracle "
-                       f"{p:.3f} (tolerance {tol:.3f})")
-    rates = [float(r["success_rate"]) for r in cells]
-    ds = "/".join(str(int(float(r["d"]))) for r in cells)
-    text = (f"{min(rates):.3f}-{max(rates):.3f}" if len(rates) > 1 else f"{rates[0]:.3f}")
-    text += f" (d = {ds}; oracle {float(cells[0]['oracle_exact']):.3f}, " \
-            f"{int(float(cells[0]['trials']))} trials)"
-    return Value(_mean(rates), text, rates, ok=not bad, detail="; ".join(bad), cells=True)
-
-
-def gpm_hist_l2(outs, row: Row) -> Value | None:
-    """GPM Table 4 cell: our RMS L2 error at beta = 1e-4, within 1.5% of sigma sqrt(d)."""
-    cells = [r for r in _hist_rows(outs)
-             if int(float(r["d"])) == row.param["d"] and _close(r["epsilon"], row.param["epsilon"])
-             and _close(r["beta"], 1e-4)]
-    if not cells:
-        return None
-    r = cells[0]
-    ours = float(r[f"l2_error_{row.param['which']}"])
-    expect = float(r["l2_error_expected"])
-    rel = abs(ours / expect - 1.0)
-    return Value(ours, f"{ours:.1f} ({100 * rel:.2f}% from sigma sqrt(d) = {expect:.1f})",
-                 [ours], ok=rel <= 0.015)
-
-
-def _dpsgd_rows(outs) -> list[dict]:
-    out = outs["dpsgd"][0]["csv"]
-    return [r for name, rows in sorted(out.items()) if name.startswith("gpm_dpsgd")
-            for r in rows]
-
-
-def gpm_dpsgd_cells(outs, row: Row) -> Value | None:
-    """GPM Figure 6 / Table 2: the success range over (C, eps*) at one phase and beta."""
-    phase, beta = row.param["phase"], row.param["beta"]
-    cells = [r for r in _dpsgd_rows(outs)
-             if (phase is None or r["phase"] == phase) and _close(r["beta"], beta)]
-    if not cells:
-        return None
-    rates = [float(r["success_rate"]) for r in cells]
-    low, high = row.param["low"], row.param["high"]
-    ok = (low is None or min(rates) >= low) and (high is None or max(rates) <= high)
-    trials = int(float(cells[0]["trials"]))
-    oracle = [float(r["oracle_mean"]) for r in cells]
-    return Value(_mean(rates), f"{min(rates):.2f}-{max(rates):.2f} ({len(cells)} cells, "
-                 f"{trials} trials each; oracle {min(oracle):.2f}-{max(oracle):.2f})", rates,
-                 ok=ok, cells=True)
-
-
-def gpm_dpsgd_gap(outs, row: Row) -> Value | None:
-    """Mean success over cells: not converged minus converged."""
-    rows = _dpsgd_rows(outs)
-    nc = [float(r["success_rate"]) for r in rows if r["phase"] == "not_converged"]
-    c = [float(r["success_rate"]) for r in rows if r["phase"] == "converged"]
-    if not nc or not c:
-        return None
-    gap = _mean(nc) - _mean(c)
-    return Value(gap, f"{gap:+.3f} ({_mean(nc):.3f} vs {_mean(c):.3f})", [gap])
-
-
-def gpm_dpsgd_dq(outs, row: Row) -> Value | None:
-    """Median ||dq|| at one phase and clip norm."""
-    cells = [r for r in _dpsgd_rows(outs) if r["phase"] == row.param["phase"]
-             and _close(r["clip_norm"], row.param["clip"])]
-    if not cells:
-        return None
-    v = float(cells[0]["median_dq_norm"])
-    return Value(v, f"{v:.3g}", [v])
 
 
 def bench_ratio(outs, row: Row) -> Value:
@@ -458,8 +375,7 @@ def eot_soundness(outs, row: Row) -> Value:
 
 EXTRACTORS: dict[str, Callable[[dict, Row], Value | None]] = {
     f.__name__: f for f in (accuracy, accuracy_recorded, accuracy_mean, accuracy_diff, closed,
-                            closed_all, gpm_hist_cell, gpm_hist_l2, gpm_dpsgd_cells,
-                            gpm_dpsgd_gap, gpm_dpsgd_dq, bench_ratio, attack_accuracy,
+                            closed_all, bench_ratio, attack_accuracy,
                             certified_accuracy, attack_drop, attack_gap, certified_gap,
                             eot_soundness)}
 
@@ -733,13 +649,29 @@ def _criterion_verdict(row: Row, value: Value) -> tuple[str, str]:
     raise ValueError(f"row {row.id}: unknown criterion kind {c.kind!r}")
 
 
+def extractor(name: str) -> Callable[[dict, Row], Value | None]:
+    """The extractor named `name`: a shared one (EXTRACTORS) or one a paper declares
+    (registry kind "extractor"), imported on first use.
+
+    Raises:
+      KeyError: no extractor has that name.
+    """
+    if name in EXTRACTORS:
+        return EXTRACTORS[name]
+    declared = _papers.extensions("extractor").get(name)
+    if declared is None:
+        raise KeyError(f"unknown extractor {name!r}: neither shared (EXTRACTORS) nor declared "
+                       f"by a paper")
+    return declared.load()
+
+
 def extract(row: Row, outs: dict[str, list[dict]]) -> Value | None:
     """Runs the row's extractor.
 
     Raises:
       KeyError: if the row names an unknown extractor.
     """
-    return EXTRACTORS[row.extractor](outs, row)
+    return extractor(row.extractor)(outs, row)
 
 
 def as_jsonable(value: Any) -> Any:

@@ -200,7 +200,7 @@ class Row:
       published: the published number (None for a qualitative claim).
       published_text: the published value as printed (ranges, qualifiers).
       criterion: the pass criterion.
-      extractor: name of the metric extractor (tfdp.reproduce.extract.EXTRACTORS).
+      extractor: name of the metric extractor (tfdp.reproduce.extract.extractor).
       params: extractor parameters.
       jobs: scale -> role -> Job.
       note: why a gap is expected (shown beside a verdict that is not a pass).
@@ -307,7 +307,6 @@ def combine(**per_role: dict[str, Job]) -> dict[str, dict[str, Job]]:
 # the rows' short-scale jobs name one that does not exist, so they report "not available in
 # this build" (and the report "not run at this scale").
 TRAINER_SCALES = ("smoke", "reduced", "full")
-HGM_METHODS = ("secure_sgd", "secure_sgd_agm", "pixeldp", "hgm_pixeldp")
 # Evaluation images per scale (the flagfiles' comments: 100 at smoke, 1,000 reduced; all at
 # full), except the reduced-scale Monte-Carlo evaluations of `MonteCarloEval`.
 _EVAL_EXAMPLES = {"smoke": 100, "short": 200, "reduced": 1000, "full": None}
@@ -331,10 +330,9 @@ def train_command(method: str, dataset: str, eps: float | None, scale: str,
                   eps_r: float | None = None, variant: str = "") -> tuple[str, tuple[str, ...]]:
     """The flagfile and override arguments of one HGM / StoBatch-figure training run.
 
-    HGM methods share one flagfile per data set and scale (`flags/hgm/<dataset>_<scale>.flags`)
-    and are selected with `--method`; PixelDP and HGM_PixelDP are non-private (`--epsilon=`
-    unsets the flagfile's budget) and PixelDP's classical Gaussian needs eps_r <= 1. StoBatch
-    has `flags/stobatch/<dataset>_<scale>.flags`; DP-SGD and AdLM use their own flagfiles.
+    A paper's methods follow the rule the paper declares (registry kind "flagfile_rule",
+    named by the method: e.g. the HGM methods share `flags/hgm/<dataset>_<scale>.flags`,
+    StoBatch has `flags/stobatch/<dataset>_<scale>.flags`); DP-SGD's rule is shared.
 
     Args:
       method: training method.
@@ -351,31 +349,16 @@ def train_command(method: str, dataset: str, eps: float | None, scale: str,
     Returns:
       (repository-relative flagfile, override arguments).
     """
+    declared = _papers.extensions("flagfile_rule").get(method)
+    if declared is not None:
+        return declared.load()(method, dataset, eps, scale, eps_r, variant)
+    if variant:
+        raise ValueError(f"variant: {method!r} has no flagfile variants, got {variant!r}")
     e = () if eps is None else (f"--epsilon={eps:g}",)
-    if method in HGM_METHODS:
-        if method in ("pixeldp", "hgm_pixeldp"):
-            e = ("--epsilon=",)
-            eps_r = 1.0 if method == "pixeldp" else eps_r
-        # PixelDP (and AGM) use uniform r; the flagfile's r source is for Secure-SGD.
-        e += ("--hgm_r_source=uniform",) if method in ("pixeldp", "secure_sgd_agm") else ()
-        r = () if eps_r is None else (f"--hgm_eps_r={eps_r:g}",)
-        suffix = f"_{variant}" if variant else ""
-        return f"flags/hgm/{dataset}_{scale}{suffix}.flags", (f"--method={method}",) + e + r
-    if variant and method != "stobatch":
-        raise ValueError(f"variant: only the HGM methods and StoBatch have flagfile variants, "
-                         f"got {method!r}")
-    if method == "stobatch":
-        suffix = f"_{variant}" if variant else ""
-        return (f"flags/stobatch/{dataset}_{scale}{suffix}.flags",
-                ("--method=stobatch", f"--dataset={dataset}") + e)
     if method == "dpsgd":
         flagfile, extra = _DPSGD.get((dataset, scale), (
             f"flags/baselines/dpsgd_{dataset}_{scale}.flags", (f"--dataset={dataset}",)))
         return flagfile, ("--method=dpsgd",) + extra + e
-    if method == "adlm":
-        # The AdLM flagfiles leave --dataset to the command line (one flagfile per data set).
-        return (f"flags/adlm/{dataset}_{scale}.flags",
-                ("--method=adlm", f"--dataset={dataset}") + e)
     raise ValueError(f"method: no flagfile rule for {method!r}")
 
 
@@ -532,8 +515,11 @@ EOT_ARGS = ("--attacks=madry", "--attack_preset=strong", "--eot_draws=8", "--cer
 
 
 # Methods with a robustness noise layer, scored by their noisy expectation (Monte-Carlo
-# prediction; the HGM and StoBatch metrics), never by the noise-free network.
-NOISY_METHODS = ("stobatch", "secure_sgd", "secure_sgd_agm")
+# prediction; the HGM and StoBatch metrics), never by the noise-free network: the papers
+# declare them (registry kind "noisy_method").
+def noisy_methods() -> tuple[str, ...]:
+    """The methods the papers declare noisy, in paper order."""
+    return tuple(_papers.extensions("noisy_method"))
 
 
 # --------------------------------------------------------------------------------------------

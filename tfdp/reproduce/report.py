@@ -15,6 +15,7 @@ import os
 import re
 from typing import Any
 
+from tfdp import registry as _papers
 from tfdp.reproduce import cite, extract, registry, runner
 from tfdp.reproduce.releases import attribution
 import json
@@ -56,100 +57,6 @@ def _published(row: registry.Row) -> str:
 
 def _scales_with_results(rows_by_key: dict) -> list[str]:
     return [s for s in registry.SCALES if any(k[0] == s for k in rows_by_key)]
-
-
-def _fig_adlm(rows_by_key: dict, out_dir: str, rel: str, draw: bool) -> str | None:
-    """AdLM Figure 4a: MNIST accuracy vs eps, ours (per scale) and published."""
-    # lazy: matplotlib only when a figure is drawn
-    import matplotlib  # pylint: disable=import-outside-toplevel
-    matplotlib.use("Agg")
-    # lazy: matplotlib only when a figure is drawn
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-
-    series = {}
-    for (scale, rid), rec in sorted(rows_by_key.items()):
-        row = registry.ROWS_BY_ID.get(rid)
-        match = re.fullmatch(r"adlm\.mnist\.(adlm|ilm|dpsgd)\.eps([0-9.]+)", rid)
-        if row is None or match is None or rec.get("value") is None:
-            continue
-        eps = float(match.group(2))
-        series.setdefault((match.group(1), scale), []).append((eps, rec["value"], row.published))
-    if not series:
-        return None
-    if not draw:
-        return f"{rel}/adlm_accuracy_vs_eps.png"
-    fig, ax = plt.subplots(figsize=(6, 4))
-    colors = {"adlm": "C0", "ilm": "C1", "dpsgd": "C2"}
-    markers = {"smoke": "x", "short": "s", "reduced": "o", "full": "D"}
-    published = {}
-    for (method, scale), pts in sorted(series.items()):
-        pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[scale],
-                color=colors.get(method, "k"), label=f"{method} (ours, {scale})")
-        for p in pts:
-            published[(method, p[0])] = p[2]
-    for method in colors:
-        pts = sorted((e, v) for (m, e), v in published.items() if m == method)
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "*", ms=12,
-                    color=colors[method], label=f"{method} (published)")
-    ax.set_xlabel("epsilon")
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_title("AdLM Fig. 4a: MNIST accuracy vs epsilon")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = os.path.join(out_dir, "adlm_accuracy_vs_eps.png")
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
-    return f"{rel}/adlm_accuracy_vs_eps.png"
-
-
-def _fig_gpm(rows_by_key: dict, out_dir: str, rel: str, draw: bool) -> str | None:
-    """GPM Figure 5 / 6: key holder's success vs beta, ours (per scale) and published."""
-    # lazy: matplotlib only when a figure is drawn
-    import matplotlib  # pylint: disable=import-outside-toplevel
-    matplotlib.use("Agg")
-    # lazy: matplotlib only when a figure is drawn
-    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-
-    hist, lenet = {}, {}
-    for (scale, rid), rec in sorted(rows_by_key.items()):
-        row = registry.ROWS_BY_ID.get(rid)
-        if row is None or row.figure != "gpm_success_vs_beta" or rec.get("value") is None:
-            continue
-        p = row.param
-        if rid.startswith("gpm.fig5."):
-            hist.setdefault((p["epsilon"], scale), []).append((p["beta"], rec["value"],
-                                                               row.published))
-        else:
-            lenet.setdefault((p["phase"], scale), []).append((p["beta"], rec["value"],
-                                                              row.published))
-    if not hist and not lenet:
-        return None
-    if not draw:
-        return f"{rel}/gpm_success_vs_beta.png"
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, data, title in ((axes[0], hist, "Fig. 5: DP-hist (eps*)"),
-                            (axes[1], lenet, "Fig. 6: MNIST LeNet-5 DP-SGD (phase)")):
-        for i, ((key, scale), pts) in enumerate(sorted(data.items(), key=lambda kv: str(kv[0]))):
-            pts.sort()
-            color = f"C{i % 10}"
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color,
-                    label=f"{key} (ours, {scale})")
-            ax.plot([p[0] for p in pts], [p[2] for p in pts], "*", ms=10, color=color,
-                    label=f"{key} (authors' logs)")
-        ax.set_xscale("log")
-        ax.set_xlabel("beta")
-        ax.set_ylabel("success rate")
-        ax.set_title(title)
-        ax.set_ylim(0.4, 1.02)
-        if data:
-            ax.legend(fontsize=6)
-    fig.tight_layout()
-    path = os.path.join(out_dir, "gpm_success_vs_beta.png")
-    fig.savefig(path, dpi=100, metadata={"Software": None})
-    plt.close(fig)
-    return f"{rel}/gpm_success_vs_beta.png"
 
 
 _X_OF_FIGURE = {"acc_vs_eps_attack": ("eps", "privacy budget eps (claimed)"),
@@ -352,7 +259,10 @@ def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None 
     if figures:
         os.makedirs(out_dir, exist_ok=True)
     # The links depend on the data only, not on whether the PNGs are redrawn.
-    for fn, args in ((_fig_adlm, ()), (_fig_gpm, ()),
+    # The papers' own figures (registry kind "figure", in paper order), then the shared ones.
+    papers_figures = tuple((declared.load(), ())
+                           for declared in _papers.extensions("figure").values())
+    for fn, args in papers_figures + (
                      (_fig_attack, ("acc_vs_eps_attack", "Accuracy under attack vs eps")),
                      (_fig_attack, ("acc_vs_mu", "Accuracy drop vs mu_a")),
                      (_fig_attack, ("certified_vs_mu", "Certified accuracy vs mu_a"))):

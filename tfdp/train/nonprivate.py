@@ -5,9 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from tfdp import options
+from tfdp import options, registry
 from tfdp.certify import smoothing
-from tfdp.papers.adlm import models as adlm_models
 from tfdp.models import common
 from tfdp.train.base import Method
 
@@ -45,12 +44,16 @@ def step_metrics(loss: tf.Tensor, logits: tf.Tensor, y: tf.Tensor, global_batch_
     return {"loss": loss, "accuracy": tf.reduce_sum(correct) / float(global_batch_size)}
 
 
-BASELINE_MODELS = ("cnn", "mlp", "adlm_cnn")
+# The shared baselines' networks, then those the papers add (registry kind "baseline_model",
+# e.g. AdLM's "adlm_cnn"), read when this module is imported (they are flag choices).
+_SHARED_MODELS = ("cnn", "mlp")
+BASELINE_MODELS = _SHARED_MODELS + tuple(registry.extensions("baseline_model"))
 
 
 def build_baseline_model(kind: str, input_shape, num_classes: int) -> keras.Model:
-    """The model of a baseline: "cnn" (a small CNN), "mlp", or "adlm_cnn" (AdLM's MNIST
-    network with per-example layers only, the AdLM paper's pSGD network).
+    """The model of a baseline: "cnn" (a small CNN), "mlp", or a network a paper adds (e.g.
+    "adlm_cnn", AdLM's MNIST network with per-example layers only, the AdLM paper's pSGD
+    network; registry kind "baseline_model").
 
     Raises:
       ValueError: if `kind` is unknown.
@@ -59,8 +62,9 @@ def build_baseline_model(kind: str, input_shape, num_classes: int) -> keras.Mode
         return common.small_cnn(input_shape, num_classes)
     if kind == "mlp":
         return common.mlp(input_shape, num_classes, hidden=(128,))
-    if kind == "adlm_cnn":
-        return adlm_models.mnist_per_example_model(input_shape, num_classes)
+    added = registry.extensions("baseline_model")
+    if kind in added:
+        return added[kind].load()(input_shape, num_classes)
     raise ValueError(f"model: unknown baseline model {kind!r}; choose one of {BASELINE_MODELS}")
 
 

@@ -5,6 +5,8 @@ Modules:
   models     the MNIST and CIFAR-10 networks (Section 5)
   relevance  layer-wise relevance propagation and its private average (Eq. 4-12, 16)
   rows       the reproduction rows (Section 5's figures)
+  figures    Figure 4a in the reproduction report
+  flagfiles  which flagfile trains AdLM in a reproduction row
 """
 
 from tfdp import registry
@@ -22,4 +24,12 @@ PAPER = registry.Paper(
     ),
     keras_modules=("tfdp.papers.adlm.models",),
     rows="tfdp.papers.adlm.rows:rows",
+    extensions=(
+        # The pSGD baseline's network (--dpsgd_model=adlm_cnn / --nonprivate_model=adlm_cnn).
+        registry.Extension("baseline_model", "adlm_cnn",
+                           "tfdp.papers.adlm.models:mnist_per_example_model"),
+        registry.Extension("figure", "adlm_accuracy_vs_eps",
+                           "tfdp.papers.adlm.figures:accuracy_vs_eps"),
+        registry.Extension("flagfile_rule", "adlm", "tfdp.papers.adlm.flagfiles:train_command"),
+    ),
 )

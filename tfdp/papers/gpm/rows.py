@@ -66,7 +66,7 @@ def _gpm_bench(scale: str) -> Job | None:
 
 def _gpm_rows() -> list[Row]:
     rows = []
-    cf4 = python("python.gpm.figure4", "tfdp.reproduce.closed_forms:gpm_figure4")
+    cf4 = python("python.gpm.figure4", "tfdp.papers.gpm.closed_forms:gpm_figure4")
     gm_values = {0.25: (33.4454, 13.1262), 1: (6.8613, 1.7816), 4: (1.6216, 0.3516),
                  16: (0.3995, 0.0821), 64: (0.0995, 0.0201)}
     for sigma, (v10, v1) in gm_values.items():
@@ -148,7 +148,7 @@ def _gpm_rows() -> list[Row]:
         65536: ((13048.1, 13043.7, 13044.2), (6534.1, 6536.5, 6526.8), (3277.0, 3277.2, 3276.3),
                 (1648.4, 1648.7, 1648.3)),
     }
-    cf_t4 = python("python.gpm.table4", "tfdp.reproduce.closed_forms:gpm_table4_expect")
+    cf_t4 = python("python.gpm.table4", "tfdp.papers.gpm.closed_forms:gpm_table4_expect")
     for d, per_eps in table4.items():
         for eps, (expect, gm, gpm) in zip((0.125, 0.25, 0.5, 1.0), per_eps):
             rows.append(Row(

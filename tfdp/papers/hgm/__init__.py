@@ -6,6 +6,8 @@ Modules:
   redistribution  the noise redistribution r (Eq. 7) and the noised layer's sensitivity (Eq. 6)
   figure          Figure 1 (the HGM noise against the classical Gaussian mechanism)
   rows            the reproduction rows (Figures 3-5)
+  unsound         the sensitivity modes whose certificates are only claimed
+  flagfiles       which flagfile trains each method in a reproduction row
 The mechanism itself is shared: `tfdp.mechanisms.heterogeneous`.
 """
 
@@ -30,4 +32,13 @@ PAPER = registry.Paper(
     ),
     keras_modules=("tfdp.papers.hgm.models",),
     rows="tfdp.papers.hgm.rows:rows",
+    extensions=(
+        registry.Extension("unsound_options", "hgm", "tfdp.papers.hgm.unsound:unsound_options"),
+        *(registry.Extension("flagfile_rule", m, "tfdp.papers.hgm.flagfiles:train_command")
+          for m in ("secure_sgd", "secure_sgd_agm", "pixeldp", "hgm_pixeldp")),
+        registry.Extension("noisy_method", "secure_sgd", "tfdp.papers.hgm.method:SecureSGD"),
+        registry.Extension("card_fields", "hgm", "tfdp.papers.hgm.card:CARD_FIELDS"),
+        registry.Extension("noisy_method", "secure_sgd_agm",
+                           "tfdp.papers.hgm.method:SecureSGDAGM"),
+    ),
 )

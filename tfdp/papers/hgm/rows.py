@@ -8,9 +8,10 @@ fractions of (`tfdp.reproduce.registry` reads both through `tfdp.registry`), and
 
 from __future__ import annotations
 
-from tfdp.reproduce.registry import (EOT_ARGS, HGM_METHODS, NOISY_METHODS, SCALES, Baseline,
-                                     Criterion, Job, Row, combine, eot_soundness_row, eval_args,
-                                     python, trainer_jobs, with_min_seeds)
+from tfdp.papers.hgm.flagfiles import HGM_METHODS
+from tfdp.reproduce.registry import (EOT_ARGS, SCALES, Baseline, Criterion, Job, Row, combine,
+                                     eot_soundness_row, eval_args, noisy_methods, python,
+                                     trainer_jobs, with_min_seeds)
 
 # --------------------------------------------------------------------------------------------
 # Jobs
@@ -33,7 +34,7 @@ def _hgm(method: str, dataset: str, eps: float | None, sizes: str, certify: bool
     number of evaluation images when not the scale's default)."""
     # HGM metrics: Secure-SGD (and its AGM variant) predict with the expectation over the
     # robustness noise: --certify (Monte-Carlo prediction), as StoBatch's baselines.
-    certify = certify or method in NOISY_METHODS
+    certify = certify or method in noisy_methods()
     out = {}
     for scale in scales:
         est = eval_est = None
@@ -129,7 +130,7 @@ _LONGER_TRAINING_EVIDENCE = ("secure_sgd",)
 
 def _hgm_rows() -> list[Row]:
     rows = []
-    cf = python("python.hgm.figure1", "tfdp.reproduce.closed_forms:hgm_figure1")
+    cf = python("python.hgm.figure1", "tfdp.papers.hgm.closed_forms:hgm_figure1")
     rows.append(Row(
         id="hgm.fig1.hgm_le_gm", paper="hgm", source="Fig. 1",
         setting="sigma vs eps, Delta = 1, delta = 1e-5, uniform r, eps in (0, 1]",

@@ -4,6 +4,10 @@ Modules:
   method  the StoBatch trainer (Algorithms 1-2; one or many replicas)
   models  the auto-encoder and the network above it (Section 6)
   rows    the reproduction rows (Figures 2-4)
+  certificate  the certified radius (Eq. 13) and its certificate class
+  unsound      the code release's radius options, whose certificates are only claimed
+  bench        tfdp-bench stobatch (a StoBatch step against plain adversarial training)
+  flagfiles    which flagfile trains StoBatch in a reproduction row
 """
 
 from tfdp import registry
@@ -18,4 +22,15 @@ PAPER = registry.Paper(
     ),
     keras_modules=("tfdp.papers.stobatch.models",),
     rows="tfdp.papers.stobatch.rows:rows",
+    extensions=(
+        registry.Extension("certificate", "stobatch",
+                           "tfdp.papers.stobatch.certificate:StoBatch"),
+        registry.Extension("unsound_options", "stobatch",
+                           "tfdp.papers.stobatch.unsound:unsound_options"),
+        registry.Extension("benchmark", "stobatch", "tfdp.papers.stobatch.bench:OPTIONS"),
+        registry.Extension("flagfile_rule", "stobatch",
+                           "tfdp.papers.stobatch.flagfiles:train_command"),
+        registry.Extension("noisy_method", "stobatch", "tfdp.papers.stobatch.method:StoBatch"),
+        registry.Extension("card_fields", "stobatch", "tfdp.papers.stobatch.card:CARD_FIELDS"),
+    ),
 )

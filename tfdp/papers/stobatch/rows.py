@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfdp.reproduce.registry import (EOT_ARGS, NOISY_METHODS, SCALES, Baseline, Criterion, Job,
+from tfdp.reproduce.registry import (EOT_ARGS, SCALES, Baseline, Criterion, Job,
                                      MonteCarloEval, Row, combine, eot_soundness_row, eval_args,
-                                     trainer_jobs, with_min_seeds)
+                                     noisy_methods, trainer_jobs, with_min_seeds)
 
 # --------------------------------------------------------------------------------------------
 # Jobs
@@ -42,7 +42,7 @@ def _stobatch(method: str, dataset: str, eps: float, sizes: str, certify: bool,
     # classifier (argmax of the Monte-Carlo counts) for every method with noise layers
     # (StoBatch's verified inference, Secure-SGD's robustness noise): --certify. Never the
     # noise-free network, which was never trained without its noise.
-    certify = certify or method in NOISY_METHODS
+    certify = certify or method in noisy_methods()
     out = {}
     for scale in SCALES:
         # StoBatch's CIFAR-10 training at reduced scale: 2,527 s measured (12 steps of
