@@ -189,8 +189,10 @@ def attribution_class(comp: Comparison, release: Sequence[float], tfdp: Sequence
         return ("provisional, the settings are not all identical (see Settings above): "
                 + cls)
     if comp.published is None:
-        return ("release and tfdp agree at this budget, but the paper publishes no value to "
-                "measure the scale gap against")
+        return (f"not attributed to a class: release and tfdp are not separated at this budget "
+                f"(tfdp − release = {test['diff']:+.2f} points, 95% interval "
+                f"{test['ci_low']:+.2f} to {test['ci_high']:+.2f}, p = {test['p']:.2g}), but the "
+                "paper publishes no value to measure the scale gap against")
     gap = comp.published - statistics.mean(release)
     bound = max(abs(test["ci_low"]), abs(test["ci_high"]))
     if gap > bound:
