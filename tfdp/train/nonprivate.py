@@ -9,6 +9,7 @@ from tfdp import options, registry
 from tfdp.certify import smoothing
 from tfdp.models import common
 from tfdp.train.base import Method
+from tfdp.train.metrics import step_metrics  # noqa: F401  (also importable from here)
 
 @options.declare("nonprivate_")
 class NonPrivateConfig:
@@ -27,21 +28,6 @@ OPTIONS = NonPrivateConfig.OPTIONS  # the nonprivate_* flags (tfdp-train defines
 def per_example_cross_entropy(y: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
     """Softmax cross-entropy of integer labels against logits, one value per example."""
     return keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-
-
-def step_metrics(loss: tf.Tensor, logits: tf.Tensor, y: tf.Tensor, global_batch_size: int
-                 ) -> dict:
-    """A replica's share of a step's metrics: `loss` as given, accuracy over the global batch.
-
-    Args:
-      loss: the replica's share of the global mean loss.
-      logits: the replica's logits [b, K].
-      y: its integer labels [b].
-      global_batch_size: the global batch size the shares are normalised by.
-    """
-    correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int64),
-                               tf.cast(y, tf.int64)), tf.float32)
-    return {"loss": loss, "accuracy": tf.reduce_sum(correct) / float(global_batch_size)}
 
 
 # The shared baselines' networks, then those the papers add (registry kind "baseline_model",
@@ -84,13 +70,13 @@ class NonPrivate(Method):
         return build_baseline_model(self.settings.model, input_shape, num_classes)
 
     def certification_config(self):
-        sigma = self.config.options.get("smoothing_sigma")
+        sigma = self.config.common.smoothing_sigma
         return smoothing.certification(sigma) if sigma else None
 
     def train_step(self, ctx, x, y):
         model, global_batch_size = self.model, ctx.global_batch_size
         # --smoothing_sigma: Gaussian noise on each example's input (Cohen et al. 2019).
-        x = smoothing.training_noise(ctx, x, self.config.options.get("smoothing_sigma"))
+        x = smoothing.training_noise(ctx, x, self.config.common.smoothing_sigma)
         with tf.GradientTape() as tape:
             logits = model(x, training=True)
             # The replica's share of the global mean loss (tf.nn.compute_average_loss).
