@@ -249,7 +249,7 @@ def _model_fns(model: Any, c: _CertificationPlan, opts: EvalOptions) -> _ModelFn
         noisy = model.noisy if model.has_noise else noise_free
         noisy_logits = True
     else:
-        noise_free, noisy, noisy_logits = model_functions(model, c.cert)
+        noise_free, noisy, noisy_logits = model_functions(model, c.cert, seed=opts.seed)
     attack_fn = noisy if (opts.eot_draws > 1 and noisy_logits) else noise_free
     if opts.eot_draws > 1 and not noisy_logits:
         logging.warning("eot_draws: StoBatch's composed score is not a logits function; "

@@ -71,13 +71,15 @@ def _noise(model: Any, enabled: bool, fresh_layers: Optional[Sequence[str]] = No
             layer.inference_fresh_scale = scale
 
 
-def model_functions(model: Any, certification: Optional[Mapping[str, Any]]
-                    ) -> tuple[Callable, Callable, bool]:
+def model_functions(model: Any, certification: Optional[Mapping[str, Any]],
+                    seed: Optional[int] = None) -> tuple[Callable, Callable, bool]:
     """The noise-free logits function, the noisy score function and whether it is logits.
 
     Args:
         model: a Keras model built from tfdp layers.
         certification: the run's certification dict (or None).
+        seed: the evaluation seed keying randomized smoothing's input draws (None: the
+            global generator); the noise layers are keyed by `layers.set_noise_seeds`.
 
     Returns:
         (noise_free_fn, noisy_score_fn, noisy_fn_returns_logits).
@@ -92,7 +94,8 @@ def model_functions(model: Any, certification: Optional[Mapping[str, Any]]
 
     if smoothing.is_smoothing(certification):
         # Randomized smoothing (Cohen et al. 2019): noise on the input of the base classifier.
-        return noise_free, smoothing.smoothed_score(noise_free, float(certification["sigma"])), True
+        return (noise_free,
+                smoothing.smoothed_score(noise_free, float(certification["sigma"]), seed), True)
     passes = (certification or {}).get("passes")
     if passes:
         known = {layer.name for layer in layers_lib.noise_layers(model)}

@@ -93,12 +93,30 @@ def certification(sigma: float) -> dict:
                     "Phi^-1(p_A_lower) / L in l2, L = 1 for noise on the input."}
 
 
-def smoothed_score(noise_free: Callable[[tf.Tensor], tf.Tensor], sigma: float
-                   ) -> Callable[[tf.Tensor], tf.Tensor]:
-    """x -> noise_free(x + N(0, sigma^2 I)): one draw of the base classifier under noise."""
-    def score(x):
-        return noise_free(add_gaussian_noise(tf.convert_to_tensor(x, tf.float32), sigma))
-    return score
+def smoothed_score(noise_free: Callable[[tf.Tensor], tf.Tensor], sigma: float,
+                   seed: Optional[int] = None) -> Callable[[tf.Tensor], tf.Tensor]:
+    """x -> noise_free(x + N(0, sigma^2 I)): one draw of the base classifier under noise.
+
+    Args:
+        noise_free: the base classifier.
+        sigma: noise standard deviation.
+        seed: an evaluation seed (public: the draws of a certificate are not private): the
+            draws then come from a Philox generator keyed by it and SALT, so the same calls in
+            the same order draw the same noise (tfdp-evaluate --seed reruns identically).
+            None: the global TensorFlow generator.
+    """
+    if seed is None:
+        def score(x):
+            return noise_free(add_gaussian_noise(tf.convert_to_tensor(x, tf.float32), sigma))
+        return score
+    generator = tf.random.Generator.from_key_counter(
+        key=int(seed) % 2**63, counter=[0, SALT], alg="philox")
+
+    def seeded_score(x):
+        x = tf.convert_to_tensor(x, tf.float32)
+        return noise_free(x + tf.cast(sigma, x.dtype) * generator.normal(tf.shape(x),
+                                                                         dtype=x.dtype))
+    return seeded_score
 
 
 def is_smoothing(certification: Any) -> bool:
