@@ -67,6 +67,25 @@ def _training_audit(run, key="epsilon_lower_bound"):
     return _json(f"results/audit/training/{run}/audit.json")[key]
 
 
+def _release(key, what):
+    """A number of the releases-beside-tfdp comparison `key` (tfdp.reproduce.releases)."""
+    # lazy: the attribution module reads the committed result files
+    import statistics  # pylint: disable=import-outside-toplevel
+    from tfdp.reproduce.releases import attribution  # pylint: disable=import-outside-toplevel
+    comp = next(c for c in attribution.COMPARISONS if c.key == key)
+    summ = attribution._summary(comp, attribution.RESULTS_DIR)  # pylint: disable=protected-access
+    side = summ["r_acc"] if what.startswith("release") else summ["t_acc"]
+    if what.endswith("mean"):
+        return statistics.mean(side)
+    if what.endswith("sd"):
+        return statistics.stdev(side)
+    if what == "p":
+        return summ["test"]["p"]
+    if what == "scale_gap":
+        return comp.published - statistics.mean(summ["r_acc"])
+    raise KeyError(what)
+
+
 # README row ("what" column, start) -> (cited result file, [(printed number, value getter)],
 # numbers in the cell that are not measurements).
 ROWS = {
@@ -153,6 +172,25 @@ ROWS = {
     "`tfdp-bench evaluate`": (
         "results/bench/evaluate.json",
         [("0.988", lambda: _json("results/bench/evaluate.json")["ratio"])], {"0.8"}),
+    "the authors' own releases beside tfdp at the same budget": (
+        "results/releases/adlm_mnist_release_e6_seed1.json",
+        [("56.67", lambda: _release("adlm_mnist_e6", "release_mean")),
+         ("3.94", lambda: _release("adlm_mnist_e6", "release_sd")),
+         ("48.79", lambda: _release("adlm_mnist_e6", "tfdp_mean")),
+         ("2.06", lambda: _release("adlm_mnist_e6", "tfdp_sd")),
+         ("0.054", lambda: _release("adlm_mnist_e6", "p")),
+         ("33.5", lambda: _release("adlm_mnist_e6", "scale_gap")),
+         ("55.01", lambda: _release("secure_sgd_mnist_s3840", "release_mean")),
+         ("0.95", lambda: _release("secure_sgd_mnist_s3840", "release_sd")),
+         ("54.90", lambda: _release("secure_sgd_mnist_s3840", "tfdp_mean")),
+         ("0.75", lambda: _release("secure_sgd_mnist_s3840", "tfdp_sd")),
+         ("0.88", lambda: _release("secure_sgd_mnist_s3840", "p")),
+         ("56.25", lambda: _release("stobatch_mnist_e2", "release_mean")),
+         ("2.65", lambda: _release("stobatch_mnist_e2", "release_sd")),
+         ("48.90", lambda: _release("stobatch_mnist_e2", "tfdp_mean")),
+         ("0.74", lambda: _release("stobatch_mnist_e2", "tfdp_sd")),
+         ("0.033", lambda: _release("stobatch_mnist_e2", "p"))],
+        {"6", "3", "840", "40"}),
 }
 
 # README numbers that differ from, or are absent from, the file their row cites, as of this
