@@ -191,6 +191,10 @@ def test_unsound_modes_need_the_flag(tmp_path):
                           {"stobatch_radius_divisor": 0.005})
     assert not os.path.exists(tmp_path / "run")
     assert certify.registry.unsound_training_options({"hgm_sensitivity_mode": "layer_max"}) == []
+    # HGM's code-release conv1 options are in its declared list too (one list, read by the
+    # shared check and by the method's own validation).
+    assert certify.registry.unsound_training_options(
+        {"hgm_conv1": "free", "hgm_noise_mixture": "hgm"}) == ["--hgm_conv1=free"]
 
 
 def test_smoothing_run_records_its_certificate(tmp_path):

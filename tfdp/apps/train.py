@@ -262,10 +262,13 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
     # The common options (smoothing sigma, unsound certificates), read and checked once;
     # then whether this method takes input smoothing.
     common = base.CommonOptions.from_options(options)
-    smoothing.check_smoothing_sigma(method, common.smoothing_sigma)
+    smoothing.check_smoothing_sigma(
+        method, common.smoothing_sigma, method_cls.takes_input_smoothing(),
+        lambda: sorted(m for m in registry.METHODS
+                       if registry.get_method_class(m).takes_input_smoothing()))
     # lazy: loads scipy; importing tfdp.apps.train does not
     from tfdp.certify import registry as cert_registry  # pylint: disable=import-outside-toplevel
-    cert_registry.check_unsound_allowed(options)
+    cert_registry.check_unsound_allowed(options, common.allow_unsound_certificates)
     defaults = dict(DEFAULTS)
     defaults.update(getattr(method_cls, "default_flags", {}) or {})
     epochs, batch_size, learning_rate, optimizer, epsilon, delta, value_range = (

@@ -458,14 +458,19 @@ def unsound_training_options(options: Mapping[str, Any]) -> list[str]:
     return found
 
 
-def check_unsound_allowed(options: Mapping[str, Any]) -> None:
+def check_unsound_allowed(options: Mapping[str, Any], allowed: bool) -> None:
     """Raises unless unsound certificate options come with --allow_unsound_certificates.
+
+    Args:
+      options: the training options by flag name (each paper's "unsound_options" reads its
+        own).
+      allowed: the run's typed --allow_unsound_certificates (`CommonOptions`).
 
     Raises:
         ValueError: naming --allow_unsound_certificates and the unsound options.
     """
     found = unsound_training_options(options)
-    if found and not options.get("allow_unsound_certificates"):
+    if found and not allowed:
         raise ValueError(f"--allow_unsound_certificates: {', '.join(found)} gives certificates "
                          f"that are not sound; pass --allow_unsound_certificates to reproduce "
                          f"the papers' numbers (they are reported as claimed)")

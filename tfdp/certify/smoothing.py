@@ -8,7 +8,7 @@ once per step, before the per-example gradient and its clipping) and at certific
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
 
@@ -55,16 +55,22 @@ def training_noise(ctx: Any, x: tf.Tensor, sigma: Optional[float]) -> tf.Tensor:
     return add_gaussian_noise(x, float(sigma), ctx.replica_seed(STEP_SALT))
 
 
-# Methods whose training takes --smoothing_sigma.
-SMOOTHING_METHODS = ("dpsgd", "nonprivate")
 # Monte-Carlo defaults recorded in the run's certification entry (Cohen et al. 2019, Sec. 4).
 DEFAULT_SELECTION_DRAWS = 100
 DEFAULT_NUM_DRAWS = 1000
 DEFAULT_ALPHA = 0.001
 
 
-def check_smoothing_sigma(method: str, sigma: Any) -> Optional[float]:
+def check_smoothing_sigma(method: str, sigma: Any, takes_smoothing: bool,
+                          methods_that_do: Callable[[], Sequence[str]] = tuple
+                          ) -> Optional[float]:
     """Validates --smoothing_sigma for `method`; returns it as a float (None when unset).
+
+    Args:
+      method: the --method value.
+      sigma: the flag's value (None when unset).
+      takes_smoothing: whether the method takes input smoothing (its `Method.takes_smoothing`).
+      methods_that_do: the names of the methods that do, for the error (called only then).
 
     Raises:
         ValueError: naming --smoothing_sigma.
@@ -77,9 +83,9 @@ def check_smoothing_sigma(method: str, sigma: Any) -> Optional[float]:
         raise ValueError(f"--smoothing_sigma: expected a positive number, got {sigma!r}") from None
     if not (value > 0 and value < float("inf")):
         raise ValueError(f"--smoothing_sigma: expected a positive number, got {sigma!r}")
-    if method not in SMOOTHING_METHODS:
+    if not takes_smoothing:
         raise ValueError(f"--smoothing_sigma: input smoothing is for --method="
-                         f"{' or '.join(SMOOTHING_METHODS)}, not {method!r}")
+                         f"{' or '.join(methods_that_do())}, not {method!r}")
     return value
 
 

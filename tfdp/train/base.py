@@ -259,6 +259,17 @@ class Method(abc.ABC, Generic[SettingsT]):
     # `tfdp.train.dpsgd.DPSGDConfig`): the single declaration of its flags, defaults, help and
     # checks. `self.settings` is the instance made from `config.options`.
     settings_class: ClassVar[Optional[type]] = None
+    # Whether the method takes --smoothing_sigma (Gaussian noise on each training input,
+    # certified by randomized smoothing): tfdp-train refuses the flag for a method without it.
+    # Not inherited (read through `takes_input_smoothing`): a subclass that replaces the
+    # training step must add the input noise itself and say so, or its certificates would
+    # certify noise it never trained with.
+    takes_smoothing: ClassVar[bool] = False
+
+    @classmethod
+    def takes_input_smoothing(cls) -> bool:
+        """Whether this class itself declares `takes_smoothing = True`."""
+        return bool(cls.__dict__.get("takes_smoothing", False))
 
     def __init__(self, config: TrainConfig):
         self.config = config

@@ -77,6 +77,7 @@ class DPSGD(Method[DPSGDConfig]):
     """
 
     name = "dpsgd"
+    takes_smoothing = True  # --smoothing_sigma: per-example input noise (Cohen et al. 2019)
     # A resume may change these: the ledger accounts every segment with its own q (docs/ledger.md).
     resume_mutable_flags = ("epochs", "batch_size")
     default_flags = {"epochs": 5, "batch_size": 128, "learning_rate": 3e-3, "optimizer": "adam",

@@ -60,6 +60,7 @@ class NonPrivate(Method):
     name = "nonprivate"
     default_flags = {"epochs": 2, "batch_size": 64, "learning_rate": 1e-3, "optimizer": "adam"}
     settings_class = NonPrivateConfig
+    takes_smoothing = True  # --smoothing_sigma: input noise (Cohen et al. 2019)
 
     def validate(self) -> None:
         if self.config.epsilon is not None:

@@ -29,6 +29,7 @@ from tfdp import accounting, mechanisms, options
 from tfdp.papers.hgm import models as hgm_models
 from tfdp.papers.hgm import redistribution
 from tfdp.papers.hgm import release
+from tfdp.papers.hgm import unsound as hgm_unsound
 from tfdp.train import privatize
 from tfdp.train.base import Method
 from tfdp.train.dpsgd import DPSGD
@@ -267,10 +268,9 @@ class _RobustnessNoise:
         if settings.pretrain_step == "batch_mean" and self.nonprivate:
             raise ValueError(f"--hgm_pretrain_step: batch_mean runs Secure-SGD's batch-mean "
                              f"step; {self.name} has none")
-        unsound = [f"--hgm_{name}={getattr(settings, name)}"
-                   for name, paper in (("conv1", "normalised"), ("noise_mixture", "hgm"))
-                   if getattr(settings, name) != paper]
-        if unsound and not self.config.options.get("allow_unsound_certificates"):
+        unsound = hgm_unsound.release_unsound_options(
+            {"hgm_conv1": settings.conv1, "hgm_noise_mixture": settings.noise_mixture})
+        if unsound and not self.config.common.allow_unsound_certificates:
             raise ValueError(f"--allow_unsound_certificates: {', '.join(unsound)} leaves "
                              "conv1's sensitivity unbounded, so its certificates are not "
                              "sound; pass --allow_unsound_certificates to reproduce the code "
