@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Mapping, Optional
 
 import keras
@@ -10,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from tfdp import losses, mechanisms, options
+from tfdp import losses, mechanisms, options, rundir
 from tfdp.papers.adlm import relevance
 from tfdp.papers.adlm import models as adlm_models
 from tfdp.train import metrics
@@ -104,6 +105,13 @@ class AdLMConfig:
         "D itself, without privacy (the paper; no finite sound eps1); public_split = "
         "a held-out split removed from D (--adlm_aux_public_size records), so the "
         "relevance function is independent of D and eps1 is a sound bound.", choices=AUX_DATA)
+    relevance_file: Optional[str] = options.field(
+        None, "Read the relevance map from this file instead of computing it (the code "
+        "release's text form, e.g. its Relevance_R_0_075.txt: the image padded by the same "
+        "number of pixels on each side); the budgets are then made as the release makes them "
+        "(floor, normalise over the padded map, crop). The file was made outside the run, so "
+        "the ledger cannot bound what it releases: its eps1 entry is infinite (claimed: "
+        "eps1).")
     aux_public_size: Optional[int] = options.field(
         None, "Records held out from the training set for --adlm_aux_data=public_split "
         "(default: 10% of the training set).", check=options.at_least(1))
@@ -131,6 +139,9 @@ class AdLMConfig:
             if abs(sum(parts) - 1.0) > 1e-9:
                 raise ValueError(f"--adlm_eps_split: the fractions must sum to 1, got "
                                  f"{list(parts)!r} (sum {sum(parts)!r})")
+        if self.relevance_file is not None and self.aux_data != "private":
+            raise ValueError("--adlm_relevance_file: the map is read, no auxiliary model is "
+                             f"trained; do not set --adlm_aux_data={self.aux_data}")
         if self.aux_public_size is not None and self.aux_data != "public_split":
             raise ValueError("--adlm_aux_public_size: only used with "
                              "--adlm_aux_data=public_split")
@@ -255,6 +266,21 @@ class AdLM(Method):
             raise ValueError(f"--value_range: AdLM's Delta_h0 assumes |x| <= 1; got {low},{high}")
         if int(cfg.batch_size) < 1:
             raise ValueError(f"--batch_size: expected an int >= 1, got {cfg.batch_size!r}")
+        if self.settings.relevance_file is not None:
+            self._check_relevance_file()
+
+    def _check_relevance_file(self) -> None:
+        """--adlm_relevance_file: AdLM only, one relevance per pixel of a one-channel image
+        (or --adlm_relevance_granularity=pixel), and a readable map (its fit to the images is
+        checked in setup, before any training)."""
+        if not self.adaptive:
+            raise ValueError(f"--adlm_relevance_file: {self.name} has no relevance step "
+                             "(uniform budgets)")
+        arch = self._architecture()
+        if arch == "cifar10" and self._granularity(arch) != "pixel":
+            raise ValueError("--adlm_relevance_file: the map has one value per pixel; with "
+                             "colour images set --adlm_relevance_granularity=pixel")
+        relevance.read_relevance_file(self.settings.relevance_file)
 
     # ------------------------------------------------------- public split (docs/ledger.md)
 
@@ -315,9 +341,15 @@ class AdLM(Method):
         d = x[0].size if self._granularity(arch) == "feature" else x.shape[1] * x.shape[2]
         if not self.adaptive:
             return relevance.uniform_budgets(int(d))
+        floor = (self.settings.beta_floor or _DEFAULT_FLOOR[arch])
+        path = self.settings.relevance_file
+        if path is not None:
+            table = relevance.read_relevance_file(path)
+            self._info["relevance"] = {"file": os.path.basename(path),
+                                       "sha256": rundir.file_sha256(path), "shape": list(table.shape)}
+            return relevance.file_budgets(table, floor=float(floor), image_hw=x.shape[1:3])
         rbar, info = self._relevance(x, y, num_classes, arch, eps1, rng)
         self._info["relevance"] = info
-        floor = (self.settings.beta_floor or _DEFAULT_FLOOR[arch])
         self._state["rbar"] = rbar
         return relevance.adaptive_budgets(rbar, floor=float(floor))  # AdLM Eq. 16
 
@@ -383,7 +415,17 @@ class AdLM(Method):
                     fm_mode, gran, channels) -> None:
         eps1, eps2, eps3 = eps
         batch = int(self.config.batch_size)
-        if self.adaptive and self._uses_public_split():
+        if self.adaptive and self.settings.relevance_file is not None:
+            info = self._info.get("relevance", {})
+            ledger.add(f"{self.name}_eps1_relevance", mechanism="external_file",
+                       epsilon=math.inf, claimed_epsilon=eps1,
+                       protects="training records (average LRP relevance)", covers="setup",
+                       note=(f"The relevance map was read from {info.get('file')} (sha256 "
+                             f"{info.get('sha256')}), made outside this run: the run cannot "
+                             "bound what it reveals about the training records, so no finite "
+                             f"epsilon is recorded (its maker claims eps1 = {eps1:g}; "
+                             "--adlm_relevance_file)."))
+        elif self.adaptive and self._uses_public_split():
             # docs/ledger.md's sound option: the auxiliary model saw only the held-out public split,
             # so the relevance function is fixed w.r.t. D and Delta_R = 2d/|D| holds.
             public = 0 if self._public is None else len(self._public[0])

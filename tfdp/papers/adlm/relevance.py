@@ -317,6 +317,64 @@ def adaptive_budgets(rbar: Any, *, floor: float) -> np.ndarray:
     return r.size * r / r.sum()  # AdLM Eq. 16 (with the floor before normalising)
 
 
+def read_relevance_file(path: str) -> np.ndarray:
+    """A relevance map in the AdLM code release's text form (one row per line, values
+    separated by white space; its MNIST map is 32 x 32, the image padded by 2 on each side).
+
+    Raises:
+        ValueError: naming --adlm_relevance_file, when the file cannot be read or is not a
+            non-empty rectangular table of finite numbers.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            rows = [line.split() for line in f if line.strip()]
+        table = np.asarray([[float(v) for v in row] for row in rows], dtype=np.float64)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--adlm_relevance_file: cannot read {path!r} as a table of numbers: "
+                         f"{e}") from None
+    if table.ndim != 2 or table.size == 0 or not np.all(np.isfinite(table)):
+        raise ValueError(f"--adlm_relevance_file: {path!r} is not a non-empty rectangular "
+                         "table of finite numbers")
+    return table
+
+
+def file_budgets(table: Any, *, floor: float, image_hw: tuple[int, int]) -> np.ndarray:
+    """Budget ratios from a relevance map as the AdLM code release computes them.
+
+    The release (AdLM/MNIST/AdLM.py at 77fb357) floors each relevance at r_min (negative values
+    become r_min, not |R|), normalises over the whole padded map, beta = N * r / sum(r) with N
+    the map's size, floors beta at r_min again, and gives the pixel (i, j) of the image the
+    ratio at (i + p, j + p) of the map, p the padding. So the image's ratios need not sum to
+    its size (with the release's 32 x 32 map they sum to more than 784 when the relevance sits
+    inside the image).
+
+    Args:
+        table: [H + 2p, W + 2p] relevance map.
+        floor: r_min > 0.
+        image_hw: (H, W) of the images.
+
+    Returns:
+        float64 [H * W] ratios, row-major.
+
+    Raises:
+        ValueError: naming --adlm_relevance_file when the map is smaller than the image or the
+            padding is not the same on both sides.
+    """
+    r = np.asarray(table, dtype=np.float64)
+    h, w = (int(v) for v in image_hw)
+    pad_h, pad_w = r.shape[0] - h, r.shape[1] - w
+    if pad_h < 0 or pad_w < 0 or pad_h % 2 or pad_w % 2:
+        raise ValueError(f"--adlm_relevance_file: a {r.shape[0]} x {r.shape[1]} map does not "
+                         f"center a {h} x {w} image (it must be the image padded by the same "
+                         "number of pixels on each side)")
+    if not (math.isfinite(floor) and floor > 0):
+        raise ValueError(f"floor must be a finite number > 0, got {floor!r}")
+    r = np.maximum(r, floor)  # the release: R < r_min -> r_min
+    beta = np.maximum(r.size * r / r.sum(), floor)
+    top, left = pad_h // 2, pad_w // 2
+    return beta[top:top + h, left:left + w].reshape(-1)
+
+
 def uniform_budgets(d: int) -> np.ndarray:
     """ILM: beta_j = 1 for every feature (the AdLM paper's ablation).
 
