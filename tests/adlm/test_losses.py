@@ -7,15 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tfdp.papers.adlm import losses
-
-
-def _onehot(labels, m=10):
-    return np.eye(m)[np.asarray(labels)]
-
-
-def _exact_ce(z, y):
-    """Per-class sigmoid cross-entropy y log(1+e^-z) + (1-y) log(1+e^z) (AdLM Eq. 24)."""
-    return y * np.logaddexp(0.0, -z) + (1.0 - y) * np.logaddexp(0.0, z)
+from tests.losses import reference
 
 
 # ----------------------------------------------------------------------------- sensitivities
@@ -51,11 +43,11 @@ def test_lemma5_delta_f_bound_empirical():
     for low in (0.0, -1.0):
         h = rng.uniform(low, 1.0, size=(5000, hk))
         hp = rng.uniform(low, 1.0, size=(5000, hk))
-        ys = _onehot(rng.integers(0, m, 5000), m)
-        yps = _onehot(rng.integers(0, m, 5000), m)
+        ys = reference.onehot(rng.integers(0, m, 5000), m)
+        yps = reference.onehot(rng.integers(0, m, 5000), m)
         for i in range(5000):
             worst = max(worst, change(h[i], hp[i], ys[i], yps[i]))
-    corners = change(np.ones(hk), np.zeros(hk), _onehot(0, m), _onehot(1, m))
+    corners = change(np.ones(hk), np.zeros(hk), reference.onehot(0, m), reference.onehot(1, m))
     assert worst <= bound and corners <= bound
     assert corners > 0.3 * bound  # the bound is of the right order, not vacuous
 
@@ -84,10 +76,10 @@ def test_taylor_truncation_error_and_double_sum():
     for y in (0.0, 1.0):
         yv = np.full((z.size, 1), y)
         approx = losses.adlm_taylor_loss(z[:, None], yv, reduction="none").numpy()
-        assert np.max(np.abs(_exact_ce(z, y) - approx)) <= 0.00489
+        assert np.max(np.abs(reference.exact_ce(z, y) - approx)) <= 0.00489
         approx3 = losses.adlm_taylor_loss(zz[:, None], np.full((zz.size, 1), y),
                                           reduction="none").numpy()
-        err3 = np.max(np.abs(_exact_ce(zz, y) - approx3))
+        err3 = np.max(np.abs(reference.exact_ce(zz, y) - approx3))
         assert err3 <= 0.2697 and err3 > 0.26
         # Closed form equals the q/R double sum of Eq. 25 with f1 = y log(1+e^-z),
         # f2 = (1-y) log(1+e^z): f(0) = log2 y, (1-y) log2; f'(0) = -y/2, (1-y)/2;
@@ -109,7 +101,7 @@ def test_lemma7_constant_and_identity():
 def test_taylor_loss_reductions_and_coefficient_override():
     rng = np.random.default_rng(1)
     z = rng.normal(size=(6, 10))
-    y = _onehot(rng.integers(0, 10, 6))
+    y = reference.onehot(rng.integers(0, 10, 6))
     per = losses.adlm_taylor_loss(z, y, reduction="none").numpy()
     expected = np.sum(math.log(2) + (0.5 - y) * z + z**2 / 8, axis=1)
     np.testing.assert_allclose(per, expected, rtol=1e-12)
@@ -124,7 +116,7 @@ def test_taylor_loss_reductions_and_coefficient_override():
 def test_fm_modes():
     # AdLM functional-mechanism modes.
     rng_labels = np.random.default_rng(2)
-    y = _onehot(rng_labels.integers(0, 10, 20000))
+    y = reference.onehot(rng_labels.integers(0, 10, 20000))
     kw = dict(delta_f=1812.5, epsilon3=0.15, batch_size=1800)
     p0, p1, p2 = losses.adlm_perturb_coefficients(y, mode="per_example_label_only",
                                                   rng=np.random.default_rng(3), **kw)

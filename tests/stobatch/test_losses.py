@@ -6,15 +6,7 @@ import numpy as np
 import pytest
 
 from tfdp.papers.stobatch import losses
-
-
-def _onehot(labels, m=10):
-    return np.eye(m)[np.asarray(labels)]
-
-
-def _exact_ce(z, y):
-    """Per-class sigmoid cross-entropy y log(1+e^-z) + (1-y) log(1+e^z) (AdLM Eq. 24)."""
-    return y * np.logaddexp(0.0, -z) + (1.0 - y) * np.logaddexp(0.0, z)
+from tests.losses import reference
 
 
 def test_sensitivity_fixtures():
@@ -34,11 +26,11 @@ def test_stobatch_taylor_algebra_and_error():
     np.testing.assert_allclose(np.maximum(z, 0) - np.abs(z) / 2, z / 2, atol=1e-15)
     rng = np.random.default_rng(8)
     zb = rng.uniform(-0.5, 0.5, size=(200, 10))
-    y = _onehot(rng.integers(0, 10, 200))
+    y = reference.onehot(rng.integers(0, 10, 200))
     got = losses.stobatch_taylor_loss(zb, y).numpy()
     closed = 10 * math.log(2) + np.sum(zb / 2 - zb * y + zb**2 / 8, axis=1)
     np.testing.assert_allclose(got, closed, rtol=1e-12)
-    exact = np.sum(_exact_ce(zb, y), axis=1)
+    exact = np.sum(reference.exact_ce(zb, y), axis=1)
     assert np.all(np.abs(exact - got) <= np.sum(np.abs(zb) ** 4 / 192, axis=1) + 1e-15)
 
 
@@ -48,7 +40,7 @@ def test_stobatch_mixed_objective_weight():
     rng = np.random.default_rng(10)
     m = 12
     z = rng.normal(size=(m, 10))
-    y = _onehot(rng.integers(0, 10, m))
+    y = reference.onehot(rng.integers(0, 10, m))
     benign = float(losses.stobatch_taylor_loss(z, y, reduction="sum")) / m
     for xi in (0.0, 1.0, 1.5, 7.0):
         got = float(losses.stobatch_adversarial_objective(z, y, z, y, xi=xi, m=m,
