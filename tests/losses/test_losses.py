@@ -99,3 +99,12 @@ def test_taylor_reconstruction_identity():
 def test_bad_arguments(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_shared_modules_hold_no_adlm_or_stobatch_function():
+    # Issue 42: each paper's losses and budgets live in its folder (tfdp/papers/<paper>/).
+    from tfdp import mechanisms  # pylint: disable=import-outside-toplevel
+    papers = ("adlm_", "stobatch_")
+    assert not [n for n in dir(losses) if n.startswith(papers)]
+    assert not [n for n in dir(mechanisms) if n.startswith(papers)]
+    assert not [n for n in dir(mechanisms) if "budget" in n]
