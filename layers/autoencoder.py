@@ -29,7 +29,7 @@ class DPAutoEncoderConv(keras.layers.Layer):
     the input size, then a stride-1 SAME convolution with the tied kernel (W1 with its
     spatial axes swapped and its in/out channels swapped), optional bias, ReLU: the
     reconstruction logits z. `reconstruction_loss` is StoBatch's R_bar
-    (`tfdp.losses.stobatch_reconstruction_loss`). Only this objective should update the
+    (`tfdp.losses.taylor_reconstruction_loss`). Only this objective should update the
     layer's variables; stop the classification gradient at h_bar in the training-loss
     forward pass only (the attacks need the input gradient through this layer).
 
@@ -129,7 +129,7 @@ class DPAutoEncoderConv(keras.layers.Layer):
         Args:
             x_bar: perturbed inputs [batch, H, W, C].
             training: passed to the encoder (BN mode, latent noise).
-            reduction: as in `tfdp.losses.stobatch_reconstruction_loss`.
+            reduction: as in `tfdp.losses.taylor_reconstruction_loss`.
 
         Returns:
             The loss tensor.
@@ -137,7 +137,7 @@ class DPAutoEncoderConv(keras.layers.Layer):
         x_bar = tf.convert_to_tensor(x_bar)
         h_bar = self(x_bar, training=training)
         z = self.reconstruct(h_bar, tf.shape(x_bar))
-        return losses.stobatch_reconstruction_loss(z, x_bar, reduction=reduction)
+        return losses.taylor_reconstruction_loss(z, x_bar, reduction=reduction)
 
     def compute_output_shape(self, input_shape: Any) -> Any:
         return self.conv.compute_output_shape(input_shape)

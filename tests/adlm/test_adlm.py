@@ -9,6 +9,7 @@ import scipy.stats
 import tensorflow as tf
 
 from tfdp import accounting, losses
+from tfdp.papers.adlm import losses as adlm_losses
 from tfdp.papers.adlm import models
 from tfdp.papers.adlm import method as adlm
 from tfdp.train.base import DataSpec, StepContext, TrainConfig
@@ -61,8 +62,8 @@ def test_noise_scale_table():
     # 6.71296 / 0.472222.
     assert 9800 / (0.075 * 1800) == pytest.approx(72.5926, rel=1e-6)
     assert 5400 / (1.5 * 7200) == pytest.approx(0.5, rel=1e-12)
-    df_mnist = losses.adlm_delta_f(num_classes=10, hidden_units=25)
-    df_cifar = losses.adlm_delta_f(num_classes=10, hidden_units=30)
+    df_mnist = adlm_losses.adlm_delta_f(num_classes=10, hidden_units=25)
+    df_cifar = adlm_losses.adlm_delta_f(num_classes=10, hidden_units=30)
     assert (df_mnist, df_cifar) == (1812.5, 2550.0)
     assert df_mnist / 0.15 == pytest.approx(12083.33, rel=1e-6)
     assert df_mnist / (0.15 * 1800) == pytest.approx(6.71296, rel=1e-5)
@@ -119,7 +120,7 @@ def test_lemma5_coefficient_change_bound():
     # <= M (|h| + |h|^2 / 4), over 10,000 random trials and the all-ones / all-zeros corner.
     rng = np.random.default_rng(12)
     m, hk = 10, 25
-    bound = losses.adlm_delta_f(num_classes=m, hidden_units=hk)
+    bound = adlm_losses.adlm_delta_f(num_classes=m, hidden_units=hk)
 
     def change(h1, h2, y1, y2):
         lin = sum(np.abs((0.5 - y1[l]) * h1 - (0.5 - y2[l]) * h2).sum() for l in range(m))
@@ -178,7 +179,7 @@ def test_ledger_claims_and_sound_values():
     assert e2["epsilon"] == pytest.approx(50 * 64 * 0.25 / 800, rel=1e-9)
     assert ledger.get("adlm_eps1_relevance")["epsilon"] == pytest.approx(0.25 * 120 / 2)
     assert ledger.get("adlm_eps3_functional_mechanism")["epsilon"] == pytest.approx(
-        2 * 50 * 0.5 / losses.adlm_delta_f(num_classes=10, hidden_units=25))
+        2 * 50 * 0.5 / adlm_losses.adlm_delta_f(num_classes=10, hidden_units=25))
     ilm = _method(adlm.ILM, epsilon=1.0, adlm_input_noise="batch_shared_per_step",
                   adlm_fm_mode="ref_code")
     _, ledger = _ready(ilm, x, y)

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tfdp import accounting, losses
+from tfdp.papers.stobatch import losses as stobatch_losses
 from tfdp.papers.stobatch import models
 from tfdp.train import base
 from tfdp.papers.stobatch import method as stobatch
@@ -21,8 +22,8 @@ def test_sensitivities_from_architecture(arch, shape, fan_in, beta, delta_r):
     # Lemma 2 and 4: Delta_R = fan_in (beta + 2); Delta_L2 = 2 |h_pi| = 512
     spec = models.encoder_spec(arch, shape)
     assert (spec["fan_in"], spec["beta"]) == (fan_in, beta)
-    assert losses.stobatch_delta_r(fan_in=fan_in, beta=beta) == delta_r
-    assert losses.stobatch_delta_l2(hidden_units=256) == 512
+    assert stobatch_losses.stobatch_delta_r(fan_in=fan_in, beta=beta) == delta_r
+    assert stobatch_losses.stobatch_delta_l2(hidden_units=256) == 512
 
 
 # Worked examples, s1 = 0.5: (fan_in, beta, m, eps, eps2, gamma_x, gamma, eps1)
@@ -110,7 +111,7 @@ def test_taylor_algebra_and_error_bound():
     z = tf.constant(np.linspace(-0.5, 0.5, 101), tf.float64)[:, None] * tf.ones([1, 3], tf.float64)
     y = tf.one_hot(np.arange(101) % 3, 3, dtype=tf.float64)
     np.testing.assert_allclose(tf.nn.relu(z) - tf.abs(z) / 2, z / 2, atol=1e-15)
-    approx = losses.stobatch_taylor_loss(z, y).numpy()
+    approx = stobatch_losses.stobatch_taylor_loss(z, y).numpy()
     expected = (3 * math.log(2) + tf.reduce_sum(z / 2 - z * y + z ** 2 / 8, -1)).numpy()
     np.testing.assert_allclose(approx, expected, atol=1e-12)
     exact = tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=z), -1)
@@ -124,8 +125,8 @@ def test_autoencoder_term_identity():
     z = rng.normal(size=(5, 6, 6, 1)) * 3
     x = rng.uniform(-3, 3, z.shape)
     code = np.abs(np.maximum(z, 0) - z * x + math.log(2) - np.abs(z) / 2)
-    ours = losses.stobatch_reconstruction_loss(tf.constant(z), tf.constant(x),
-                                               reduction="none").numpy()
+    ours = losses.taylor_reconstruction_loss(tf.constant(z), tf.constant(x),
+                                             reduction="none").numpy()
     np.testing.assert_allclose(ours, code.reshape(5, -1).sum(1), rtol=1e-12)
 
 
@@ -135,8 +136,8 @@ def test_mixed_loss_weight(xi):
     rng = np.random.default_rng(2)
     z = tf.constant(rng.normal(size=(12, 4)), tf.float32)
     y = tf.one_hot(rng.integers(0, 4, 12), 4)
-    mixed = losses.stobatch_adversarial_objective(z, y, z, y, xi=xi, m=12, noise_term=0.25)
-    benign = losses.stobatch_taylor_loss(z, y, reduction="sum") / 12 + 0.25
+    mixed = stobatch_losses.stobatch_adversarial_objective(z, y, z, y, xi=xi, m=12, noise_term=0.25)
+    benign = stobatch_losses.stobatch_taylor_loss(z, y, reduction="sum") / 12 + 0.25
     assert float(mixed) == pytest.approx(float(benign), rel=1e-6)
 
 

@@ -240,7 +240,6 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
     """
     # lazy: loads tensorflow; importing tfdp.apps.train does not
     from tfdp import kernels  # pylint: disable=import-outside-toplevel
-    from tfdp.train import strategy as strategies  # pylint: disable=import-outside-toplevel
 
     v = dict(values)
     options = dict(options or {})
@@ -248,35 +247,13 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
         present = {k for k, val in v.items() if val is not None} | set(options)
     if v.get("resume"):
         v, options = _resume_values(v, options, set(present))
-    method = v.get("method") or "adlm"
-    if method not in registry.METHODS:
-        raise ValueError(f"--method: unknown method {method!r}; choose one of "
-                         f"{sorted(registry.METHODS)}")
-    dataset = v.get("dataset") or "sample"
-    if dataset not in data.DATASETS:
-        raise ValueError(f"--dataset: unknown data set {dataset!r}; choose one of "
-                         f"{list(data.DATASETS)}")
-    method_cls = registry.get_method_class(method)
-    # lazy: loads scipy; importing tfdp.apps.train does not
-    from tfdp.certify import smoothing  # pylint: disable=import-outside-toplevel
-    # The common options (smoothing sigma, unsound certificates), read and checked once;
-    # then whether this method takes input smoothing.
-    common = base.CommonOptions.from_options(options)
-    smoothing.check_smoothing_sigma(
-        method, common.smoothing_sigma, method_cls.takes_input_smoothing(),
-        lambda: sorted(m for m in registry.METHODS
-                       if registry.get_method_class(m).takes_input_smoothing()))
-    # lazy: loads scipy; importing tfdp.apps.train does not
-    from tfdp.certify import registry as cert_registry  # pylint: disable=import-outside-toplevel
-    cert_registry.check_unsound_allowed(options, common.allow_unsound_certificates)
+    method, dataset, method_cls = _method_and_dataset(v)
+    _check_common_options(method, method_cls, options)
     defaults = dict(DEFAULTS)
     defaults.update(getattr(method_cls, "default_flags", {}) or {})
     epochs, batch_size, learning_rate, optimizer, epsilon, delta, value_range = (
         _hyper_parameters(v, defaults))
-    strategy = v.get("strategy") or "default"
-    if strategy not in strategies.STRATEGIES:
-        raise ValueError(f"--strategy: unknown strategy {strategy!r}; choose one of "
-                         f"{list(strategies.STRATEGIES)}")
+    strategy = _strategy(v)
     seed, checkpoint_every, cpu_replicas, num_classes = _run_controls(v, strategy, dataset)
     resume = bool(v.get("resume"))
     overwrite = bool(v.get("overwrite"))
@@ -286,14 +263,8 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
     if num_train is not None and num_train < batch_size:
         raise ValueError(f"--num_train: {num_train} examples are fewer than one batch "
                          f"(--batch_size={batch_size})")
-    model_dir = v.get("model_dir")
-    if resume and not model_dir:
-        raise ValueError("--resume: needs --model_dir of the run to continue")
-    model_dir = model_dir or default_model_dir(method, dataset)
-    chief = strategy != "multi_worker" or strategies.tf_config_is_chief()
-    if chief or resume:
-        rundir.check_run_dir(model_dir, resume=resume, overwrite=overwrite, epochs=epochs,
-                           flag_prefix="--")
+    model_dir = _run_directory(v.get("model_dir"), method, dataset, strategy, resume=resume,
+                               overwrite=overwrite, epochs=epochs)
 
     config = base.TrainConfig(
         method=method, dataset=dataset, model_dir=model_dir, epochs=epochs,
@@ -309,6 +280,79 @@ def resolve(values: Mapping[str, Any], options: Mapping[str, Any] | None = None,
                    download=bool(v.get("download")), verbose=int(v.get("verbose", 1)),
                    num_classes=num_classes, noise_kernel=noise_kernel,
                    noise_kernel_fallback=kernel_fallback)
+
+
+def _method_and_dataset(v: Mapping[str, Any]) -> tuple[str, str, Any]:
+    """(method name, data set name, method class) of the flags, defaults filled in.
+
+    Raises:
+      ValueError: naming --method or --dataset, for an unknown one.
+      ImportError: the chosen method's module is missing.
+    """
+    method = v.get("method") or "adlm"
+    if method not in registry.METHODS:
+        raise ValueError(f"--method: unknown method {method!r}; choose one of "
+                         f"{sorted(registry.METHODS)}")
+    dataset = v.get("dataset") or "sample"
+    if dataset not in data.DATASETS:
+        raise ValueError(f"--dataset: unknown data set {dataset!r}; choose one of "
+                         f"{list(data.DATASETS)}")
+    return method, dataset, registry.get_method_class(method)
+
+
+def _check_common_options(method: str, method_cls: Any, options: Mapping[str, Any]) -> None:
+    """The common options (smoothing sigma, unsound certificates), read and checked once;
+    then whether this method takes input smoothing.
+
+    Raises:
+      ValueError: naming the option, for a bad or unsupported smoothing sigma or an unsound
+        certificate option without --allow_unsound_certificates.
+    """
+    # lazy: loads scipy; importing tfdp.apps.train does not
+    from tfdp.certify import smoothing  # pylint: disable=import-outside-toplevel
+    common = base.CommonOptions.from_options(options)
+    smoothing.check_smoothing_sigma(
+        method, common.smoothing_sigma, method_cls.takes_input_smoothing(),
+        lambda: sorted(m for m in registry.METHODS
+                       if registry.get_method_class(m).takes_input_smoothing()))
+    # lazy: loads scipy; importing tfdp.apps.train does not
+    from tfdp.certify import registry as cert_registry  # pylint: disable=import-outside-toplevel
+    cert_registry.check_unsound_allowed(options, common.allow_unsound_certificates)
+
+
+def _strategy(v: Mapping[str, Any]) -> str:
+    """The --strategy name (default "default").
+
+    Raises:
+      ValueError: naming --strategy, for an unknown one.
+    """
+    # lazy: loads tensorflow; importing tfdp.apps.train does not
+    from tfdp.train import strategy as strategies  # pylint: disable=import-outside-toplevel
+    strategy = v.get("strategy") or "default"
+    if strategy not in strategies.STRATEGIES:
+        raise ValueError(f"--strategy: unknown strategy {strategy!r}; choose one of "
+                         f"{list(strategies.STRATEGIES)}")
+    return strategy
+
+
+def _run_directory(model_dir: str | None, method: str, dataset: str, strategy: str, *,
+                   resume: bool, overwrite: bool, epochs: int) -> str:
+    """The run directory (default under runs/), checked by the chief (or on --resume).
+
+    Raises:
+      ValueError: --resume without --model_dir, an existing non-empty run directory without
+        --resume, or --resume without a checkpoint (`rundir.check_run_dir`).
+    """
+    # lazy: loads tensorflow; importing tfdp.apps.train does not
+    from tfdp.train import strategy as strategies  # pylint: disable=import-outside-toplevel
+    if resume and not model_dir:
+        raise ValueError("--resume: needs --model_dir of the run to continue")
+    model_dir = model_dir or default_model_dir(method, dataset)
+    chief = strategy != "multi_worker" or strategies.tf_config_is_chief()
+    if chief or resume:
+        rundir.check_run_dir(model_dir, resume=resume, overwrite=overwrite, epochs=epochs,
+                             flag_prefix="--")
+    return model_dir
 
 
 def _resume_values(v: dict, options: dict, present: set[str]) -> tuple[dict, dict]:

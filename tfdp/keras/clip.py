@@ -23,7 +23,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfdp.keras import layers as rules
-from tfdp.train import privatize
+from tfdp.train import example_grads, privatize
 
 _LOGGED: set = set()
 
@@ -144,15 +144,7 @@ def _fallback_per_example(entry: LayerEntry, variables: Sequence[Any], a: tf.Ten
     """Per-example gradients of one layer's own variables, [B, *shape] each."""
     layer = entry.layer
     own = [variables[i] for i in entry.var_index]
-
-    def one(args):
-        ai, gi = args
-        with tf.GradientTape() as tape:
-            out = layer(ai[None], **kwargs)
-            target = tf.reduce_sum(out * gi[None])
-        return tape.gradient(target, own, unconnected_gradients="zero")
-
-    return tf.vectorized_map(one, (a, g))
+    return example_grads.layer_gradients(lambda ai: layer(ai, **kwargs), own, a, g)
 
 
 def _per_example_loss(loss_fn: Callable, y: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
@@ -241,10 +233,7 @@ def _recorded(model, entries, variables, x, y, loss_fn, l2_clip, mask, training)
         if per_example is not None:
             materialised[id(e.layer)] = per_example
     # Abadi et al. 2016, Alg. 1: g_i / max(1, ||g_i||_2 / C).
-    factors = tf.minimum(1.0, l2_clip / tf.maximum(tf.sqrt(sq), 1e-12))
-    if mask is not None:
-        factors = factors * mask
-    factors = tf.stop_gradient(factors)
+    factors = tf.stop_gradient(example_grads.clip_factors(sq, l2_clip, mask))
 
     sums: list = [None] * len(variables)
     for e, g, z in zip(entries, out_grads, outs):

@@ -1,16 +1,6 @@
 """Noise mechanisms: calibration (float64) and numpy / TensorFlow samplers."""
 
 from tfdp import tf_options
-from tfdp.mechanisms.budgets import (
-    adaptive_budget_weights,
-    adlm_feature_noise_scales,
-    adlm_relevance_sensitivity,
-    stobatch_autoencoder_sensitivity,
-    stobatch_epsilon1,
-    stobatch_gammas,
-    stobatch_noise_scales,
-    stobatch_total_epsilon,
-)
 from tfdp.mechanisms.gaussian import (
     HGM_CONDITION2_DELTA,
     analytic_gaussian_sigma,
@@ -47,14 +37,6 @@ from tfdp.mechanisms.sampling import (
 tf_options.configure_tensorflow()
 
 __all__ = [
-    "adaptive_budget_weights",
-    "adlm_feature_noise_scales",
-    "adlm_relevance_sensitivity",
-    "stobatch_autoencoder_sensitivity",
-    "stobatch_epsilon1",
-    "stobatch_gammas",
-    "stobatch_noise_scales",
-    "stobatch_total_epsilon",
     "HGM_CONDITION2_DELTA",
     "analytic_gaussian_sigma",
     "check_redistribution",

@@ -36,7 +36,7 @@ import tensorflow as tf
 from keras.src.layers.convolutional.base_conv import BaseConv
 from keras.src.models import functional as keras_functional
 
-from tfdp.train import metrics
+from tfdp.train import example_grads, metrics
 
 METHODS = ("ghost", "auto")
 
@@ -389,19 +389,91 @@ def _sq_norms(plan: LayerPlan, a: tf.Tensor, g: tf.Tensor
 def _fallback_per_example(plan: LayerPlan, variables: Sequence[Any], a: tf.Tensor,
                           g: tf.Tensor, kwargs: dict) -> list:
     """Per-example gradients of one layer's variables, [B, *shape] each (vectorized_map)."""
-    layer = plan.layer
-    own = [variables[i] for i in plan.var_index]
-    call = keras_functional.operation_fn(layer, training=kwargs.get("training"))
+    op_call = keras_functional.operation_fn(plan.layer, training=kwargs.get("training"))
     extra = {k: v for k, v in kwargs.items() if k != "training"}
+    own = [variables[i] for i in plan.var_index]
+    return example_grads.layer_gradients(lambda ai: op_call(ai, **extra), own, a, g)
 
-    def one(args):
-        ai, gi = args
-        with tf.GradientTape() as tape:
-            out = call(ai[None], **extra)
-            target = tf.reduce_sum(out * gi[None])
-        return tape.gradient(target, own, unconnected_gradients="zero")
 
-    return tf.vectorized_map(one, (a, g))
+def _batched_pass(model: Any, variables: Sequence[Any], plans: list, x: tf.Tensor,
+                  y: tf.Tensor, example_loss: Callable
+                  ) -> tuple[tf.Tensor, tf.Tensor, dict, list]:
+    """One batched forward and backward pass through the model.
+
+    Returns:
+      (losses [B], row logits [B, K], records {layer id: (input, output, kwargs)}, the loss
+      gradients of each planned layer's output).
+
+    Raises:
+      _Unsupported: the loss or the model cannot take the ghost path.
+    """
+    graph = _graph_of(model)
+    call_kwargs = _probe(model, variables, x, y, example_loss)
+    with tf.GradientTape() as tape:
+        logits, records = _forward(graph, plans, x, call_kwargs)
+        xs = tf.convert_to_tensor(x)
+
+        def loss_of(args):
+            li, xi, yi = args
+            sub = _SubstitutedCall(model, lambda inputs, kwargs: li[None])
+            with sub:
+                loss, lg = example_loss(xi[None], yi[None])
+            return loss, lg[0]
+
+        losses, row_logits = tf.vectorized_map(loss_of, (logits, xs, y))
+        total = tf.reduce_sum(losses)
+    missing = [p.layer.name for p in plans if id(p.layer) not in records]
+    if missing:
+        raise _Unsupported(f"layers {missing} were not reached by the forward pass")
+    outs = [records[id(p.layer)][1] for p in plans]
+    out_grads = tape.gradient(total, outs, unconnected_gradients="zero")
+    return losses, row_logits, records, out_grads
+
+
+def _squared_norms(plans: list, variables: Sequence[Any], records: dict, out_grads: list,
+                   losses: tf.Tensor) -> tuple[tf.Tensor, dict]:
+    """Per-example squared gradient norms over all planned layers.
+
+    Returns:
+      (sq [B], {layer id: per-example gradients} for the layers that materialised them).
+    """
+    sq = tf.zeros_like(losses)
+    materialised = {}
+    for plan, g in zip(plans, out_grads):
+        a, _, kwargs = records[id(plan.layer)]
+        if plan.kind == "fallback":
+            per_example = _fallback_per_example(plan, variables, a, g, kwargs)
+            materialised[id(plan.layer)] = per_example
+            for pe in per_example:
+                sq += tf.reduce_sum(tf.reshape(tf.square(pe), [tf.shape(pe)[0], -1]), 1)
+        else:
+            layer_sq, per_example = _sq_norms(plan, a, g)
+            sq += layer_sq
+            if per_example is not None:
+                materialised[id(plan.layer)] = per_example
+    return sq, materialised
+
+
+def _clipped_sums(plans: list, variables: Sequence[Any], records: dict, out_grads: list,
+                  factors: tf.Tensor, materialised: dict) -> list:
+    """sum_i c_i g_i for every variable, in `variables` order."""
+    sums: list = [None] * len(variables)
+    for plan, g in zip(plans, out_grads):
+        if id(plan.layer) in materialised:
+            # sum_i c_i g_i from the per-example gradients already at hand.
+            for i, pe in zip(plan.var_index, materialised[id(plan.layer)]):
+                sums[i] = tf.tensordot(factors, pe, axes=1)
+            continue
+        a = tf.stop_gradient(records[id(plan.layer)][0])
+        shape = [-1] + [1] * (len(g.shape) - 1)
+        weighted = g * tf.reshape(factors, shape)
+        own = [variables[i] for i in plan.var_index]
+        with tf.GradientTape() as vjp:
+            z = _linear(plan, a)
+        # One batched vector-Jacobian product: sum_i c_i a_i^T g_i (and sum_i c_i sum_t g_i).
+        for i, grad in zip(plan.var_index, vjp.gradient(z, own, output_gradients=weighted)):
+            sums[i] = grad
+    return sums
 
 
 def clipped_gradient_sum(model: Any, variables: Sequence[Any], x: tf.Tensor, y: tf.Tensor,
@@ -433,65 +505,14 @@ def clipped_gradient_sum(model: Any, variables: Sequence[Any], x: tf.Tensor, y: 
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
     try:
         plans = _plan(model, variables, method)
-        graph = _graph_of(model)
-        call_kwargs = _probe(model, variables, x, y, example_loss)
-        with tf.GradientTape() as tape:
-            logits, records = _forward(graph, plans, x, call_kwargs)
-            xs = tf.convert_to_tensor(x)
-
-            def loss_of(args):
-                li, xi, yi = args
-                sub = _SubstitutedCall(model, lambda inputs, kwargs: li[None])
-                with sub:
-                    loss, lg = example_loss(xi[None], yi[None])
-                return loss, lg[0]
-
-            losses, row_logits = tf.vectorized_map(loss_of, (logits, xs, y))
-            total = tf.reduce_sum(losses)
-        missing = [p.layer.name for p in plans if id(p.layer) not in records]
-        if missing:
-            raise _Unsupported(f"layers {missing} were not reached by the forward pass")
-        outs = [records[id(p.layer)][1] for p in plans]
-        out_grads = tape.gradient(total, outs, unconnected_gradients="zero")
+        losses, row_logits, records, out_grads = _batched_pass(model, variables, plans, x, y,
+                                                               example_loss)
     except _Unsupported:
         return None
-
-    sq = tf.zeros_like(losses)
-    materialised = {}
-    for plan, g in zip(plans, out_grads):
-        a, _, kwargs = records[id(plan.layer)]
-        if plan.kind == "fallback":
-            per_example = _fallback_per_example(plan, variables, a, g, kwargs)
-            materialised[id(plan.layer)] = per_example
-            for pe in per_example:
-                sq += tf.reduce_sum(tf.reshape(tf.square(pe), [tf.shape(pe)[0], -1]), 1)
-        else:
-            layer_sq, per_example = _sq_norms(plan, a, g)
-            sq += layer_sq
-            if per_example is not None:
-                materialised[id(plan.layer)] = per_example
-    # Abadi et al. 2016, Alg. 1: g_i / max(1, ||g_i||_2 / C), as privatize.clip_and_sum.
-    factors = tf.minimum(1.0, l2_clip / tf.maximum(tf.sqrt(sq), 1e-12))
-    if mask is not None:
-        factors = factors * mask  # padding rows add nothing to the clipped sums
-    factors = tf.stop_gradient(factors)
-
-    sums: list = [None] * len(variables)
-    for plan, g in zip(plans, out_grads):
-        if id(plan.layer) in materialised:
-            # sum_i c_i g_i from the per-example gradients already at hand.
-            for i, pe in zip(plan.var_index, materialised[id(plan.layer)]):
-                sums[i] = tf.tensordot(factors, pe, axes=1)
-            continue
-        a = tf.stop_gradient(records[id(plan.layer)][0])
-        shape = [-1] + [1] * (len(g.shape) - 1)
-        weighted = g * tf.reshape(factors, shape)
-        own = [variables[i] for i in plan.var_index]
-        with tf.GradientTape() as vjp:
-            z = _linear(plan, a)
-        # One batched vector-Jacobian product: sum_i c_i a_i^T g_i (and sum_i c_i sum_t g_i).
-        for i, grad in zip(plan.var_index, vjp.gradient(z, own, output_gradients=weighted)):
-            sums[i] = grad
+    sq, materialised = _squared_norms(plans, variables, records, out_grads, losses)
+    # Abadi et al. 2016, Alg. 1, as privatize.clip_and_sum; padding rows add nothing.
+    factors = tf.stop_gradient(example_grads.clip_factors(sq, l2_clip, mask))
+    sums = _clipped_sums(plans, variables, records, out_grads, factors, materialised)
     correct = metrics.correct_predictions(row_logits, y)
     return sums, losses, correct
 

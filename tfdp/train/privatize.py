@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from layers import noise as noise_layers
 from tfdp import accounting, mechanisms, options
-from tfdp.train import ghost, metrics
+from tfdp.train import example_grads, ghost, metrics
 from tfdp.train.base import StepContext
 
 # "vectorized": per-example gradients of the whole model (tf.vectorized_map).
@@ -82,9 +82,7 @@ def clip_and_sum(per_example_grads: Sequence[tf.Tensor], l2_clip: float,
     """
     sq_norms = tf.add_n([tf.reduce_sum(tf.reshape(tf.square(g), [tf.shape(g)[0], -1]), 1)
                          for g in per_example_grads])
-    factors = tf.minimum(1.0, l2_clip / tf.maximum(tf.sqrt(sq_norms), 1e-12))
-    if mask is not None:
-        factors = factors * mask
+    factors = example_grads.clip_factors(sq_norms, l2_clip, mask)
     return [tf.tensordot(factors, g, axes=1) for g in per_example_grads]
 
 

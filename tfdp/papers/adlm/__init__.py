@@ -4,6 +4,8 @@ Modules:
   method     the AdLM and ILM trainers (Algorithm 1; ILM: uniform budgets, no relevance)
   models     the MNIST and CIFAR-10 networks (Section 5)
   relevance  layer-wise relevance propagation and its private average (Eq. 4-12, 16)
+  losses     the Taylor loss, its functional-mechanism perturbation, Delta_F (Eq. 25, Lemma 5)
+  budgets    relevance sensitivity, budget weights, per-feature scales (Lemma 1, Eq. 16)
   rows       the reproduction rows (Section 5's figures)
   figures    Figure 4a in the reproduction report
   flagfiles  which flagfile trains AdLM in a reproduction row

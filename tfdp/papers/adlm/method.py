@@ -12,6 +12,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfdp import losses, mechanisms, options, rundir
+from tfdp.papers.adlm import losses as adlm_losses
 from tfdp.papers.adlm import relevance
 from tfdp.papers.adlm import models as adlm_models
 from tfdp.train import metrics
@@ -381,8 +382,8 @@ class AdLM(Method):
                        input_shape=shape, crop=self.settings.crop)
         hidden = 30 if arch == "cifar10" else 25
         output_bias = self.settings.output_bias
-        delta_f = losses.adlm_delta_f(num_classes=num_classes, hidden_units=hidden,
-                                      output_bias=output_bias)
+        delta_f = adlm_losses.adlm_delta_f(num_classes=num_classes, hidden_units=hidden,
+                                           output_bias=output_bias)
         beta = beta.reshape(noise_shape)
         eps_j = beta * eps2  # AdLM Eq. 16: eps_j = beta_j * eps2
         # Per-example share of the input noise: Lap(Delta_h0 / eps_j) / |L| (Algorithm 1 l.12-13).
@@ -623,8 +624,8 @@ class AdLM(Method):
         batch = float(self._state["scalars"][7])
         with tf.GradientTape() as tape:
             z = model(xbar, training=True)
-            per_example = losses.adlm_taylor_loss(z, phi0=phi0, phi1=phi1, phi2=phi2,
-                                                  reduction="none")
+            per_example = adlm_losses.adlm_taylor_loss(z, phi0=phi0, phi1=phi1, phi2=phi2,
+                                                       reduction="none")
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
             fm_mode = self.settings.fm_mode
             if fm_mode in _LINEAR_FM:

@@ -3,6 +3,8 @@
 Modules:
   method  the StoBatch trainer (Algorithms 1-2; one or many replicas)
   models  the auto-encoder and the network above it (Section 6)
+  losses       the Taylor loss, the adversarial objective, Delta_R, Delta_L2 (Eq. 9, Lemma 2, 4)
+  budgets      auto-encoder sensitivity, gammas, the budget split (Lemma 2-3, Thm 4, App. P)
   rows    the reproduction rows (Figures 2-4)
   certificate  the certified radius (Eq. 13) and its certificate class
   unsound      the code release's radius options, whose certificates are only claimed

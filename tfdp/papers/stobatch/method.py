@@ -49,7 +49,8 @@ import tensorflow as tf
 
 from attacks import graph as attack_graph
 from tfdp import losses, options
-from tfdp.mechanisms import budgets
+from tfdp.papers.stobatch import budgets
+from tfdp.papers.stobatch import losses as stobatch_losses
 from tfdp.papers.stobatch import models
 from tfdp.train import metrics, replica
 from tfdp.train.base import Method
@@ -229,8 +230,8 @@ def solve_budget(*, epsilon: float, eps2: float, fan_in: int, beta: int, m: int,
     if not (math.isfinite(epsilon) and epsilon > eps2):
         raise ValueError(f"--epsilon: the StoBatch split eps = eps1 + eps1/gamma_x + eps1/gamma "
                          f"+ eps2 needs --epsilon > --stobatch_eps2 ({eps2}), got {epsilon!r}")
-    delta_r = losses.stobatch_delta_r(fan_in=fan_in, beta=beta)  # Lemma 2
-    delta_l2 = losses.stobatch_delta_l2(hidden_units=hidden_units)  # Lemma 4
+    delta_r = stobatch_losses.stobatch_delta_r(fan_in=fan_in, beta=beta)  # Lemma 2
+    delta_l2 = stobatch_losses.stobatch_delta_l2(hidden_units=hidden_units)  # Lemma 4
     gamma_x, gamma = budgets.stobatch_gammas(sensitivity=delta_r, batch_size=m,
                                              first_layer_norm=first_layer_norm)  # Lemma 3
     eps1 = budgets.stobatch_epsilon1(total_epsilon=epsilon, epsilon2=eps2, gamma_x=gamma_x,
@@ -670,15 +671,15 @@ class StoBatch(Method):
                 hb = model.encode(xb, True) + lat
                 ha = model.encode(xa, True) + lat
                 # Eq. 6 on the benign and the adversarial batch (Alg. 1 line 12)
-                r_bar = (losses.stobatch_reconstruction_loss(model.reconstruct(hb), xb)
-                         + losses.stobatch_reconstruction_loss(model.reconstruct(ha), xa))
+                r_bar = (losses.taylor_reconstruction_loss(model.reconstruct(hb), xb)
+                         + losses.taylor_reconstruction_loss(model.reconstruct(ha), xa))
                 r_bar = r_bar / float(m * n_tr)
                 # theta2 never back-propagates into theta1
                 zb = model.classify(tf.stop_gradient(hb), True)
                 za = model.classify(tf.stop_gradient(ha), True)
                 # Eq. 9 with the global normaliser m (1 + xi) N_tr
-                l_bar = losses.stobatch_adversarial_objective(zb, yb1, za, ys1, xi=xi,
-                                                              m=m * n_tr)
+                l_bar = stobatch_losses.stobatch_adversarial_objective(zb, yb1, za, ys1, xi=xi,
+                                                                       m=m * n_tr)
             for acc, grads in ((g1, tape.gradient(r_bar, theta1)),
                                (g2, tape.gradient(l_bar, theta2))):
                 for i, gr in enumerate(grads):
