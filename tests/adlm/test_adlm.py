@@ -295,6 +295,42 @@ def test_ref_code_fm_term_gradient():
                                -m.fm_noise.numpy() / 400, rtol=1e-5)
 
 
+@pytest.mark.parametrize("fm_mode, times", [("ref_code_broadcast", 1.0),
+                                             ("ref_code", None)])
+def test_ref_code_broadcast_is_the_release_objective(fm_mode, times):
+    """The release (AdLM/MNIST/AdLM.py) minimises the sum of its [|L|, M] Taylor tensor after
+    subtracting the scalar sum(N * W), N = Lap/|L|, from every entry: written out here in TF2.
+    --adlm_fm_mode=ref_code_broadcast is that objective divided by |L| (the mean), in value and
+    gradient; ref_code counts the term once (|L| M times less)."""
+    x, y = _data(20)
+    m = _method(adlm.ILM, batch_size=20, adlm_fm_mode=fm_mode, adlm_input_noise="shared_fixed")
+    model, _ = _ready(m, x, y)
+    xt, yt = tf.constant(x), tf.constant(y)
+    phi0, phi1, phi2 = m.coefficients(xt, yt, 10, None)
+    kernel = model.get_layer(models.OUTPUT_LAYER).kernel
+    with tf.GradientTape(persistent=True) as tape:
+        ours, _ = m.objective(model, xt, phi0, phi1, phi2, 20)
+        z = model(xt, training=True)
+        y1 = tf.one_hot(yt, 10)
+        relu = tf.where(z >= 0, z, tf.zeros_like(z))
+        neg_abs = tf.where(z >= 0, -z, z)
+        noise = tf.cast(m.fm_noise, tf.float32) / 20.0  # the release's N = Lap / |L|
+        data = relu - z * y1 + (math.log(2.0) + 0.5 * neg_abs + neg_abs ** 2 / 8.0)
+        taylor = data - tf.reduce_sum(noise * kernel)  # broadcast to every [record, class]
+        release = tf.reduce_sum(taylor)
+        data_sum = tf.reduce_sum(data)
+    g_ours, g_release = tape.gradient(ours, kernel), tape.gradient(release, kernel)
+    if times is not None:
+        np.testing.assert_allclose(ours.numpy() * 20, release.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(g_ours.numpy() * 20, g_release.numpy(), rtol=1e-4,
+                                   atol=1e-6)
+    else:  # ref_code: the noise part of the gradient is |L| M = 200 times smaller
+        data_grad = tape.gradient(data_sum, kernel)
+        np.testing.assert_allclose(
+            (g_ours.numpy() * 20 - data_grad.numpy()) * 200,
+            g_release.numpy() - data_grad.numpy(), rtol=1e-3, atol=1e-3)
+
+
 def test_no_noise_at_inference_and_data_isolation():
     # Data isolation: the saved network has no noise: two inference passes agree; the update
     # depends on the raw batch only through (xbar, phibar).

@@ -19,7 +19,8 @@ from tfdp.train import metrics
 from tfdp.train.base import Method, StepContext
 
 INPUT_NOISE_MODES = ("per_example_fixed", "batch_shared_per_step", "shared_fixed")
-FM_MODES = ("per_example_label_only", "per_example_all_orders", "ref_code", "batch_sum_fixed")
+FM_MODES = ("per_example_label_only", "per_example_all_orders", "ref_code", "ref_code_broadcast",
+            "batch_sum_fixed")
 DELTA_H0_PRESETS = ("paper_fc", "conv_fanin", "ref_code")
 RELEVANCE_TRANSFORMS = ("paper", "ref_code")
 BATCH_SCHEDULES = ("fixed", "shuffle")
@@ -29,7 +30,7 @@ _DEFAULT_SPLIT = {"mnist": (0.25, 0.25, 0.5), "cifar10": (0.1, 0.6, 0.3)}
 # AdLM code release relevance floors r_min (MNIST 1e-5, CIFAR 1e-2).
 _DEFAULT_FLOOR = {"mnist": 1e-5, "cifar10": 1e-2}
 # FM modes realised as a data-independent linear loss term.
-_LINEAR_FM = ("ref_code", "batch_sum_fixed")
+_LINEAR_FM = ("ref_code", "ref_code_broadcast", "batch_sum_fixed")
 AUX_DATA = ("private", "public_split")
 
 def _delta_h0_rule(value: str):
@@ -69,7 +70,9 @@ class AdLMConfig:
         "per_example_label_only", "Functional-mechanism noise: per_example_label_only (phi1 "
         "per record and class, drawn once), per_example_all_orders (all orders, phi2 clamped "
         ">= 0), ref_code (code release: one [|h|, M] matrix N = Lap(Delta_F/eps3)/|L| drawn "
-        "once, -sum(N*W) added to the batch-SUM loss), batch_sum_fixed (Lemma 6 literal: one "
+        "once, -sum(N*W) added once to the batch-SUM loss), ref_code_broadcast (the release's "
+        "arithmetic exactly: its scalar -sum(N*W) is broadcast to every record and class of "
+        "the [|L|, M] Taylor loss before the sum, i.e. added |L| M times), batch_sum_fixed (Lemma 6 literal: one "
         "Lap(Delta_F/eps3) draw on the batch-sum coefficients, i.e. |L| times the code's "
         "noise).", choices=FM_MODES)
     beta_floor: Optional[float] = options.field(
@@ -621,25 +624,39 @@ class AdLM(Method):
 
         The labels `y` are used for the reported training accuracy only.
         """
-        batch = float(self._state["scalars"][7])
         with tf.GradientTape() as tape:
-            z = model(xbar, training=True)
-            per_example = adlm_losses.adlm_taylor_loss(z, phi0=phi0, phi1=phi1, phi2=phi2,
-                                                       reduction="none")
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
-            fm_mode = self.settings.fm_mode
-            if fm_mode in _LINEAR_FM:
-                kernel = model.get_layer(adlm_models.OUTPUT_LAYER).kernel
-                # batch_sum_fixed (AdLM Lemma 6): the batch sum of the coefficients carries one
-                # Lap(Delta_F/eps3) draw; on the mean loss that is -(1/|L|) sum(Lap * W).
-                # ref_code (AdLM code release, MNIST): -sum(N * W) with N = Lap/|L| on the
-                # batch-SUM loss, i.e. -(1/|L|^2) sum(Lap * W) on the mean loss.
-                divisor = batch if fm_mode == "batch_sum_fixed" else batch * batch
-                loss = loss + losses.functional_mechanism_term(
-                    self.fm_noise, kernel, divisor=divisor, per_replica=True)
+            loss, z = self.objective(model, xbar, phi0, phi1, phi2, global_batch_size)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return {"loss": loss, "accuracy": metrics.step_accuracy(z, y, global_batch_size)}
+
+    def objective(self, model, xbar, phi0, phi1, phi2, global_batch_size):
+        """This replica's share of the step's loss (the Taylor loss with the functional
+        mechanism's term), and the logits.
+
+        Returns:
+          (loss, logits).
+        """
+        batch = float(self._state["scalars"][7])
+        z = model(xbar, training=True)
+        per_example = adlm_losses.adlm_taylor_loss(z, phi0=phi0, phi1=phi1, phi2=phi2,
+                                                   reduction="none")
+        loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+        fm_mode = self.settings.fm_mode
+        if fm_mode in _LINEAR_FM:
+            kernel = model.get_layer(adlm_models.OUTPUT_LAYER).kernel
+            # batch_sum_fixed (AdLM Lemma 6): the batch sum of the coefficients carries one
+            # Lap(Delta_F/eps3) draw; on the mean loss that is -(1/|L|) sum(Lap * W).
+            # ref_code (AdLM code release, MNIST): -sum(N * W) with N = Lap/|L| once on
+            # the batch-SUM loss, i.e. -(1/|L|^2) sum(Lap * W) on the mean loss.
+            # ref_code_broadcast: the release subtracts that scalar from each entry of its
+            # [|L|, M] Taylor loss and minimises the sum, so it counts |L| M times:
+            # -(M/|L|) sum(Lap * W) on the mean loss.
+            divisor = {"batch_sum_fixed": batch, "ref_code": batch * batch,
+                       "ref_code_broadcast": batch / float(kernel.shape[-1])}[fm_mode]
+            loss = loss + losses.functional_mechanism_term(
+                self.fm_noise, kernel, divisor=divisor, per_replica=True)
+        return loss, z
 
     def info(self) -> dict:
         """What setup computed (relevance statistics), for reports."""
