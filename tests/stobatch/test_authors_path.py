@@ -110,3 +110,26 @@ def test_authors_path_flagfiles_are_the_scales_flagfile_plus_the_three_options(s
             return [ln.strip() for ln in f if ln.startswith("--")]
     assert lines(f"mnist_{scale}_authors_path.flags") == lines(f"mnist_{scale}.flags") + [
         "--stobatch_adv_source=raw", "--stobatch_adv_noise=zero", "--stobatch_input_clip=10"]
+
+
+def test_madry_eps_iter_steps_only_the_madry_rows(tmp_path):
+    """--stobatch_madry_eps_iter (the code release's Madry step): the Madry third of the
+    adversarial-source batch moves by at most T x the step from its start; the I-FGSM and MIM
+    thirds are crafted as without the option."""
+    w = tf.constant(np.random.default_rng(0).normal(size=(4, K)), tf.float32)
+
+    def craft(**options):
+        method = _method(tmp_path, **options)
+        method._attack_logits = lambda model: (lambda v: tf.matmul(v, w))  # pylint: disable=protected-access
+        xs = tf.constant(np.random.default_rng(1).uniform(-0.5, 0.5, (9, 4)), tf.float32)
+        model = type("M", (), {"compute_dtype": "float32"})()
+        out = method.craft_adversarial(model, xs, tf.constant(0.5), tf.range(9, dtype=tf.int64),
+                                       tf.zeros_like(xs))  # Madry starts at x
+        return xs.numpy(), out.numpy()
+
+    xs, default = craft()
+    _, released = craft(stobatch_madry_eps_iter=0.01)
+    np.testing.assert_array_equal(default[:6], released[:6])  # I-FGSM and MIM rows
+    moved = np.abs(released[6:] - xs[6:]).max()
+    assert 0 < moved <= 2 * 0.01 + 1e-7  # T_mu = 2 steps of 0.01
+    assert np.abs(default[6:] - xs[6:]).max() > 0.1  # Eq. 8: steps of mu / T = 0.25

@@ -79,3 +79,47 @@ def test_per_epoch_random_trains_n_b_steps_per_epoch(tmp_path):
 def test_bad_pairing_settings_name_the_flag(tmp_path, options, flag):
     with pytest.raises(ValueError, match=flag):
         _method(tmp_path, **options).validate()
+
+
+def _release_reader(n, m, steps):
+    """The MNIST code release's reads written out: input_data.next_batch with no shuffle,
+    three adversarial thirds (emsemble_L = m / 3) then the benign batch, per step."""
+    index, out = 0, []
+
+    def next_batch(size):
+        nonlocal index
+        start = index
+        index += size
+        if index > n:  # Finished epoch: start again at 0
+            start, index = 0, size
+        return list(range(start, index))
+
+    for _ in range(steps):
+        adv = next_batch(m // 3) + next_batch(m // 3) + next_batch(m // 3)
+        out.append((next_batch(m), adv))
+    return out
+
+
+def test_release_reader_reads_as_the_code_release(tmp_path):
+    m, n = 9, 50  # 18 records a step: a pass holds 2 steps and 14 records are skipped
+    method = _method(tmp_path, m=m, stobatch_pairing="release_reader")
+    assert method.batch_schedule() == "release_reader"
+    want = _release_reader(n, m, 7)
+    got = method.reader_steps(n, 7)
+    assert [(list(s[:m]), list(s[m:])) for s in got] == want
+    # the reads depend on the step count only: epoch e's steps are steps [e k, (e + 1) k)
+    method.data_spec = type("Spec", (), {"num_train": n})()
+    per_epoch = n // (2 * m)
+    for epoch in range(3):
+        steps = list(method.batches(epoch, np.random.default_rng(epoch)))
+        assert [(list(b), list(a)) for b, a in steps] == want[epoch * per_epoch:
+                                                              (epoch + 1) * per_epoch]
+
+
+@pytest.mark.parametrize("options, m, flag", [
+    ({"stobatch_pairing": "release_reader", "stobatch_trainers": 2}, 9, "--stobatch_trainers"),
+    ({"stobatch_pairing": "release_reader"}, 8, "--batch_size"),
+])
+def test_release_reader_settings_name_the_flag(tmp_path, options, m, flag):
+    with pytest.raises(ValueError, match=flag):
+        _method(tmp_path, m=m, **options).validate()

@@ -57,7 +57,7 @@ from tfdp.train.base import Method
 from tfdp import data
 from tfdp.train import loop
 
-PAIRINGS = ("alg4_fixed_pairs", "per_epoch_random")
+PAIRINGS = ("alg4_fixed_pairs", "per_epoch_random", "release_reader")
 BN_STATS = ("global", "per_microbatch")
 NORM_MODES = ("paper_l1", "spectral_ref")
 NOISE_TERMS = ("linear", "abs_mean")
@@ -89,6 +89,11 @@ class StoBatchConfig:
                                       check=options.at_least(1))
     mu_max: float = options.field(1.0, "StoBatch: mu_t ~ U(0, mu_max] per trainer step.",
                                   check=options.positive)
+    madry_eps_iter: Optional[float] = options.field(
+        None, "StoBatch: step size of the training Madry (PGD) attack; unset: mu_t / T_mu "
+        "(Eq. 8, as I-FGSM and MIM). The MNIST code release steps by the model's evaluation "
+        "attack size / T_mu (0.05 / T_mu for its first model) while the ball is mu_t.",
+        check=options.positive)
     hidden_units: int = options.field(256, "StoBatch: |h_pi|.", check=options.at_least(1))
     norm_mode: str = options.field(
         "paper_l1", "StoBatch: first-layer norm for gamma: paper_l1 or spectral_ref.",
@@ -100,7 +105,11 @@ class StoBatchConfig:
         "alg4_fixed_pairs", "StoBatch: benign / adversarial-source pairing: alg4_fixed_pairs "
         "(Alg. 4: fixed pairs) or per_epoch_random (the reference code's shared pool of fixed "
         "batches, both roles drawn without replacement; needs --stobatch_trainers=1; "
-        "docs/stobatch.md).", choices=PAIRINGS)
+        "docs/stobatch.md) or release_reader (the MNIST code release's reader: each step "
+        "reads the three adversarial thirds and then the benign batch as four successive "
+        "slices of the training set in its stored order, never shuffled, a read that would "
+        "pass the end starting again at the first record; needs --stobatch_trainers=1 and a "
+        "batch size divisible by 3).", choices=PAIRINGS)
     trainers: int = options.field(1, "StoBatch: N_tr local trainers per step.",
                                   check=options.at_least(1))
     micro_batches: int = options.field(
@@ -160,6 +169,10 @@ class StoBatchConfig:
             raise ValueError(f"--stobatch_trainers: --stobatch_pairing=per_epoch_random draws "
                              f"one (benign, adversarial-source) pair per step from the shared "
                              f"pool (the reference code's N_tr = 1), got {self.trainers}")
+        if self.pairing == "release_reader" and self.trainers != 1:
+            raise ValueError(f"--stobatch_trainers: --stobatch_pairing=release_reader reads one "
+                             f"(benign, adversarial-source) pair per step (the code release's "
+                             f"N_tr = 1), got {self.trainers}")
         if self.bn_stats == "global" and self.micro_batches > 1:
             raise ValueError("--stobatch_micro_batches: gradient accumulation normalises each "
                              "micro-batch alone; use --stobatch_bn_stats=per_microbatch "
@@ -334,6 +347,10 @@ class StoBatch(Method):
 
     def validate(self) -> None:
         cfg = self.config
+        if self.settings.pairing == "release_reader" and self.m % 3:
+            raise ValueError(f"--batch_size: --stobatch_pairing=release_reader reads the "
+                             f"adversarial-source batch as three slices of m/3; m = {self.m} "
+                             "is not divisible by 3")
         if self.m < 3:
             raise ValueError(f"--batch_size: StoBatch's DP batch size m must be >= 3 (one "
                              f"example per attack), got {self.m}")
@@ -350,8 +367,48 @@ class StoBatch(Method):
             raise ValueError(f"--delta: StoBatch is pure eps-DP; expected 0, got {cfg.delta!r}")
 
     def batch_schedule(self) -> str:
-        # A label (config.json); `batches` builds the steps of both pairing modes.
-        return "per_epoch_random" if self.settings.pairing == "per_epoch_random" else "fixed"
+        # A label (config.json); `batches` builds the steps of every pairing mode.
+        return ("fixed" if self.settings.pairing == "alg4_fixed_pairs"
+                else self.settings.pairing)
+
+    def reader_steps(self, num_examples: int, num_steps: int) -> list:
+        """The first `num_steps` steps of `release_reader` pairing: [benign, adversarial
+        source] index arrays of m each.
+
+        The MNIST code release (StoBatch.py with its input_data.py, which never shuffles)
+        reads, per step, three adversarial-source slices of m/3 (I-FGSM, MIM, Madry, in the
+        order of the 3-way split) and then the benign batch of m, each the next slice of the
+        training set in its stored order; a read that would pass the end starts again at
+        record 0 (the rest of the pass is skipped). The reads depend only on the step count,
+        so an epoch's steps are the same on resume.
+
+        Raises:
+            ValueError: naming --batch_size when m is not divisible by 3 or a read does not
+                fit the training set.
+        """
+        m = self.m
+        if m % 3:
+            raise ValueError(f"--batch_size: --stobatch_pairing=release_reader reads the "
+                             f"adversarial-source batch as three slices of m/3; m = {m} is "
+                             "not divisible by 3")
+        if m > num_examples:
+            raise ValueError(f"--batch_size: m = {m} is larger than the training set "
+                             f"({num_examples})")
+        position = 0
+
+        def read(size):
+            nonlocal position
+            if position + size > num_examples:  # input_data.next_batch: start a new pass
+                position = 0
+            out = np.arange(position, position + size, dtype=np.int64)
+            position += size
+            return out
+
+        steps = []
+        for _ in range(num_steps):
+            adv = np.concatenate([read(m // 3) for _ in range(3)])
+            steps.append(np.concatenate([read(m), adv]))
+        return steps
 
     def epoch_batches(self, num_examples: int, fixed_seed: int,
                       rng: np.random.Generator) -> list:
@@ -406,6 +463,12 @@ class StoBatch(Method):
         m = self.m
         if self.settings.pairing == "per_epoch_random":
             for step in self.epoch_batches(self.data_spec.num_train, self.layout_seed, rng):
+                yield step[:m], step[m:]
+            return
+        if self.settings.pairing == "release_reader":
+            n = self.data_spec.num_train
+            per_epoch = n // (2 * m)  # the step count of the other modes (D / 2m per epoch)
+            for step in self.reader_steps(n, (epoch + 1) * per_epoch)[epoch * per_epoch:]:
                 yield step[:m], step[m:]
             return
         for block in super().batches(epoch, rng):
@@ -567,9 +630,17 @@ class StoBatch(Method):
             Adversarial examples (projected onto the mu-ball around xs, not range-clipped).
         """
         ids = attack_graph.ensemble_ids(positions, self.m)
+        dtype = tf.as_dtype(model.compute_dtype)
+        nb_iter = self.settings.attack_iters
+        eps_iter = None  # mu / T for every row (Eq. 8)
+        if self.settings.madry_eps_iter is not None:
+            # --stobatch_madry_eps_iter: the Madry rows step by a fixed size (code release)
+            eps_iter = tf.where(tf.equal(ids, attack_graph.MADRY),
+                                tf.cast(self.settings.madry_eps_iter, dtype),
+                                tf.cast(mu, dtype) / float(nb_iter))
         return attack_graph.craft(self._attack_logits(model), xs, mu, attack_ids=ids,
-                                  nb_iter=self.settings.attack_iters, start_noise=start_noise,
-                                  dtype=tf.as_dtype(model.compute_dtype))
+                                  nb_iter=nb_iter, eps_iter=eps_iter, start_noise=start_noise,
+                                  dtype=dtype)
 
     def adversarial_source(self, model, xs: tf.Tensor) -> tf.Tensor:
         """The rows the attacks start from: x_bar (paper) or the raw x = x_bar - chi1/m.
