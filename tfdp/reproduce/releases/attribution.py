@@ -26,6 +26,22 @@ SECTION_HEADING = "## The authors' releases beside tfdp (same budget)"
 
 
 @dataclasses.dataclass(frozen=True)
+class Toggle:
+    """tfdp at the comparison's budget with some of the release's options left out: what
+    each option moves, one factor at a time.
+
+    Attributes:
+      key: short id.
+      tfdp_glob: its result files (relative to the results directory).
+      text: which release options it leaves out (or sets), in words.
+    """
+
+    key: str
+    tfdp_glob: str
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Comparison:
     """One paper's release-vs-tfdp comparison at one budget.
 
@@ -46,6 +62,8 @@ class Comparison:
       release_metric_text: what that number is, in words.
       paper: the report section (paper id) whose conclusion this comparison attributes.
       rows: the report rows whose gap to the paper the attribution speaks for.
+      toggles: tfdp runs with some of the release options of `tfdp_glob` left out, each
+        compared with the release and with `tfdp_glob`'s runs.
     """
 
     key: str
@@ -63,6 +81,7 @@ class Comparison:
     release_metric_text: str = ""
     paper: str = ""
     rows: tuple[str, ...] = ()
+    toggles: tuple[Toggle, ...] = ()
 
 
 COMPARISONS = (
@@ -240,6 +259,32 @@ def _figure(comp: Comparison, release: list[dict], tfdp: list[dict], out_dir: st
     plt.close(fig)
 
 
+def _p(test: dict[str, float] | None) -> str:
+    return "—" if test is None else f"{test['diff']:+.2f} (p = {test['p']:.2g})"
+
+
+def _toggle_lines(comp: Comparison, results_dir: str, r_acc: Sequence[float],
+                  t_acc: Sequence[float]) -> list[str]:
+    """The table of the comparison's toggles ([] without toggle files): each variant's final
+    test accuracy, its difference to the release and to the comparison's tfdp runs (Welch)."""
+    rows = []
+    for tog in comp.toggles:
+        recs = _load(results_dir, tog.tfdp_glob)
+        if not recs:
+            continue
+        acc = [r["numbers"]["test_accuracy"] for r in recs]
+        rows.append(f"| {tog.text} | {', '.join(str(r['seed']) for r in recs)} | "
+                    f"{_mean_sd(acc)} | {_p(welch(r_acc, acc))} | {_p(welch(t_acc, acc))} | "
+                    + ", ".join(f"`{r['_file']}`" for r in recs) + " |")
+    if not rows:
+        return []
+    return ["One factor at a time: tfdp at the same budget with some of the release options "
+            "above left out (Welch tests of the variant minus the release, and minus tfdp "
+            "with all of them):\n",
+            "| tfdp variant | seeds | final test accuracy | − release | − tfdp above | files |",
+            "|---|---|---|---|---|---|", *rows, ""]
+
+
 def _summary(comp: Comparison, results_dir: str) -> dict[str, Any] | None:
     """The comparison's numbers and attribution, or None without any result file."""
     release = [r for r in _load(results_dir, comp.release_glob)
@@ -345,12 +390,14 @@ def section(results_dir: str = RESULTS_DIR, report_dir: str = runner.REPO_ROOT,
             out.append(f"Welch test: tfdp − release = {test['diff']:+.2f} points (95% interval "
                        f"{test['ci_low']:+.2f} to {test['ci_high']:+.2f}), t = {test['t']:.2f}, "
                        f"df = {test['df']:.1f}, p = {test['p']:.3g}.\n")
+        out.extend(_toggle_lines(comp, results_dir, r_acc, t_acc))
         out.append(f"Attribution: {attribution_class(comp, r_acc, t_acc, test)}. Rows: "
                    + ", ".join(f"`{r['_file']}`" for r in release + tfdp + lacking) + ".\n")
         if figures:
             _figure(comp, release, tfdp, os.path.join(results_dir, FIGURES_DIR))
         out.append(f"![{comp.key}]({rel}/{comp.key}.png)\n")
+        toggled = [r for t in comp.toggles for r in _load(results_dir, t.tfdp_glob)]
         out.append("Commands:\n\n```")
-        out.extend(r["command"] for r in release + tfdp + lacking)
+        out.extend(r["command"] for r in release + tfdp + lacking + toggled)
         out.append("```\n")
     return out
