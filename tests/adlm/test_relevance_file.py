@@ -86,3 +86,19 @@ def test_ilm_and_public_split_refuse_the_file(tmp_path):
         ILM(_config(tmp_path, adlm_relevance_file=path)).validate()
     with pytest.raises(ValueError, match="--adlm_relevance_file: .*--adlm_aux_data=public_split"):
         AdLM(_config(tmp_path, adlm_relevance_file=path, adlm_aux_data="public_split"))
+
+
+def test_ref_code_delta_f_is_the_release_constant_and_only_for_linear_modes(tmp_path):
+    """--adlm_delta_f=ref_code: 10 (25 + 25^2 / 4) = 1812.5 with the output bias (tfdp's
+    Lemma 5 count: 1950); refused with per-record FM noise, whose ledger bound would use it."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(60, 28, 28, 1)).astype(np.float32)
+    y = rng.integers(0, 10, size=60)
+    spec = DataSpec((28, 28, 1), 10, (0.0, 1.0), 60, "sample", x, y)
+    for delta_f, want in (("lemma5", 1950.0), ("ref_code", 1812.5)):
+        method = AdLM(_config(tmp_path, adlm_fm_mode="ref_code", adlm_output_bias=True,
+                              adlm_delta_f=delta_f, adlm_aux_model="mlp", adlm_aux_epochs=1))
+        method.setup(spec, accounting.PrivacyLedger(), np.random.default_rng(1))
+        assert method.setup_state()["scalars"][4] == want
+    with pytest.raises(ValueError, match="--adlm_delta_f: ref_code understates"):
+        AdLM(_config(tmp_path, adlm_fm_mode="per_example_label_only", adlm_delta_f="ref_code"))

@@ -84,6 +84,12 @@ class AdLMConfig:
     output_bias: bool = options.field(
         False, "Output layer bias (the paper has none; the code release has one). With a "
         "bias, Delta_F counts it as one more hidden unit.")
+    delta_f: str = options.field(
+        "lemma5", "Delta_F of the functional mechanism: lemma5 (M (|h| + |h|^2 / 4), the "
+        "output bias counted as one more unit) or ref_code (the code release's "
+        "10 (|h| + |h|^2 / 4), its output bias not counted: 1812.5 instead of 1950 on MNIST; "
+        "only with the linear --adlm_fm_mode values, whose ledger bound is infinite anyway).",
+        choices=("lemma5", "ref_code"))
     input_clip: Optional[float] = options.field(
         None, "Clip noisy inputs to [-c, c] (code release MNIST: 10); unset = no clip.",
         check=options.positive)
@@ -146,6 +152,11 @@ class AdLMConfig:
         if self.relevance_file is not None and self.aux_data != "private":
             raise ValueError("--adlm_relevance_file: the map is read, no auxiliary model is "
                              f"trained; do not set --adlm_aux_data={self.aux_data}")
+        if self.delta_f == "ref_code" and self.fm_mode not in _LINEAR_FM:
+            raise ValueError(f"--adlm_delta_f: ref_code understates Delta_F when the output "
+                             f"layer has a bias; it is for the linear --adlm_fm_mode values "
+                             f"{list(_LINEAR_FM)} (no finite ledger bound), not "
+                             f"{self.fm_mode!r}")
         if self.aux_public_size is not None and self.aux_data != "public_split":
             raise ValueError("--adlm_aux_public_size: only used with "
                              "--adlm_aux_data=public_split")
@@ -385,8 +396,10 @@ class AdLM(Method):
                        input_shape=shape, crop=self.settings.crop)
         hidden = 30 if arch == "cifar10" else 25
         output_bias = self.settings.output_bias
-        delta_f = adlm_losses.adlm_delta_f(num_classes=num_classes, hidden_units=hidden,
-                                           output_bias=output_bias)
+        # --adlm_delta_f=ref_code: the release's constant, its output bias not counted.
+        delta_f = adlm_losses.adlm_delta_f(
+            num_classes=num_classes, hidden_units=hidden,
+            output_bias=output_bias and self.settings.delta_f == "lemma5")
         beta = beta.reshape(noise_shape)
         eps_j = beta * eps2  # AdLM Eq. 16: eps_j = beta_j * eps2
         # Per-example share of the input noise: Lap(Delta_h0 / eps_j) / |L| (Algorithm 1 l.12-13).
