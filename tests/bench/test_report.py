@@ -1,5 +1,6 @@
 """BENCHMARKS.md is rendered from the committed result files and quotes their numbers."""
 
+import pytest
 import json
 import os
 import re
@@ -66,3 +67,10 @@ def test_render_of_a_fresh_directory(tmp_path):
     assert "| newbench | 1.23 |" in text
     assert "`tfdp-bench x`" in text and "2026-01-01 00:00 UTC" in text
     assert "load average 1.5 before, 2.5 after" in text
+
+
+def test_report_without_result_files_names_the_flag_and_writes_nothing(tmp_path):
+    out = tmp_path / "new" / "BENCHMARKS.md"
+    with pytest.raises(ValueError, match="--results_dir: no benchmark result files"):
+        report.write_report(str(tmp_path / "empty"), str(out))
+    assert not out.exists()

@@ -67,7 +67,10 @@ def main(argv: list[str]) -> None:
             for path in report.run_all(_RESULTS_DIR.value, _ONLY.value, base):
                 print(f"wrote {path}")
         if argv[1] == "report" or _REPORT.value:
-            report.write_report(_RESULTS_DIR.value, _REPORT_FILE.value)
+            try:
+                report.write_report(_RESULTS_DIR.value, _REPORT_FILE.value)
+            except ValueError as e:
+                sys.exit(f"tfdp-bench: {e}")
             print(f"wrote {_REPORT_FILE.value}")
         return
     before = list(os.getloadavg())

@@ -1,0 +1,30 @@
+"""tfdp-bench keras_fit's verdict: the 1.5x target per model, and no verdict when the
+non-private reference itself moved with the machine's load."""
+
+import pytest
+
+from tfdp.bench import keras_fit
+
+
+@pytest.mark.parametrize("ratio, reference, passed, words", [
+    (1.4, [30.0, 31.0, 32.0], True, "1.40x <= 1.5x"),
+    (1.66, [30.0, 31.0, 32.0], False, "1.66x > 1.5x"),
+    # The recorded MNIST round: a 0.66x "pass" against a reference slowed by the load.
+    (0.66, [28.0, 60.0, 75.0], None, "no verdict: the non-private reference step varied 2.68x"),
+    (None, [30.0], None, "not measured"),
+])
+def test_verdict(ratio, reference, passed, words):
+    got, reason = keras_fit.verdict(ratio, reference)
+    assert got is passed and words in reason
+
+
+def test_a_committed_file_is_judged_by_the_rule():
+    """The report recomputes the verdict from the file's rounds: the committed MNIST 0.66x,
+    whose reference was slowed in two of three rounds, is no verdict, so not a pass."""
+    import json  # pylint: disable=import-outside-toplevel
+    import os  # pylint: disable=import-outside-toplevel
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "results", "bench", "keras_fit.json"), encoding="utf-8") as f:
+        result = keras_fit.with_verdicts(json.load(f))
+    assert result["passed"] is None
+    assert result["verdict_by_model"]["mnist"]["passed"] is None
