@@ -102,3 +102,22 @@ def test_ref_code_delta_f_is_the_release_constant_and_only_for_linear_modes(tmp_
         assert method.setup_state()["scalars"][4] == want
     with pytest.raises(ValueError, match="--adlm_delta_f: ref_code understates"):
         AdLM(_config(tmp_path, adlm_fm_mode="per_example_label_only", adlm_delta_f="ref_code"))
+
+
+def test_adam_epsilon_on_the_mean_equals_the_release_sum_with_its_epsilon(tmp_path):
+    """--adlm_adam_epsilon: Adam on the batch mean with epsilon e / |L| takes the same steps
+    as Adam on the batch sum with e (the release: TF1's 1e-8 on the sum)."""
+    import keras  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    method = AdLM(_config(tmp_path, adlm_adam_epsilon=1e-8 / 50))
+    on_mean = method.make_optimizer("adam", 1e-2)
+    on_sum = keras.optimizers.Adam(1e-2, epsilon=1e-8)
+    rng = np.random.default_rng(0)
+    a, b = (tf.Variable(np.zeros(4, np.float32)) for _ in range(2))
+    for _ in range(5):
+        g = tf.constant(rng.normal(scale=1e-6, size=(50, 4)).astype(np.float32))
+        on_mean.apply_gradients([(tf.reduce_mean(g, 0), a)])
+        on_sum.apply_gradients([(tf.reduce_sum(g, 0), b)])
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4)
+    default = AdLM(_config(tmp_path)).make_optimizer("adam", 1e-2)
+    assert default.epsilon == pytest.approx(1e-7)

@@ -171,8 +171,13 @@ def derive_seed(run_key: int, stream: int, index: int = 0, bits: int = 192) -> i
     return value >> (256 - int(bits))
 
 
-def make_optimizer(name: str, learning_rate: float):
+def make_optimizer(name: str, learning_rate: float, adam_epsilon: float | None = None):
     """Keras optimizer named by --optimizer ("sgd" or "adam").
+
+    Args:
+      name: "sgd" or "adam".
+      learning_rate: > 0.
+      adam_epsilon: Adam's epsilon (None: Keras' default, 1e-7); ignored by SGD.
 
     Raises:
       ValueError: if `name` is unknown or `learning_rate` is not a positive finite number.
@@ -184,7 +189,9 @@ def make_optimizer(name: str, learning_rate: float):
     if name == "sgd":
         return keras.optimizers.SGD(learning_rate)
     if name == "adam":
-        return keras.optimizers.Adam(learning_rate)
+        if adam_epsilon is None:
+            return keras.optimizers.Adam(learning_rate)
+        return keras.optimizers.Adam(learning_rate, epsilon=float(adam_epsilon))
     raise ValueError(f"optimizer: unknown optimizer {name!r}; choose one of {OPTIMIZERS}")
 
 

@@ -17,6 +17,7 @@ from tfdp.papers.adlm import relevance
 from tfdp.papers.adlm import models as adlm_models
 from tfdp.train import metrics
 from tfdp.train.base import Method, StepContext
+from tfdp.train.base import make_optimizer as base_make_optimizer
 
 INPUT_NOISE_MODES = ("per_example_fixed", "batch_shared_per_step", "shared_fixed")
 FM_MODES = ("per_example_label_only", "per_example_all_orders", "ref_code", "ref_code_broadcast",
@@ -84,6 +85,11 @@ class AdLMConfig:
     output_bias: bool = options.field(
         False, "Output layer bias (the paper has none; the code release has one). With a "
         "bias, Delta_F counts it as one more hidden unit.")
+    adam_epsilon: Optional[float] = options.field(
+        None, "Adam's epsilon (unset: Keras' 1e-7). tfdp minimises the batch MEAN; the code "
+        "release minimises the batch SUM with TF1's 1e-8, which is the mean with epsilon "
+        "1e-8 / |L| (5.56e-12 at |L| = 1,800): Adam's steps are then the same.",
+        check=options.positive)
     delta_f: str = options.field(
         "lemma5", "Delta_F of the functional mechanism: lemma5 (M (|h| + |h|^2 / 4), the "
         "output bias counted as one more unit) or ref_code (the code release's "
@@ -512,6 +518,12 @@ class AdLM(Method):
         self._state = {k: np.asarray(v) for k, v in state.items()}
 
     # ------------------------------------------------------------------ model
+
+    def make_optimizer(self, name=None, learning_rate=None):
+        """The run's optimizer, with --adlm_adam_epsilon when it is Adam."""
+        return base_make_optimizer(name or self.config.optimizer,
+                                   self.config.learning_rate if learning_rate is None
+                                   else learning_rate, self.settings.adam_epsilon)
 
     def build_model(self, input_shape, num_classes):
         st = self._state
