@@ -92,10 +92,13 @@ def test_authors_path_trains_and_records_raw_inputs_in_the_ledger(tmp_path):
     x = rng.uniform(-1, 1, (36,) + SHAPE).astype(np.float32)
     y = rng.integers(0, K, 36)
     method = _method(tmp_path / "run", stobatch_adv_source="raw", stobatch_adv_noise="zero",
-                     stobatch_input_clip=10.0)
+                     stobatch_input_clip=10.0, stobatch_ae_optimizer="adam",
+                     stobatch_ae_adam_epsilon=4e-12, stobatch_madry_eps_iter=0.005,
+                     stobatch_noise_term="linear_broadcast")
     data = loop.Data(x.copy(), y.copy(), x[:10].copy(), y[:10].copy(), SHAPE, K)
     result = loop.train(method, data, optimizer="sgd", verbose=0)
     assert result.model.input_clip == 10.0
+    assert method.ae_optimizer.epsilon == pytest.approx(4e-12)  # --stobatch_ae_adam_epsilon
     with open(os.path.join(tmp_path / "run", "ledger.json"), encoding="utf-8") as f:
         assert "stobatch_raw_adversarial_source" in f.read()
     for v in result.model.weights:
@@ -133,3 +136,23 @@ def test_madry_eps_iter_steps_only_the_madry_rows(tmp_path):
     moved = np.abs(released[6:] - xs[6:]).max()
     assert 0 < moved <= 2 * 0.01 + 1e-7  # T_mu = 2 steps of 0.01
     assert np.abs(default[6:] - xs[6:]).max() > 0.1  # Eq. 8: steps of mu / T = 0.25
+
+
+def test_linear_broadcast_noise_term_is_k_times_the_linear_one(tmp_path):
+    """--stobatch_noise_term=linear_broadcast: the MNIST code subtracts its scalar
+    sum(N * W_pi) from every record and class, so the term (and its gradient) is K times the
+    paper's linear term."""
+    kernel = tf.Variable(np.random.default_rng(0).normal(size=(8, K)).astype(np.float32))
+    chi3 = tf.constant(np.random.default_rng(1).laplace(size=(8, K)).astype(np.float32))
+    model = type("M", (), {"chi3": chi3, "output_layer": type("O", (), {"kernel": kernel})()})()
+    lin, g_lin = _method(tmp_path).chi3_term_gradient(model)
+    bro, g_bro = _method(tmp_path, stobatch_noise_term="linear_broadcast").chi3_term_gradient(model)
+    np.testing.assert_allclose(bro.numpy(), K * lin.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(g_bro.numpy(), K * g_lin.numpy(), rtol=1e-6)
+
+
+def test_adam_epsilons_reach_both_optimizers(tmp_path):
+    method = _method(tmp_path, stobatch_adam_epsilon=1e-8, stobatch_ae_optimizer="adam",
+                     stobatch_ae_adam_epsilon=4e-12)
+    assert method.make_optimizer("adam", 1e-4).epsilon == pytest.approx(1e-8)
+    assert _method(tmp_path).make_optimizer("adam", 1e-4).epsilon == pytest.approx(1e-7)

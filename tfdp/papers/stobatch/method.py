@@ -60,7 +60,7 @@ from tfdp.train import loop
 PAIRINGS = ("alg4_fixed_pairs", "per_epoch_random", "release_reader")
 BN_STATS = ("global", "per_microbatch")
 NORM_MODES = ("paper_l1", "spectral_ref")
-NOISE_TERMS = ("linear", "abs_mean")
+NOISE_TERMS = ("linear", "abs_mean", "linear_broadcast")
 DTYPES = models.COMPUTE_DTYPES
 
 ADV_SOURCES = ("noisy", "raw")
@@ -132,8 +132,17 @@ class StoBatchConfig:
         "adam", "StoBatch: optimizer of theta1, adam (reference code) or sgd.",
         choices=("adam", "sgd"))
     noise_term: str = options.field(
-        "linear", "StoBatch: output noise term: linear (paper) or abs_mean (ref code).",
+        "linear", "StoBatch: output noise term: linear (paper), abs_mean (the CIFAR-10 code) or "
+        "linear_broadcast (the MNIST code's arithmetic: its scalar -sum(N*W) is subtracted "
+        "from every record and class of the Taylor loss, so the linear term counts K times).",
         choices=NOISE_TERMS)
+    adam_epsilon: Optional[float] = options.field(
+        None, "StoBatch: Adam's epsilon for theta2 (unset: Keras' 1e-7; the MNIST code: TF1's "
+        "1e-8 on the same normalised loss).", check=options.positive)
+    ae_adam_epsilon: Optional[float] = options.field(
+        None, "StoBatch: Adam's epsilon for theta1 (unset: Keras' 1e-7). tfdp divides the "
+        "reconstruction loss by m; the MNIST code minimises its sum with TF1's 1e-8, the same "
+        "steps as epsilon 1e-8 / m here (4.0e-12 at m = 2,499).", check=options.positive)
     dtype: str = options.field(
         "float32", "StoBatch: compute dtype of the network, the attacks and the losses: "
         "float32, or float64 (slower; results do not depend on float32 summation order, e.g. "
@@ -563,11 +572,18 @@ class StoBatch(Method):
         model.build((None,) + tuple(input_shape))
         model.encoder_conv.kernel.assign(self._theta1_0)
         model.set_noise(self._noise["chi1"], self._noise["chi2"], self.draw_chi3(num_classes))
-        self.ae_optimizer = loop.make_optimizer(self.settings.ae_optimizer, self.ae_lr)
+        self.ae_optimizer = loop.make_optimizer(self.settings.ae_optimizer, self.ae_lr,
+                                                self.settings.ae_adam_epsilon)
         self.ae_optimizer.build(model.theta1)
         self.model = model
         self.num_classes = int(num_classes)
         return model
+
+    def make_optimizer(self, name=None, learning_rate=None):
+        """theta2's optimizer, with --stobatch_adam_epsilon when it is Adam."""
+        return loop.make_optimizer(name or self.config.optimizer,
+                                   self.config.learning_rate if learning_rate is None
+                                   else learning_rate, self.settings.adam_epsilon)
 
     def checkpoint_objects(self) -> dict:
         """The auto-encoder's optimizer (theta1 and the noise live in the model)."""
@@ -678,9 +694,13 @@ class StoBatch(Method):
         """
         w_pi = model.output_layer.kernel
         on_first = tf.cast(replica.is_first_replica(), w_pi.dtype)
+        mode = self.settings.noise_term
+        # linear_broadcast: the MNIST code adds its linear term to each of the K classes.
+        times = float(w_pi.shape[-1]) if mode == "linear_broadcast" else 1.0
         with tf.GradientTape() as tape:
-            term = losses.functional_mechanism_term(model.chi3, w_pi, divisor=self.m,
-                                                    mode=self.settings.noise_term) * on_first
+            term = losses.functional_mechanism_term(
+                model.chi3, w_pi, divisor=self.m,
+                mode="linear" if mode == "linear_broadcast" else mode) * on_first * times
         return term, tape.gradient(term, w_pi)
 
     def train_step(self, step_ctx, x, y):
