@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tfdp.reproduce import extract, registry, report, runner
+from tfdp.reproduce import extract, registry, report, row_records, runner
 
 def _trainer_rows():
     return [r for r in registry.select(["hgm", "stobatch"])
@@ -96,7 +96,7 @@ def test_short_scale_is_not_available_and_never_crashes(tmp_path):
                               log=lambda m: None)
     assert all(v.startswith(extract.NOT_AVAILABLE) for v in status.values())
     for row in rows:
-        rec = runner.compute_row(row, "short", 1, str(tmp_path))
+        rec = row_records.compute_row(row, "short", 1, str(tmp_path))
         assert rec is None or (rec["verdict"] == extract.NOT_AVAILABLE and rec["value"] is None)
     lines = []
     runner.dry_run(rows, "short", 1, log=lines.append)

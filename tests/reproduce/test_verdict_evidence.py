@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tfdp.reproduce import extract, registry, runner
+from tfdp.reproduce import extract, jobfiles, registry, row_records, runner, tasks
 
 _RESULTS = os.path.join(runner.REPO_ROOT, "results", "reproduce")
 _PASS = ("reproduced", "within band", "ordering holds")
@@ -223,14 +223,14 @@ def test_rows_whose_jobs_changed_are_marked_stale(tmp_path):
     os.makedirs(os.path.join(res, "reduced"))
     with open(os.path.join(res, "reduced", f"{row.id}.json"), "w", encoding="utf-8") as f:
         json.dump(old, f)
-    runner.recompute_rows(res, [row])
+    row_records.recompute_rows(res, [row])
     with open(os.path.join(res, "reduced", f"{row.id}.json"), encoding="utf-8") as f:
         rec = json.load(f)
     assert rec["verdict"] == extract.STALE and rec["value"] is None
     assert rec["previous_value"] == 40.0 and rec["expected_jobs"] != old["jobs"]
     # A row whose recorded jobs are the current ones is not stale.
-    assert not runner.mark_stale(row, "reduced", 1, dict(
-        old, jobs=runner.expected_jobs(row, "reduced", 1)), res)
+    assert not row_records.mark_stale(row, "reduced", 1, dict(
+        old, jobs=tasks.expected_jobs(row, "reduced", 1)), res)
 
 
 def _eval_unit(row, scale, job):
@@ -290,7 +290,7 @@ def test_noisy_methods_are_scored_by_their_monte_carlo_prediction():
 
 
 def test_no_committed_row_passes_on_a_model_at_chance_or_too_few_certificates():
-    rows = runner.load_rows(_RESULTS)
+    rows = jobfiles.load_rows(_RESULTS)
     checked = 0
     for (scale, rid), rec in rows.items():
         row = registry.ROWS_BY_ID.get(rid)
@@ -302,7 +302,7 @@ def test_no_committed_row_passes_on_a_model_at_chance_or_too_few_certificates():
                 done = runner.load_job(_RESULTS, scale, runner.Task(job, seed).key)
                 if done is not None:
                     by_role.setdefault(role, []).append(done)
-        models = runner.row_models(row, scale, by_role, _RESULTS)
+        models = row_records.row_models(row, scale, by_role, _RESULTS)
         assert extract.inconclusive(row, models) is None, (scale, rid)
         checked += 1
     assert checked > 10

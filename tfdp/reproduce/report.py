@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from tfdp import registry as _papers
-from tfdp.reproduce import cite, extract, registry, runner
+from tfdp.reproduce import cite, extract, jobfiles, registry, tasks
 from tfdp.reproduce.releases import attribution
 import json
 
@@ -175,7 +175,7 @@ def _headline(paper: str, rows: list[registry.Row], rows_by_key: dict) -> list[s
     return lines
 
 
-TRAINING_AUDIT_DIR = os.path.join(runner.REPO_ROOT, "results", "audit", "training")
+TRAINING_AUDIT_DIR = os.path.join(tasks.REPO_ROOT, "results", "audit", "training")
 
 
 def _eps_cell(value: Any) -> str:
@@ -232,11 +232,11 @@ def releases_section(results_dir: str, figures: bool) -> list[str]:
     section built from the repository's results/releases/ ([] when it has no result), the
     same whichever results_dir the rest of the report comes from; its figures are redrawn
     only with the repository's own results (never from a test's copy)."""
-    own = os.path.abspath(results_dir) == os.path.join(runner.REPO_ROOT, "results", "reproduce")
-    return attribution.section(attribution.RESULTS_DIR, runner.REPO_ROOT, figures and own)
+    own = os.path.abspath(results_dir) == os.path.join(tasks.REPO_ROOT, "results", "reproduce")
+    return attribution.section(attribution.RESULTS_DIR, tasks.REPO_ROOT, figures and own)
 
 
-def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None = None,
+def generate(results_dir: str = tasks.DEFAULT_RESULTS, report_path: str | None = None,
              figures: bool = True) -> str:
     """Writes REPRODUCTION.md (and its figures) from the row and job JSONs.
 
@@ -249,9 +249,9 @@ def generate(results_dir: str = runner.DEFAULT_RESULTS, report_path: str | None 
     Returns:
       The Markdown text.
     """
-    rows_by_key = runner.load_rows(results_dir)
-    jobs = runner.load_jobs(results_dir)
-    target = report_path or os.path.join(runner.REPO_ROOT, "REPRODUCTION.md")
+    rows_by_key = jobfiles.load_rows(results_dir)
+    jobs = jobfiles.load_jobs(results_dir)
+    target = report_path or os.path.join(tasks.REPO_ROOT, "REPRODUCTION.md")
     rel_fig = os.path.relpath(os.path.join(results_dir, FIGURES_DIR),
                               os.path.dirname(os.path.abspath(target))).replace(os.sep, "/")
     fig_links = []
