@@ -6,7 +6,8 @@ import dataclasses
 import json
 import os
 
-from tfdp.reproduce import extract, freshness, jobfiles, registry, row_records, runner
+from tfdp.reproduce import (extract, freshness, jobfiles, registry, row_records, runner, values,
+                            verdicts)
 
 _RESULTS = os.path.join(runner.REPO_ROOT, "results", "reproduce")
 
@@ -14,7 +15,7 @@ _RESULTS = os.path.join(runner.REPO_ROOT, "results", "reproduce")
 def _model(**kw):
     base = dict(role="run", method="secure_sgd", dataset="mnist", accuracy=11.0)
     base.update(kw)
-    return extract.Model(**base)
+    return values.Model(**base)
 
 
 def test_claimed_certificates_are_found_under_the_names_evaluations_write():
@@ -29,7 +30,7 @@ def test_claimed_certificates_are_found_under_the_names_evaluations_write():
 
 def test_every_reason_on_claimed_certificates_says_so():
     row = registry.ROWS_BY_ID["stobatch.mnist.certified.mu0.05"]
-    reason = extract.verdict(row, extract.Value(40.0, "", [40.0]), [_model(
+    reason = verdicts.verdict(row, extract.Value(40.0, "", [40.0]), [_model(
         method="stobatch", accuracy=80.0, certified=[50], claimed_certificates=True)])[1]
     assert "certificates are the paper's claimed (unsound) ones" in reason
     # In the committed rows: a row whose evaluations wrote claimed certificates says so.
@@ -56,7 +57,7 @@ def test_hgm_longer_training_note_only_on_secure_sgd_models():
     row = registry.ROWS_BY_ID["hgm.mnist.secure_sgd_minus_secure_sgd_agm"]
     for method, expect in (("secure_sgd", True), ("secure_sgd_agm", False),
                            ("pixeldp", False), ("hgm_pixeldp", False)):
-        reason = extract.verdict(row, extract.Value(1.0, "", [1.0]), [_model(
+        reason = verdicts.verdict(row, extract.Value(1.0, "", [1.0]), [_model(
             method=method, config=cfg)])[1]
         assert "sound l_inf sensitivity" in reason or method == "pixeldp", (method, reason)
         assert ("5-10 times the epochs" in reason) == expect, (method, reason)
@@ -71,7 +72,7 @@ def test_a_baseline_is_described_as_the_network_its_job_ran():
     job = row.jobs["smoke"]["run"]
     cfg = registry.settings(job.flagfile, job.args)
     assert cfg["dpsgd_model"] == "mlp"
-    reason = extract.verdict(row, extract.Value(50.0, "", [50.0]), [_model(
+    reason = verdicts.verdict(row, extract.Value(50.0, "", [50.0]), [_model(
         method="dpsgd", accuracy=50.0, config=cfg)])[1]
     assert "tfdp's MLP (substitute) [mlp]" in reason, reason
     assert "small CNN" not in reason, reason
@@ -190,5 +191,5 @@ def test_the_report_cell_marks_fewer_seeds_than_needed_and_a_flagged_kernel():
     line = next(ln for ln in text.splitlines() if ln.startswith(f"| `{row.id}` |"))
     with open(os.path.join(_RESULTS, "reduced", row.id + ".json"), encoding="utf-8") as f:
         rec = json.load(f)
-    if len(rec.get("seeds") or []) < 3 and rec["verdict"] != extract.STALE:
+    if len(rec.get("seeds") or []) < 3 and rec["verdict"] != values.STALE:
         assert "of 3 needed)" in line, line

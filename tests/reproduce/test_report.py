@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tfdp.reproduce import extract, jobfiles, registry, report, row_records, runner
+from tfdp.reproduce import jobfiles, registry, report, row_records, runner, values
 
 _RESULTS = os.path.join(runner.REPO_ROOT, "results", "reproduce")
 _REPORT = os.path.join(runner.REPO_ROOT, "REPRODUCTION.md")
@@ -34,7 +34,7 @@ def test_report_never_shows_a_number_without_a_result():
             if (scale, row.id) in rows:
                 assert rows[(scale, row.id)]["verdict"] in cell
             elif scale in row.jobs:
-                assert cell == extract.NOT_RUN, (row.id, scale, cell)
+                assert cell == values.NOT_RUN, (row.id, scale, cell)
             else:
                 assert cell == "no job at this scale", (row.id, scale, cell)
 
@@ -108,4 +108,4 @@ def test_adlm_smoke_rows_get_verdicts(tmp_path):
     for row in registry.select(["adlm"]):
         if "smoke" in row.jobs:
             rec = row_records.compute_row(row, "smoke", 1, str(tmp_path / "r"), write=False)
-            assert rec is not None and rec["verdict"] in extract.VERDICTS, row.id
+            assert rec is not None and rec["verdict"] in values.VERDICTS, row.id

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tfdp.reproduce import extract, jobfiles, registry, row_records, runner
+from tfdp.reproduce import jobfiles, registry, row_records, runner, values
 
 _CLOSED = ["hgm.delta_threshold", "gpm.fig4.lower.b0.001", "gpm.table4.expect.d256.e0.5"]
 
@@ -71,9 +71,9 @@ def test_missing_trainer_is_not_available_in_this_build(tmp_path, monkeypatch):
     assert "not registered" in runner.unavailable(tasks[0].job)
     status = runner.run_tasks(tasks, "smoke", str(tmp_path), str(tmp_path), None,
                               log=lambda m: None)
-    assert all(v.startswith(extract.NOT_AVAILABLE) for v in status.values())
+    assert all(v.startswith(values.NOT_AVAILABLE) for v in status.values())
     rec = row_records.compute_row(row, "smoke", 2, str(tmp_path))
-    assert rec["verdict"] == extract.NOT_AVAILABLE and rec["value"] is None
+    assert rec["verdict"] == values.NOT_AVAILABLE and rec["value"] is None
 
 
 def test_unavailable_flagfile_and_method():
@@ -234,7 +234,7 @@ def test_an_evaluation_of_a_model_retrained_since_runs_again_and_its_row_is_stal
         json.dump({"id": row.id, "verdict": "reproduced", "value": 0.0, "value_text": "0",
                    "jobs": [ev.key]}, f)
     rec = row_records.compute_row(row, "smoke", 1, res)
-    assert rec["verdict"] == extract.STALE and rec["value"] is None
+    assert rec["verdict"] == values.STALE and rec["value"] is None
     assert rec["previous_value"] == 0.0 and ev.key in rec["reason"] and train.key in rec["reason"]
     lines = []  # the dry run counts it as work left, and says why
     runner.dry_run([row], "smoke", 1, log=lines.append, results_dir=res)

@@ -24,7 +24,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags  # noqa: E402
 
 from tfdp.apps import cli  # noqa: E402
-from tfdp.reproduce import extract, registry, report, row_records, runner, tasks  # noqa: E402
+from tfdp.reproduce import registry, report, row_records, runner, tasks, values  # noqa: E402
 
 FLAGS = flags.FLAGS
 _BEFORE = set(FLAGS)
@@ -104,8 +104,8 @@ def main(argv) -> None:
             verdict = "not run (a job failed or the scale's grid lacks this cell)"
         else:
             verdict = rec["verdict"]
-            if verdict == extract.NOT_AVAILABLE:
-                print(f"{row.id}: {extract.NOT_AVAILABLE} ({rec['reason']})")
+            if verdict == values.NOT_AVAILABLE:
+                print(f"{row.id}: {values.NOT_AVAILABLE} ({rec['reason']})")
         counts[verdict] = counts.get(verdict, 0) + 1
     print("tfdp-reproduce: " + ", ".join(f"{v}: {n}" for v, n in sorted(counts.items())))
     if FLAGS.write_report:

@@ -23,8 +23,6 @@ def job_settings(job: Job) -> dict[str, str]:
 
 # Options the runner sets on every command itself (`_argv`): a flagfile's value is overridden.
 _RUNNER_SET = ("seed", "model_dir", "verbose", "data_dir", "audit_output_dir", "output")
-
-
 _GIT_FLAGFILES: dict[tuple[str, str], str | None] = {}
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from tfdp.reproduce import extract, registry
+from tfdp.reproduce import extract, registry, values, verdicts
 from tfdp.reproduce.freshness import kernel_mismatch, outdated
 from tfdp.reproduce.jobfiles import _load_row, _row_file, _write_json, load_job, load_rows
 from tfdp.reproduce.registry import Row
@@ -94,7 +94,7 @@ def _certified_counts(row: Row, evaluation: dict) -> tuple[list[int], bool]:
 
 
 def row_models(row: Row, scale: str, records: dict[str, list[dict]],
-               results_dir: str) -> list[extract.Model]:
+               results_dir: str) -> list[values.Model]:
     """What each role's model was (accuracy, length, privacy, settings), from the job files.
 
     Args:
@@ -138,12 +138,12 @@ def row_models(row: Row, scale: str, records: dict[str, list[dict]],
                                                                         train.args))
         ledger = (trains[0].get("ledger") or {}) if trains else {}
         counts, claimed = [], False
-        if row.extractor in extract.CERTIFIED_EXTRACTORS:
+        if row.extractor in values.CERTIFIED_EXTRACTORS:
             for e in evals:
                 c, cl = _certified_counts(row, e)
                 counts += c
                 claimed = claimed or cl
-        out.append(extract.Model(
+        out.append(values.Model(
             role=role, method=train.method or "", dataset=dataset,
             accuracy=None if acc is None else 100.0 * acc, epochs=epochs, steps=steps,
             paper_epochs=p_epochs, paper_steps=p_steps, paper_command=paper_command,
@@ -179,7 +179,7 @@ def compute_row(row: Row, scale: str, seeds: int, results_dir: str,
         why = unavailable(job) or (unavailable(registry.train_job(scale, job.depends))
                                    if job.depends else None)
         if why is not None:
-            rec = dict(base, verdict=extract.NOT_AVAILABLE, reason=why, value=None)
+            rec = dict(base, verdict=values.NOT_AVAILABLE, reason=why, value=None)
             return rec
         for seed in (range(1, seeds + 1) if job.seeded else (None,)):
             task = Task(job, seed)
@@ -206,7 +206,7 @@ def compute_row(row: Row, scale: str, seeds: int, results_dir: str,
     flags = [why for r in records
              if (why := kernel_mismatch(Task(jobs_by_id[r["job"]], r["seed"]), r)) is not None]
     seeded = any(job.seeded for job in jobs.values())
-    verdict, reason = extract.verdict(
+    verdict, reason = verdicts.verdict(
         row, value, row_models(row, scale, by_role, results_dir),
         seeds=seeds if seeded and scale in registry.DECIDING_SCALES else None)
     if flags:
@@ -242,7 +242,7 @@ def recompute_rows(results_dir: str, rows: Iterable[Row] | None = None) -> int:
             old = existing.get((scale, row.id))
             seeds = max(1, len(old.get("seeds") or [])) if old else 1
             rec = compute_row(row, scale, seeds, results_dir)
-            if rec is not None and rec.get("verdict") != extract.NOT_AVAILABLE:
+            if rec is not None and rec.get("verdict") != values.NOT_AVAILABLE:
                 written += 1
             elif rec is None and old is not None:
                 mark_stale(row, scale, seeds, old, results_dir)
@@ -255,7 +255,7 @@ def _stale_record(row: Row, old: dict, want: list[str], rerun: list[str], why: s
                                                       "value_sd", "detail", "reason",
                                                       "jobs", "commands", "verdict")}
     rec.update(
-        id=row.id, verdict=extract.STALE, value=None, value_text="—",
+        id=row.id, verdict=values.STALE, value=None, value_text="—",
         previous_value=old.get("previous_value", old.get("value")),
         previous_value_text=old.get("previous_value_text", old.get("value_text")),
         previous_jobs=old.get("jobs") or old.get("previous_jobs") or [], expected_jobs=want,
@@ -278,7 +278,7 @@ def mark_stale(row: Row, scale: str, seeds: int, old: dict, results_dir: str) ->
     had = old.get("jobs") or old.get("previous_jobs") or []
     if sorted(had) == sorted(want):
         return False
-    if old.get("verdict") == extract.STALE and old.get("expected_jobs") == want:
+    if old.get("verdict") == values.STALE and old.get("expected_jobs") == want:
         return False
     missing = sorted(set(want) - set(had))
     rec = _stale_record(row, old, want, missing,

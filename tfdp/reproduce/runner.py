@@ -32,7 +32,7 @@ from typing import Any, Callable
 import h5py
 import numpy as np
 
-from tfdp.reproduce import extract, registry
+from tfdp.reproduce import registry, values
 from tfdp.reproduce.freshness import job_settings, kernel_mismatch, outdated
 from tfdp.reproduce.jobfiles import _job_file, _write_json, load_job
 from tfdp.reproduce.registry import Row
@@ -286,7 +286,7 @@ def run_tasks(tasks: list[Task], scale: str, results_dir: str, work_dir: str,
         if why is None and t.job.depends:
             why = unavailable(registry.train_job(scale, t.job.depends))
         if why is not None:
-            status[t.key] = f"{extract.NOT_AVAILABLE}: {why}"
+            status[t.key] = f"{values.NOT_AVAILABLE}: {why}"
         elif (done := load_job(results_dir, scale, t.key)) is not None and (
                 stale := (outdated(results_dir, scale, t, done)
                           or kernel_mismatch(t, done))) is None:
@@ -365,7 +365,7 @@ def dry_run(rows: list[Row], scale: str, seeds: int, log: Callable[[str], None] 
         why = unavailable(t.job)
         note = t.job.compute or f"about {_fmt_seconds(t.job.est_seconds)} on 2 CPU cores"
         if why:
-            note += f"; {extract.NOT_AVAILABLE}: {why}"
+            note += f"; {values.NOT_AVAILABLE}: {why}"
         data = "  [needs --data_dir or TFDP_DATA_DIR]" if t.job.needs_data else ""
         rec = load_job(results_dir, scale, t.key) if results_dir is not None else None
         done = rec is not None and (outdated(results_dir, scale, t, rec)

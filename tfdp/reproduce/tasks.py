@@ -16,14 +16,8 @@ from tfdp.train import registry as methods
 
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
 DEFAULT_RESULTS = os.path.join(REPO_ROOT, "results", "reproduce")
-
-
 DEFAULT_WORK = os.path.join(REPO_ROOT, "runs", "reproduce")
-
-
 # Where tfdp-reproduce writes without --repository (relative to the working directory).
 DEFAULT_USER_RESULTS = os.path.join("runs", "reproduce", "results")
 
