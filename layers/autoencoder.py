@@ -9,7 +9,8 @@ import numpy as np
 import tensorflow as tf
 
 from layers.bounding import Clip
-from layers.noise import LaplaceNoise, _check_nonneg_float
+from layers.noise import LaplaceNoise
+from layers.noise_checks import _check_nonneg_float
 from tfdp import losses
 
 

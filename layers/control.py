@@ -7,7 +7,8 @@ from typing import Any, Optional, Sequence
 
 import keras
 
-from layers.noise import _check_nonneg_float, _NoiseLayer
+from layers.noise import _NoiseLayer
+from layers.noise_checks import _check_nonneg_float
 
 
 def _walk(layer: Any, seen: set) -> list:

@@ -2,109 +2,32 @@
 
 from __future__ import annotations
 
-import contextlib
 import secrets
-import threading
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from tfdp import checks, kernels, mechanisms
+from layers.noise_checks import (_check_allow_zero, _check_bounds, _check_float32_scale,
+                                 _check_nonneg_float, _check_scale, _check_shared_axes)
+from layers.noise_streams import (_EXAMPLE, _TAG_FRESH, _TAG_INFERENCE, _TAG_ONCE, SEED_BITS,
+                                  _check_seed, root_seed, unit_gaussian, unit_laplace)
+from tfdp import kernels, mechanisms
 
 NOISE_MODES = ("per_example", "per_batch", "once")
 
-# Tags folded into the stateless seed so the three uses of one layer seed never collide.
-_TAG_FRESH = 1
-_TAG_ONCE = 2
-_TAG_INFERENCE = 3
-
-
-_EXAMPLE = threading.local()
-
-# ---------------------------------------------------------------------------- unit draws
-#
-# The layers draw unit noise from raw 32-bit Philox words (one stateless op for the whole
-# batch) and transform them in float32. A float32 uniform has 24 bits, so its smallest
-# positive value would cut the tails at 5.8 sd (Gaussian, Box-Muller) or 17 b (Laplace);
-# these draws build each uniform from TWO words, u = (w0 + (w1 + 1/2) 2^-32) 2^-32 (about
-# 2^-65 at the smallest), which puts the tails at 9.5 sd and 44 b. That is beyond the
-# float64 samplers of tfdp.mechanisms.sampling: TensorFlow's normal sampler clamps its
-# uniform at 1e-7 in float64 too (tails stop at 5.7 sd) and the float64 Laplace inverse CDF
-# stops near 36 b; and it costs a fraction of a float64 transform.
-
-_TWO_M32 = 2.0 ** -32
-
-
-def _open_uniform(w0: tf.Tensor, w1: tf.Tensor) -> tf.Tensor:
-    """float32 uniform on (0, 1] from two uint32 words, resolution 2^-64 near 0."""
-    u = tf.cast(w0, tf.float32) * _TWO_M32 + (tf.cast(w1, tf.float32) + 0.5) * _TWO_M32 ** 2
-    return tf.minimum(u, 1.0)  # w0 near 2^32 rounds up to 1 in float32
-
-
-def unit_gaussian_from_words(words: tf.Tensor) -> tf.Tensor:
-    """Two N(0, 1) draws per row of three uint32 words ([m, 3] -> [m, 2]; Box-Muller).
-
-    Args:
-        words: uint32 tensor [m, 3]: words 0, 1 give the radius' uniform, word 2 the angle.
-
-    Returns:
-        float32 tensor [m, 2].
-    """
-    u = _open_uniform(words[:, 0], words[:, 1])
-    radius = tf.sqrt(tf.maximum(-2.0 * tf.math.log(u), 0.0))
-    angle = tf.cast(words[:, 2], tf.float32) * (2.0 * np.pi * _TWO_M32)
-    return tf.stack([radius * tf.cos(angle), radius * tf.sin(angle)], axis=1)
-
-
-def unit_laplace_from_words(words: tf.Tensor) -> tf.Tensor:
-    """One Laplace(0, 1) draw per row of two uint32 words ([m, 2] -> [m]).
-
-    |x| = -log(u) ~ Exp(1) with u uniform on (0, 1] from word 0 and the high 31 bits of
-    word 1; the sign is word 1's lowest bit.
-
-    Args:
-        words: uint32 tensor [m, 2].
-
-    Returns:
-        float32 tensor [m].
-    """
-    low = tf.bitwise.right_shift(words[:, 1], tf.constant(1, tf.uint32))
-    u = tf.minimum(tf.cast(words[:, 0], tf.float32) * _TWO_M32
-                   + (tf.cast(low, tf.float32) + 0.5) * _TWO_M32 * 2.0 ** -31, 1.0)
-    magnitude = tf.maximum(-tf.math.log(u), 0.0)
-    negative = tf.cast(tf.bitwise.bitwise_and(words[:, 1], tf.constant(1, tf.uint32)),
-                       tf.float32)
-    return magnitude * (1.0 - 2.0 * negative)
-
-
-def _words(count: tf.Tensor, per_draw: int, seed: tf.Tensor) -> tf.Tensor:
-    return tf.random.stateless_uniform(tf.stack([count, per_draw]), seed=seed, minval=None,
-                                       maxval=None, dtype=tf.uint32)
-
-
-def unit_gaussian(shape: Any, seed: tf.Tensor) -> tf.Tensor:
-    """N(0, 1) float32 noise of `shape` from one stateless op (see the module notes)."""
-    shape = tf.convert_to_tensor(shape, dtype=tf.int32)
-    n = tf.reduce_prod(shape)
-    pairs = unit_gaussian_from_words(_words((n + 1) // 2, 3, seed))
-    return tf.reshape(tf.reshape(pairs, [-1])[:n], shape)
-
-
-def unit_laplace(shape: Any, seed: tf.Tensor) -> tf.Tensor:
-    """Laplace(0, 1) float32 noise of `shape` from one stateless op (see the module notes)."""
-    shape = tf.convert_to_tensor(shape, dtype=tf.int32)
-    return tf.reshape(unit_laplace_from_words(_words(tf.reduce_prod(shape), 2, seed)), shape)
-
+# The unit draws, the layers' seeds and the per-example key of fresh noise are in
+# layers.noise_streams; the argument checks in layers.noise_checks.
 
 # ---------------------------------------------------------------------------- kernels
 #
-# "portable" draws with the TensorFlow ops above (any device; the default). "fused" adds
-# the fresh per-example/inference draws with one compiled CPU op (tfdp.kernels): the same
-# Philox words, the same float32 formulas with vectorised log/cos/sin (a draw may differ
-# from the portable one in its last few bits), scale and add in the same pass. The kernel
-# is read when a layer is traced: set it before building a training step.
+# "portable" draws with the TensorFlow ops of layers.noise_streams (any device; the
+# default). "fused" adds the fresh per-example/inference draws with one compiled CPU op
+# (tfdp.kernels): the same Philox words, the same float32 formulas with vectorised
+# log/cos/sin (a draw may differ from the portable one in its last few bits), scale and add
+# in the same pass. The kernel is read when a layer is traced: set it before building a
+# training step.
 
 # The kernel choice and its state live in tfdp.kernels (below the layers); these names stay
 # importable from here and from `layers`.
@@ -114,138 +37,10 @@ get_noise_kernel = kernels.get_noise_kernel
 noise_kernel = kernels.noise_kernel
 
 
-@contextlib.contextmanager
-def example_index_scope(index: Any) -> Iterator[None]:
-    """Keys fresh per-example noise by the example's position inside the block.
-
-    Per-example gradients are computed by calling the model on one example at a time
-    inside `tf.vectorized_map`; there a layer's seed is the same for every example, so
-    without this scope every example would get the SAME "fresh" draw. Inside the block,
-    per-example draws fold `index` (the example's position in the replica's batch, an int
-    tensor, loop-variant under vectorized_map) into the seed: per-record randomness keyed by
-    position, never by content. Per-batch and once-drawn noise are not affected.
-
-    Args:
-        index: the example's position (scalar int tensor).
-
-    Yields:
-        Nothing.
-    """
-    previous = getattr(_EXAMPLE, "index", None)
-    _EXAMPLE.index = index
-    try:
-        yield
-    finally:
-        _EXAMPLE.index = previous
-
-
 def _check_mode(noise_mode: Any) -> str:
     if noise_mode not in NOISE_MODES:
         raise ValueError(f"noise_mode must be one of {NOISE_MODES}, got {noise_mode!r}")
     return noise_mode
-
-
-# Layer seeds are keys of up to 128 bits: the two int64 words of a stateless seed.
-SEED_BITS = 128
-
-
-def _check_seed(seed: Any) -> Optional[int]:
-    return checks.check_seed(seed, "seed", maximum=2**SEED_BITS - 1)
-
-
-def _signed64(word: int) -> int:
-    """A 64-bit word as the int64 TensorFlow's stateless seeds hold."""
-    return word - 2**64 if word >= 2**63 else word
-
-
-def root_seed(key: int, tag: int) -> tf.Tensor:
-    """The stateless seed [2] (int64) of use `tag` of a layer keyed by `key` (< 2^128).
-
-    A key below 2^63 gives [key, tag], the stream layers have always drawn for such seeds;
-    a larger key uses all its bits: its two 64-bit words with `tag` folded in. So the
-    128-bit keys drawn from OS entropy cannot be searched in less than 2^128 tries (no
-    63-bit truncation), while small user seeds keep their streams.
-    """
-    key = int(key)
-    if not 0 <= key < 2**SEED_BITS:
-        raise ValueError(f"seed must lie in [0, 2^{SEED_BITS}), got {key!r}")
-    if key < 2**63:
-        return tf.constant([key, int(tag)], dtype=tf.int64)
-    words = tf.constant([_signed64(key & (2**64 - 1)), _signed64(key >> 64)], dtype=tf.int64)
-    return tf.random.experimental.stateless_fold_in(words, tf.constant(int(tag), tf.int64))
-
-
-def _check_nonneg_float(value: Any, name: str, *, positive: bool = False) -> float:
-    return checks.check_finite(value, name, minimum=0.0, strict=positive)
-
-
-def _check_scale(scale: Any, name: str, allow_zero: Any = False) -> np.ndarray:
-    """A noise scale as float64: numbers or numeric arrays only (no strings or bools).
-
-    The calibrators of tfdp.mechanisms accept the same types; a zero entry is refused unless
-    `allow_zero` (a non-private ablation) is set explicitly.
-    """
-    if isinstance(scale, (bool, np.bool_, str, bytes)):
-        raise ValueError(f"{name} must be a number or a numeric array, got {scale!r}")
-    if isinstance(scale, (np.ndarray, list, tuple)):
-        kind = np.asarray(scale).dtype.kind
-        if kind not in "iuf":
-            raise ValueError(f"{name} must be a number or a numeric array, got an array of "
-                             f"dtype {np.asarray(scale).dtype}")
-    arr = checks.check_nonnegative_array(scale, name, allow_empty=False)
-    if not _check_allow_zero(allow_zero) and np.any(arr == 0.0):
-        raise ValueError(f"{name} has a zero entry: the layer would add no noise there; pass "
-                         f"allow_zero=True for a deliberate non-private ablation")
-    return arr
-
-
-def _check_allow_zero(allow_zero: Any) -> bool:
-    if not isinstance(allow_zero, (bool, np.bool_)):
-        raise ValueError(f"allow_zero must be a bool, got {allow_zero!r}")
-    return bool(allow_zero)
-
-
-def _check_float32_scale(scale: np.ndarray, name: str, allow_zero: bool) -> None:
-    """Refuses a final noise scale that overflows float32, or underflows to 0 there.
-
-    The noise is added in the input's precision (float32); a scale that is 0 or inf in
-    float32 would silently add no noise or destroy the signal.
-
-    Raises:
-        ValueError: naming `name`.
-    """
-    with np.errstate(over="ignore", under="ignore"):
-        s32 = scale.astype(np.float32)
-    if not np.all(np.isfinite(s32)):
-        raise ValueError(f"{name}: the noise scale overflows float32 (largest "
-                         f"{float(np.max(scale)):g}, after batch_divisor)")
-    if not allow_zero and np.any(s32 == 0.0):
-        raise ValueError(f"{name}: the noise scale underflows to 0 in float32 (smallest "
-                         f"{float(np.min(scale)):g}, after batch_divisor); pass "
-                         f"allow_zero=True for a deliberate non-private ablation")
-
-
-def _check_shared_axes(shared_axes: Any) -> tuple[int, ...]:
-    if shared_axes is None:
-        return ()
-    if isinstance(shared_axes, (int, np.integer)):
-        shared_axes = (shared_axes,)
-    try:
-        axes = tuple(int(a) for a in shared_axes)
-    except (TypeError, ValueError) as e:
-        raise ValueError(
-            f"shared_axes must be an int or a sequence of ints, got {shared_axes!r}") from e
-    if any(a < 1 for a in axes) or len(set(axes)) != len(axes):
-        raise ValueError(
-            f"shared_axes must be distinct feature axes >= 1 (axis 0 is the batch), "
-            f"got {shared_axes!r}")
-    return tuple(sorted(axes))
-
-
-def _check_bounds(bounds: Any) -> Optional[tuple[float, float]]:
-    if bounds is None:
-        return None
-    return checks.check_interval(bounds, "input_bounds")
 
 
 class _NoiseLayer(keras.layers.Layer):

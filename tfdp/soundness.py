@@ -257,6 +257,28 @@ def _count_flips(certificate: Any, x: np.ndarray, clean_pred: np.ndarray, radius
     return flipped
 
 
+def _attack_description(certificate: Any, options: Any, bound: str) -> dict:
+    """The entry's description of the attack and of the flip rule (`attack`, `restarts`,
+    `targeted`, `flip_rule`)."""
+    starts = "x" + (f" and {int(options.soundness_restarts)} random start(s) in the ball"
+                    if int(options.soundness_restarts) else "")
+    targeted = ", plus a targeted attack on the runner-up class" if options.soundness_targeted \
+        else ""
+    test = ("one-sided Clopper-Pearson on n_c of n_c + n_k" if bound == "clopper_pearson"
+            else "one-sided Hoeffding on the mean score difference")
+    return {
+        "attack": (f"PGD-EOT ({certificate.norm}), {int(options.soundness_nb_iter)} steps of "
+                   f"2.5 r / steps, {int(options.soundness_eot_draws)} draws per gradient, "
+                   f"untargeted from {starts}{targeted}; the candidate with the smallest "
+                   "estimated margin is tested; at each example's certified radius r"),
+        "restarts": int(options.soundness_restarts),
+        "targeted": bool(options.soundness_targeted),
+        "flip_rule": (f"the smoothed prediction at the attacked point is no longer the "
+                      f"certified class c: for some other class k, {test} rejects "
+                      f"p_c >= p_k at level alpha / (K - 1)"),
+    }
+
+
 def soundness_check(certificate: Any, x: np.ndarray, y: np.ndarray, clean_pred: np.ndarray,
                     clean_radius: np.ndarray, *, noisy: Callable, monte_carlo_fn: Callable,
                     bound: str, value_range: Sequence[float], alpha: float, options: Any,
@@ -310,27 +332,13 @@ def soundness_check(certificate: Any, x: np.ndarray, y: np.ndarray, clean_pred: 
     else:
         note = ("flips consistent with the confidence level" if p_value >= REJECT_LEVEL else
                 "certificates broken: more flips than the confidence level allows")
-    starts = "x" + (f" and {int(options.soundness_restarts)} random start(s) in the ball"
-                    if int(options.soundness_restarts) else "")
-    targeted = ", plus a targeted attack on the runner-up class" if options.soundness_targeted \
-        else ""
-    test = ("one-sided Clopper-Pearson on n_c of n_c + n_k" if bound == "clopper_pearson"
-            else "one-sided Hoeffding on the mean score difference")
     return {
         "certified": certified, "flipped": int(flipped), "p_value": p_value,
         "alpha": float(alpha), "null_rate": null_rate,
         "passed": bool(conclusive and p_value >= REJECT_LEVEL),
         "conclusive": bool(conclusive), "norm": certificate.norm,
         "certificate": certificate.name, "sound": bool(certificate.sound),
-        "attack": (f"PGD-EOT ({certificate.norm}), {int(options.soundness_nb_iter)} steps of "
-                   f"2.5 r / steps, {int(options.soundness_eot_draws)} draws per gradient, "
-                   f"untargeted from {starts}{targeted}; the candidate with the smallest "
-                   "estimated margin is tested; at each example's certified radius r"),
-        "restarts": int(options.soundness_restarts),
-        "targeted": bool(options.soundness_targeted),
-        "flip_rule": (f"the smoothed prediction at the attacked point is no longer the "
-                      f"certified class c: for some other class k, {test} rejects "
-                      f"p_c >= p_k at level alpha / (K - 1)"),
+        **_attack_description(certificate, options, bound),
         "power": (None if power_flipped is None else {
             "radius_factor": factor, "flipped": int(power_flipped), "of": certified,
             "rate": power_flipped / certified,

@@ -9,6 +9,7 @@ import scipy.stats
 import tensorflow as tf
 
 from tfdp import accounting, losses
+from tfdp.papers.adlm import budgets
 from tfdp.papers.adlm import losses as adlm_losses
 from tfdp.papers.adlm import models
 from tfdp.papers.adlm import method as adlm
@@ -45,15 +46,15 @@ def _ready(method, x, y, seed=0):
 def test_delta_h0_presets():
     # Delta_h0 presets (docs/adlm.md): 9800, 5400, 39,337,984 and 1,254,400.
     mnist = dict(architecture="mnist", input_shape=(28, 28, 1))
-    assert adlm.delta_h0("ref_code", **mnist) == 9800
-    assert adlm.delta_h0("paper_fc", **mnist) == 39_337_984
-    assert adlm.delta_h0("conv_fanin", **mnist) == 1_254_400
-    assert adlm.delta_h0("ref_code", architecture="cifar10", input_shape=(32, 32, 3)) == 5400
-    assert adlm.delta_h0("123.5", **mnist) == 123.5
+    assert budgets.delta_h0("ref_code", **mnist) == 9800
+    assert budgets.delta_h0("paper_fc", **mnist) == 39_337_984
+    assert budgets.delta_h0("conv_fanin", **mnist) == 1_254_400
+    assert budgets.delta_h0("ref_code", architecture="cifar10", input_shape=(32, 32, 3)) == 5400
+    assert budgets.delta_h0("123.5", **mnist) == 123.5
     with pytest.raises(ValueError, match="adlm_delta_h0"):
-        adlm.delta_h0("wide", **mnist)
+        budgets.delta_h0("wide", **mnist)
     with pytest.raises(ValueError, match="adlm_delta_h0"):
-        adlm.delta_h0(-1.0, **mnist)
+        budgets.delta_h0(-1.0, **mnist)
 
 
 def test_noise_scale_table():
@@ -72,9 +73,9 @@ def test_noise_scale_table():
 
 def test_per_record_diagnostics():
     # docs/adlm.md: MNIST code-release configuration: eps_rec,x ~ 10.8, eps_rec,y ~ 0.30.
-    ex = adlm.per_record_epsilon_inputs(batch_size=1800, eps_j_sum=784 * 0.075,
+    ex = budgets.per_record_epsilon_inputs(batch_size=1800, eps_j_sum=784 * 0.075,
                                         feature_range=1.0, delta_h0_value=9800)
-    ey = adlm.per_record_epsilon_labels(batch_size=1800, eps3=0.15, delta_f=1812.5)
+    ey = budgets.per_record_epsilon_labels(batch_size=1800, eps3=0.15, delta_f=1812.5)
     assert ex == pytest.approx(10.8, rel=1e-12)
     assert ey == pytest.approx(0.2979, abs=1e-4)
     assert 0.075 + ex + ey == pytest.approx(11.17, abs=0.01)
@@ -103,7 +104,7 @@ def test_lemma3_conv_fanin_bound_empirically():
     # the number of filters.
     rng = np.random.default_rng(11)
     h, w, c, k, f = 12, 12, 1, 5, 4
-    bound = adlm.delta_h0("conv_fanin", architecture="mnist", input_shape=(h, w, c)) / 32 * f
+    bound = budgets.delta_h0("conv_fanin", architecture="mnist", input_shape=(h, w, c)) / 32 * f
     ones = tf.ones((k, k, c, 1))
     for _ in range(200):
         batch = rng.uniform(0, 1, size=(6, h, w, c))

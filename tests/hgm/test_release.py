@@ -13,6 +13,7 @@ from tfdp.apps import train as train_app
 from tfdp.papers.hgm import method as hgm_method
 from tfdp.papers.hgm import models as hgm_models
 from tfdp.papers.hgm import release
+from tfdp.papers.hgm import robustness
 from tfdp.papers.hgm.method import HGMPixelDP, SecureSGD
 from tfdp.train import loop
 from tfdp.train.base import DataSpec, TrainConfig
@@ -218,7 +219,7 @@ def test_release_run_trains_what_the_release_trains(tmp_path, tiny_data):
     assert result.steps == 5
     # Ledger: every executed step charged; r's pre-training has no finite epsilon.
     ledger = result.ledger
-    assert [e["name"] for e in ledger["entries"]] == [hgm_method.R_PRETRAIN_ENTRY, "dpsgd"]
+    assert [e["name"] for e in ledger["entries"]] == [robustness.R_PRETRAIN_ENTRY, "dpsgd"]
     assert ledger["epsilon"] == "inf" and not ledger["guarantee"]
     assert "batch-mean" in ledger["entries"][0]["mechanism"]
     assert sum(s["steps"] for s in ledger["entries"][1]["segments"]) == 5

@@ -13,6 +13,7 @@ from tfdp.papers.hgm import models as hgm_models
 from tfdp.train import loop
 from tfdp.train.base import DataSpec, StepContext, TrainConfig
 from tfdp.papers.hgm import method as secure_sgd
+from tfdp.papers.hgm import robustness
 from tfdp.papers.hgm.method import PixelDP, SecureSGD, SecureSGDAGM, HGMPixelDP
 
 
@@ -175,7 +176,7 @@ def test_ledger_is_the_dpsgd_entry_for_the_executed_steps(tmp_path, tiny_data):
     ledger = result.ledger
     # Robustness noise: no entry; r from noise-free pre-training on the private data: no
     # finite epsilon (issue 22), the paper's claim stays the DP-SGD value.
-    assert [e["name"] for e in ledger["entries"]] == [secure_sgd.R_PRETRAIN_ENTRY, "dpsgd"]
+    assert [e["name"] for e in ledger["entries"]] == [robustness.R_PRETRAIN_ENTRY, "dpsgd"]
     want = accounting.dpsgd_epsilon(num_examples=256, batch_size=64, noise_multiplier=2.0,
                                     steps=result.steps, delta=1e-5, sampling="poisson",
                                     accountant=accounting.DEFAULT_ACCOUNTANT)

@@ -117,7 +117,7 @@ def test_same_seed_same_stream_other_seed_differs():
 
 
 def test_unseeded_layers_hold_128_bit_keys_and_use_every_bit():
-    from layers import noise as noise_module  # pylint: disable=import-outside-toplevel
+    from layers import noise_streams as noise_module  # pylint: disable=import-outside-toplevel
     keys = [layers.LaplaceNoise(1.0)._base_seed for _ in range(8)]
     # 128-bit keys from OS entropy: all of them below 2^64 has probability 2^-512.
     assert all(0 <= k < 2**128 for k in keys) and any(k >= 2**64 for k in keys)
@@ -433,7 +433,7 @@ def test_zero_scale_entries_add_no_noise_only_there():
 # ---------------------------------------------------------------- unit draws of the layers
 
 def test_unit_draw_tails_from_edge_words():
-    from layers import noise as noise_mod  # pylint: disable=import-outside-toplevel
+    from layers import noise_streams as noise_mod  # pylint: disable=import-outside-toplevel
     top = 2**32 - 1
     g = noise_mod.unit_gaussian_from_words(tf.constant([[0, 0, 0], [top, top, 0]],
                                                        tf.uint32)).numpy()
@@ -451,7 +451,7 @@ def test_unit_draw_tails_from_edge_words():
 def test_unit_draws_are_standard(which):
     from scipy import stats  # pylint: disable=import-outside-toplevel
 
-    from layers import noise as noise_mod  # pylint: disable=import-outside-toplevel
+    from layers import noise_streams as noise_mod  # pylint: disable=import-outside-toplevel
     n = 400_000
     draw = noise_mod.unit_gaussian if which == "gaussian" else noise_mod.unit_laplace
     x = draw([n // 4, 4], tf.constant([7, 11], tf.int64)).numpy().reshape(-1).astype(np.float64)

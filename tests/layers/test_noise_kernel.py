@@ -13,7 +13,7 @@ import tensorflow as tf
 from scipy import stats
 
 import layers as L
-from layers import noise as noise_mod
+from layers import noise_streams
 from tfdp import kernels
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,8 +43,8 @@ def _ulps(a, b):
 def test_fused_draws_are_the_portable_draws_to_a_few_ulps(shape, seed):
     # Same Philox words: every value within a few float32 ulps of the portable draw (a single
     # different word would move a value by O(1)); the Laplace sign is one word's lowest bit.
-    for distribution, portable in (("gaussian", noise_mod.unit_gaussian),
-                                   ("laplace", noise_mod.unit_laplace)):
+    for distribution, portable in (("gaussian", noise_streams.unit_gaussian),
+                                   ("laplace", noise_streams.unit_laplace)):
         fused = _fused_unit(shape, seed, distribution)
         want = portable(shape, tf.constant(seed, tf.int64)).numpy()
         assert fused.shape == want.shape
@@ -63,7 +63,7 @@ def test_counter_carry_across_the_low_word_matches_the_portable_draws():
         counter = tf.constant([low, 7], tf.uint64)
         words = tf.raw_ops.StatelessRandomUniformFullIntV2(
             shape=[600, 3], key=key, counter=counter, alg=1, dtype=tf.uint32)
-        want = noise_mod.unit_gaussian_from_words(words).numpy().reshape(-1)
+        want = noise_streams.unit_gaussian_from_words(words).numpy().reshape(-1)
         got = kernels.load().tfdp_noisy_add(tf.zeros([1200]), tf.ones([1]), key, counter,
                                             distribution="gaussian").numpy()
         assert np.max(_ulps(got, want)) <= 8
@@ -130,7 +130,7 @@ def test_fused_kernel_is_not_used_where_it_cannot_apply():
     for kernel in L.NOISE_KERNELS:
         layer = L.GaussianNoise(0.5, seed=3)
         layer.build((None, 6, 6, 3))
-        with L.noise_kernel(kernel), noise_mod.example_index_scope(tf.constant(2)):
+        with L.noise_kernel(kernel), noise_streams.example_index_scope(tf.constant(2)):
             got[kernel] = layer(x32[:1], training=True).numpy()
     np.testing.assert_array_equal(got["fused"], got["portable"])
 

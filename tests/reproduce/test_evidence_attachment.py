@@ -6,7 +6,8 @@ import dataclasses
 import json
 import os
 
-from tfdp.reproduce import extract, registry, runner
+from tfdp.reproduce import (extract, freshness, jobfiles, registry, row_records, runner, values,
+                            verdicts)
 
 _RESULTS = os.path.join(runner.REPO_ROOT, "results", "reproduce")
 
@@ -14,27 +15,27 @@ _RESULTS = os.path.join(runner.REPO_ROOT, "results", "reproduce")
 def _model(**kw):
     base = dict(role="run", method="secure_sgd", dataset="mnist", accuracy=11.0)
     base.update(kw)
-    return extract.Model(**base)
+    return values.Model(**base)
 
 
 def test_claimed_certificates_are_found_under_the_names_evaluations_write():
     cell = {"accuracy": 0.5, "claimed_certified_accuracy_on_attacked_inputs": 0.4}
     claimed = {"attacks": {"fgsm": {"0.1": cell}}, "num_examples": 100}
-    assert runner.uses_claimed_certificates(claimed)
+    assert row_records.uses_claimed_certificates(claimed)
     sound = {"attacks": {"fgsm": {"0.1": {"accuracy": 0.5,
                                           "certified_accuracy_on_attacked_inputs": 0.4}}}}
-    assert not runner.uses_claimed_certificates(sound)
-    assert runner.uses_claimed_certificates({"clean_claimed_certified_accuracy": {}})
+    assert not row_records.uses_claimed_certificates(sound)
+    assert row_records.uses_claimed_certificates({"clean_claimed_certified_accuracy": {}})
 
 
 def test_every_reason_on_claimed_certificates_says_so():
     row = registry.ROWS_BY_ID["stobatch.mnist.certified.mu0.05"]
-    reason = extract.verdict(row, extract.Value(40.0, "", [40.0]), [_model(
+    reason = verdicts.verdict(row, extract.Value(40.0, "", [40.0]), [_model(
         method="stobatch", accuracy=80.0, certified=[50], claimed_certificates=True)])[1]
     assert "certificates are the paper's claimed (unsound) ones" in reason
     # In the committed rows: a row whose evaluations wrote claimed certificates says so.
     found = 0
-    for (scale, rid), rec in runner.load_rows(_RESULTS).items():
+    for (scale, rid), rec in jobfiles.load_rows(_RESULTS).items():
         row = registry.ROWS_BY_ID.get(rid)
         if row is None or rec.get("value") is None or not row.jobs.get(scale):
             continue
@@ -43,7 +44,8 @@ def test_every_reason_on_claimed_certificates_says_so():
             for seed in (rec.get("seeds") or [1]) if job.seeded else [None]:
                 done = runner.load_job(_RESULTS, scale, runner.Task(job, seed).key) or {}
                 evaluation = (done.get("output") or {}).get("evaluation")
-                uses = uses or bool(evaluation and runner.uses_claimed_certificates(evaluation))
+                uses = uses or bool(
+                    evaluation and row_records.uses_claimed_certificates(evaluation))
         if uses:
             found += 1
             assert "claimed (unsound)" in rec["reason"], (scale, rid)
@@ -55,12 +57,12 @@ def test_hgm_longer_training_note_only_on_secure_sgd_models():
     row = registry.ROWS_BY_ID["hgm.mnist.secure_sgd_minus_secure_sgd_agm"]
     for method, expect in (("secure_sgd", True), ("secure_sgd_agm", False),
                            ("pixeldp", False), ("hgm_pixeldp", False)):
-        reason = extract.verdict(row, extract.Value(1.0, "", [1.0]), [_model(
+        reason = verdicts.verdict(row, extract.Value(1.0, "", [1.0]), [_model(
             method=method, config=cfg)])[1]
         assert "sound l_inf sensitivity" in reason or method == "pixeldp", (method, reason)
         assert ("5-10 times the epochs" in reason) == expect, (method, reason)
     # The committed rows: the note appears only where a Secure-SGD model is behind the row.
-    for (scale, rid), rec in runner.load_rows(_RESULTS).items():
+    for (scale, rid), rec in jobfiles.load_rows(_RESULTS).items():
         if "5-10 times the epochs" in (rec.get("reason") or ""):
             assert "secure_sgd (" in rec["reason"] or "secure_sgd:" in rec["reason"], rid
 
@@ -70,7 +72,7 @@ def test_a_baseline_is_described_as_the_network_its_job_ran():
     job = row.jobs["smoke"]["run"]
     cfg = registry.settings(job.flagfile, job.args)
     assert cfg["dpsgd_model"] == "mlp"
-    reason = extract.verdict(row, extract.Value(50.0, "", [50.0]), [_model(
+    reason = verdicts.verdict(row, extract.Value(50.0, "", [50.0]), [_model(
         method="dpsgd", accuracy=50.0, config=cfg)])[1]
     assert "tfdp's MLP (substitute) [mlp]" in reason, reason
     assert "small CNN" not in reason, reason
@@ -101,7 +103,7 @@ def test_an_evaluation_with_another_noise_kernel_than_its_command_selects_is_fla
 
 
 def test_committed_evaluations_ran_their_commands_kernel_or_their_rows_are_flagged():
-    rows = runner.load_rows(_RESULTS)
+    rows = jobfiles.load_rows(_RESULTS)
     for (scale, rid), rec in rows.items():
         row = registry.ROWS_BY_ID.get(rid)
         if row is None or rec.get("value") is None or not row.jobs.get(scale):
@@ -123,9 +125,9 @@ def test_a_job_whose_flagfile_changed_since_it_ran_is_outdated(tmp_path):
     now = runner.job_settings(task.job)
     assert "dpsgd_clipping" not in now  # the default (auto), no pin (issue 39)
     same = {"status": "ok", "settings": now, "output": {}}
-    assert runner.settings_changed(task, same) is None
+    assert freshness.settings_changed(task, same) is None
     pinned = dict(same, settings=dict(now, dpsgd_clipping="vectorized"))
-    why = runner.settings_changed(task, pinned)
+    why = freshness.settings_changed(task, pinned)
     assert why is not None and "dpsgd_clipping: vectorized -> (unset)" in why
     res = str(tmp_path)
     os.makedirs(os.path.join(res, "smoke", "jobs"))
@@ -134,7 +136,7 @@ def test_a_job_whose_flagfile_changed_since_it_ran_is_outdated(tmp_path):
         json.dump(pinned, f)
     assert runner.outdated(res, "smoke", task, runner.load_job(res, "smoke", task.key)) == why
     # The options the runner sets on every command do not count.
-    assert runner.settings_changed(task, dict(same, settings=dict(now, seed="7"))) is None
+    assert freshness.settings_changed(task, dict(same, settings=dict(now, seed="7"))) is None
 
 
 def test_no_dpsgd_flagfile_pins_a_clipping_path_without_saying_why():
@@ -189,5 +191,5 @@ def test_the_report_cell_marks_fewer_seeds_than_needed_and_a_flagged_kernel():
     line = next(ln for ln in text.splitlines() if ln.startswith(f"| `{row.id}` |"))
     with open(os.path.join(_RESULTS, "reduced", row.id + ".json"), encoding="utf-8") as f:
         rec = json.load(f)
-    if len(rec.get("seeds") or []) < 3 and rec["verdict"] != extract.STALE:
+    if len(rec.get("seeds") or []) < 3 and rec["verdict"] != values.STALE:
         assert "of 3 needed)" in line, line

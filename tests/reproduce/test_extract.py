@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from tfdp.reproduce import extract, registry
+from tfdp.reproduce import extract, registry, verdicts
 
 
 def _row(**kw):
@@ -20,9 +20,9 @@ def test_band_verdicts():
     row = _row()  # 90.2 +- 2.5
     v = extract.extract(row, {"run": [_train(0.89)]})
     assert v.value == pytest.approx(89.0)
-    assert extract.verdict(row, v)[0] == "within band"
+    assert verdicts.verdict(row, v)[0] == "within band"
     v = extract.extract(row, {"run": [_train(0.80)]})
-    verdict, reason = extract.verdict(row, v)
+    verdict, reason = verdicts.verdict(row, v)
     assert verdict == "not reproduced" and "-10.2" in reason and row.note in reason
 
 
@@ -35,21 +35,21 @@ def test_seeds_are_averaged_and_reported():
 
 def test_relerr_range_positive_verdicts():
     rel = _row(criterion=registry.Criterion("relerr", tol=1e-3), published=100.0)
-    assert extract.verdict(rel, extract.Value(100.05, ""))[0] == "reproduced"
-    assert extract.verdict(rel, extract.Value(100.2, ""))[0] == "not reproduced"
+    assert verdicts.verdict(rel, extract.Value(100.05, ""))[0] == "reproduced"
+    assert verdicts.verdict(rel, extract.Value(100.2, ""))[0] == "not reproduced"
     pos = _row(criterion=registry.Criterion("positive", low=0.0, high=4.0), published=2.0)
-    assert extract.verdict(pos, extract.Value(1.0, ""))[0] == "ordering holds"
-    assert extract.verdict(pos, extract.Value(-0.5, ""))[1].startswith("ordering fails")
-    assert "magnitude" in extract.verdict(pos, extract.Value(6.0, ""))[1]
+    assert verdicts.verdict(pos, extract.Value(1.0, ""))[0] == "ordering holds"
+    assert verdicts.verdict(pos, extract.Value(-0.5, ""))[1].startswith("ordering fails")
+    assert "magnitude" in verdicts.verdict(pos, extract.Value(6.0, ""))[1]
     rng = _row(criterion=registry.Criterion("range", high=1.0), published=None)
-    assert extract.verdict(rng, extract.Value(0.99, ""))[0] == "reproduced"
-    assert extract.verdict(rng, extract.Value(1.01, ""))[0] == "not reproduced"
+    assert verdicts.verdict(rng, extract.Value(0.99, ""))[0] == "reproduced"
+    assert verdicts.verdict(rng, extract.Value(1.01, ""))[0] == "not reproduced"
 
 
 def test_check_needs_the_extractors_decision():
     row = registry.ROWS_BY_ID["gpm.fig5.e0.5.b0.1"]
     with pytest.raises(ValueError):
-        extract.verdict(row, extract.Value(0.7, "", ok=None))
+        verdicts.verdict(row, extract.Value(0.7, "", ok=None))
 
 
 def _hist_row(d, success, oracle, trials=1000, eps=0.5, beta=0.1):
@@ -64,12 +64,12 @@ def test_gpm_hist_cell_tolerance_is_three_binomial_se_or_002():
     ok = {"hist": [{"csv": {"gpm_hist.csv": [_hist_row(256, 0.70, 0.711),
                                              _hist_row(4096, 0.75, 0.711)]}}]}
     v = extract.extract(row, ok)
-    assert v.ok and extract.verdict(row, v)[0] == "reproduced"
+    assert v.ok and verdicts.verdict(row, v)[0] == "reproduced"
     assert v.text.startswith("0.700-0.750")
     bad = {"hist": [{"csv": {"gpm_hist.csv": [_hist_row(256, 0.76, 0.711)]}}]}
     v = extract.extract(row, bad)
     assert not v.ok and "d = 256" in v.detail
-    assert extract.verdict(row, v)[0] == "not reproduced"
+    assert verdicts.verdict(row, v)[0] == "not reproduced"
     other = {"hist": [{"csv": {"gpm_hist.csv": [_hist_row(256, 0.7, 0.7, eps=1.0)]}}]}
     assert extract.extract(row, other) is None  # cell not in this scale's grid
 
@@ -102,7 +102,7 @@ def test_eot_soundness_flags_an_attack_below_the_certified_accuracy():
     # slack = 0.05 + 3 sqrt(0.6 * 0.4 / 400) = 0.05 + 0.0735 = 0.1235.
     ok = extract.extract(row, {"run": [summary(0.48)]})
     assert ok.ok and ok.value == pytest.approx(0.48 - (0.60 - 0.1235), abs=1e-3)
-    assert extract.verdict(row, ok)[0] == "reproduced"
+    assert verdicts.verdict(row, ok)[0] == "reproduced"
     bad = extract.extract(row, {"run": [summary(0.40)]})
     assert not bad.ok and "madry" in bad.detail
-    assert extract.verdict(row, bad)[0] == "not reproduced"
+    assert verdicts.verdict(row, bad)[0] == "not reproduced"

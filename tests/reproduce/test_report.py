@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tfdp.reproduce import extract, registry, report, runner
+from tfdp.reproduce import jobfiles, registry, report, row_records, runner, values
 
 _RESULTS = os.path.join(runner.REPO_ROOT, "results", "reproduce")
 _REPORT = os.path.join(runner.REPO_ROOT, "REPRODUCTION.md")
@@ -24,7 +24,7 @@ def test_committed_report_is_generated_from_the_committed_results():
 
 
 def test_report_never_shows_a_number_without_a_result():
-    rows = runner.load_rows(_RESULTS)
+    rows = jobfiles.load_rows(_RESULTS)
     text = report.generate(_RESULTS, report_path="", figures=False)
     lines = {ln.split(" | ")[0][3:-1]: ln for ln in text.splitlines()
              if ln.startswith("| `")}
@@ -34,7 +34,7 @@ def test_report_never_shows_a_number_without_a_result():
             if (scale, row.id) in rows:
                 assert rows[(scale, row.id)]["verdict"] in cell
             elif scale in row.jobs:
-                assert cell == extract.NOT_RUN, (row.id, scale, cell)
+                assert cell == values.NOT_RUN, (row.id, scale, cell)
             else:
                 assert cell == "no job at this scale", (row.id, scale, cell)
 
@@ -86,7 +86,7 @@ def test_smoke_scale_regenerates_the_committed_report(tmp_path):
     expected_failures = {"hgm.fig1.hgm_le_gm", "gpm.table4.expect.d256.e1"}
     checked = 0
     for row in registry.select(["gpm", "hgm"]):
-        rec = runner.compute_row(row, "smoke", 1, str(res), write=False)
+        rec = row_records.compute_row(row, "smoke", 1, str(res), write=False)
         if rec is None or not row.criterion.smoke_meaningful:
             continue
         checked += 1
@@ -107,5 +107,5 @@ def test_adlm_smoke_rows_get_verdicts(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     for row in registry.select(["adlm"]):
         if "smoke" in row.jobs:
-            rec = runner.compute_row(row, "smoke", 1, str(tmp_path / "r"), write=False)
-            assert rec is not None and rec["verdict"] in extract.VERDICTS, row.id
+            rec = row_records.compute_row(row, "smoke", 1, str(tmp_path / "r"), write=False)
+            assert rec is not None and rec["verdict"] in values.VERDICTS, row.id

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tfdp.reproduce import extract, registry, runner
+from tfdp.reproduce import jobfiles, registry, row_records, runner, values
 
 _CLOSED = ["hgm.delta_threshold", "gpm.fig4.lower.b0.001", "gpm.table4.expect.d256.e0.5"]
 
@@ -46,18 +46,18 @@ def test_rows_get_a_json_with_command_versions_value_and_verdict(tmp_path):
     runner.run_tasks(runner.tasks_for(rows, "short", 1), "short", res, str(tmp_path / "w"),
                      None, log=lambda m: None)
     for row in rows:
-        rec = runner.compute_row(row, "short", 1, res)
+        rec = row_records.compute_row(row, "short", 1, res)
         with open(os.path.join(res, "short", f"{row.id}.json"), encoding="utf-8") as f:
             assert json.load(f) == json.loads(json.dumps(rec))
         assert rec["verdict"] == "reproduced", rec
         assert rec["published"] == row.published and rec["value"] is not None
         assert rec["commands"] and "python" in rec["versions"]
     typo = registry.ROWS_BY_ID["gpm.table4.expect.d256.e1"]  # the paper prints 103.2
-    rec = runner.compute_row(typo, "short", 1, res)
+    rec = row_records.compute_row(typo, "short", 1, res)
     assert rec["verdict"] == "not reproduced" and "typo" in rec["reason"]
     # A row whose jobs have not run yet has no result (the report says "not run").
     other = registry.ROWS_BY_ID["gpm.fig4.gm_eps.s1.d1e-10"]
-    assert runner.compute_row(other, "full", 1, str(tmp_path / "empty")) is None
+    assert row_records.compute_row(other, "full", 1, str(tmp_path / "empty")) is None
 
 
 def test_missing_trainer_is_not_available_in_this_build(tmp_path, monkeypatch):
@@ -71,9 +71,9 @@ def test_missing_trainer_is_not_available_in_this_build(tmp_path, monkeypatch):
     assert "not registered" in runner.unavailable(tasks[0].job)
     status = runner.run_tasks(tasks, "smoke", str(tmp_path), str(tmp_path), None,
                               log=lambda m: None)
-    assert all(v.startswith(extract.NOT_AVAILABLE) for v in status.values())
-    rec = runner.compute_row(row, "smoke", 2, str(tmp_path))
-    assert rec["verdict"] == extract.NOT_AVAILABLE and rec["value"] is None
+    assert all(v.startswith(values.NOT_AVAILABLE) for v in status.values())
+    rec = row_records.compute_row(row, "smoke", 2, str(tmp_path))
+    assert rec["verdict"] == values.NOT_AVAILABLE and rec["value"] is None
 
 
 def test_unavailable_flagfile_and_method():
@@ -233,8 +233,8 @@ def test_an_evaluation_of_a_model_retrained_since_runs_again_and_its_row_is_stal
     with open(os.path.join(res, "smoke", f"{row.id}.json"), "w", encoding="utf-8") as f:
         json.dump({"id": row.id, "verdict": "reproduced", "value": 0.0, "value_text": "0",
                    "jobs": [ev.key]}, f)
-    rec = runner.compute_row(row, "smoke", 1, res)
-    assert rec["verdict"] == extract.STALE and rec["value"] is None
+    rec = row_records.compute_row(row, "smoke", 1, res)
+    assert rec["verdict"] == values.STALE and rec["value"] is None
     assert rec["previous_value"] == 0.0 and ev.key in rec["reason"] and train.key in rec["reason"]
     lines = []  # the dry run counts it as work left, and says why
     runner.dry_run([row], "smoke", 1, log=lines.append, results_dir=res)
@@ -282,7 +282,7 @@ _RESULTS = os.path.join(runner.REPO_ROOT, "results", "reproduce")
 
 def _committed_tasks():
     """(scale, row id, task) for every job a committed row's value rests on directly."""
-    for (scale, rid), rec in runner.load_rows(_RESULTS).items():
+    for (scale, rid), rec in jobfiles.load_rows(_RESULTS).items():
         row = registry.ROWS_BY_ID.get(rid)
         if row is None or rec.get("value") is None or not row.jobs.get(scale):
             continue

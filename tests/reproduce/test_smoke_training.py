@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from tfdp.reproduce import extract, registry, report, runner
+from tfdp.reproduce import registry, report, runner, values
 
 _RESULTS = os.path.join(runner.REPO_ROOT, "results", "reproduce")
 _REPORT = os.path.join(runner.REPO_ROOT, "REPRODUCTION.md")
@@ -107,7 +107,7 @@ def test_smoke_training_rows_rerun_to_the_committed_results(tmp_path, real_data_
             assert new["value"] == pytest.approx(old["value"], abs=_TOLERANCE), (
                 row_id, new["value"], old["value"])
         else:
-            assert new["verdict"] in extract.VERDICTS and new["value"] is not None, new
+            assert new["verdict"] in values.VERDICTS and new["value"] is not None, new
     for key in sorted(removed):  # the privacy accounting of every training is identical
         if key.startswith("train."):
             with open(res / "smoke" / "jobs" / f"{key}.json", encoding="utf-8") as f:

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tfdp.reproduce import extract, registry, report, runner
+from tfdp.reproduce import extract, registry, report, row_records, runner, values
 
 def _trainer_rows():
     return [r for r in registry.select(["hgm", "stobatch"])
@@ -94,10 +94,10 @@ def test_short_scale_is_not_available_and_never_crashes(tmp_path):
     assert tasks
     status = runner.run_tasks(tasks, "short", str(tmp_path), str(tmp_path), None,
                               log=lambda m: None)
-    assert all(v.startswith(extract.NOT_AVAILABLE) for v in status.values())
+    assert all(v.startswith(values.NOT_AVAILABLE) for v in status.values())
     for row in rows:
-        rec = runner.compute_row(row, "short", 1, str(tmp_path))
-        assert rec is None or (rec["verdict"] == extract.NOT_AVAILABLE and rec["value"] is None)
+        rec = row_records.compute_row(row, "short", 1, str(tmp_path))
+        assert rec is None or (rec["verdict"] == values.NOT_AVAILABLE and rec["value"] is None)
     lines = []
     runner.dry_run(rows, "short", 1, log=lines.append)
     assert "not available in this build: flagfile flags/hgm/mnist_short.flags is absent" in (
@@ -105,7 +105,7 @@ def test_short_scale_is_not_available_and_never_crashes(tmp_path):
     text = report.generate(str(tmp_path), report_path="", figures=False)
     line = next(ln for ln in text.splitlines()
                 if ln.startswith("| `hgm.fig3.mnist_hgm_pixeldp_minus_pixeldp`"))
-    assert line.rstrip(" |").split(" | ")[-3] == extract.NOT_RUN  # the short column
+    assert line.rstrip(" |").split(" | ")[-3] == values.NOT_RUN  # the short column
 
 
 def _cell(acc, cert):

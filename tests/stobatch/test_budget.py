@@ -11,6 +11,7 @@ from tfdp.papers.stobatch import losses as stobatch_losses
 from tfdp.papers.stobatch import models
 from tfdp.train import base
 from tfdp.papers.stobatch import method as stobatch
+from tfdp.papers.stobatch import privacy
 
 
 @pytest.mark.parametrize("arch,shape,fan_in,beta,delta_r", [
@@ -37,7 +38,7 @@ CASES = [
 @pytest.mark.parametrize("fan_in,beta,m,eps,eps2,gamma_x,gamma,eps1", CASES)
 def test_budget_solve_fixtures(fan_in, beta, m, eps, eps2, gamma_x, gamma, eps1):
     # gamma_x = Delta_R / m and the budget solve (Lemma 3, Theorem 4)
-    b = stobatch.solve_budget(epsilon=eps, eps2=eps2, fan_in=fan_in, beta=beta, m=m,
+    b = privacy.solve_budget(epsilon=eps, eps2=eps2, fan_in=fan_in, beta=beta, m=m,
                               first_layer_norm=0.5)
     assert b.gamma_x == pytest.approx(gamma_x, abs=1e-6 if gamma_x < 10 else 1e-3)
     assert b.gamma == pytest.approx(gamma, abs=1e-6 if gamma < 100 else 1e-3)
@@ -49,7 +50,7 @@ def test_budget_solve_fixtures(fan_in, beta, m, eps, eps2, gamma_x, gamma, eps1)
 @pytest.mark.parametrize("gamma_norm", [0.1, 0.5, 3.0])
 @pytest.mark.parametrize("eps", [0.3, 1.0, 7.5])
 def test_budget_solve_any_gamma(gamma_norm, eps):
-    b = stobatch.solve_budget(epsilon=eps, eps2=0.1, fan_in=25, beta=196, m=999,
+    b = privacy.solve_budget(epsilon=eps, eps2=0.1, fan_in=25, beta=196, m=999,
                               first_layer_norm=gamma_norm)
     assert abs(b.to_dict()["theorem4_total"] - eps) < 1e-12
 
@@ -58,7 +59,7 @@ def test_budget_solve_any_gamma(gamma_norm, eps):
 def test_cifar_and_tiny_imagenet_rules(r):
     # The paper's rules: eps2 = 1 + r/3 (CIFAR-10) or 1 (Tiny ImageNet), eps_total = 2 + r
     for fan_in, beta, m, eps2 in ((48, 196, 1851, 1 + r / 3), (147, 1024, 4500, 1.0)):
-        b = stobatch.solve_budget(epsilon=2.0 + r, eps2=eps2, fan_in=fan_in, beta=beta, m=m,
+        b = privacy.solve_budget(epsilon=2.0 + r, eps2=eps2, fan_in=fan_in, beta=beta, m=m,
                                   first_layer_norm=0.5)
         assert b.to_dict()["theorem4_total"] == pytest.approx(2.0 + r, abs=1e-12)
         numerator = (1 + 2 * r / 3) if eps2 != 1.0 else (1 + r)
@@ -69,11 +70,11 @@ def test_cifar_and_tiny_imagenet_rules(r):
                                                 (147, 1024, 0.0204)])
 def test_a22_term_and_ledger(fan_in, beta, factor):
     # Theorem 1's dropped term and the ledger: claimed Theorem 4 total, extra line, sound value inf
-    b = stobatch.solve_budget(epsilon=2.0, eps2=0.1, fan_in=fan_in, beta=beta, m=2499,
+    b = privacy.solve_budget(epsilon=2.0, eps2=0.1, fan_in=fan_in, beta=beta, m=2499,
                               first_layer_norm=0.5)
     assert b.a22_term / b.eps1 == pytest.approx(factor, abs=5e-5)
     ledger = accounting.PrivacyLedger()
-    stobatch.add_ledger_entries(ledger, b)
+    privacy.add_ledger_entries(ledger, b)
     d = ledger.to_dict()
     assert d["claimed_epsilon"] == pytest.approx(2.0, abs=1e-12)
     assert d["epsilon"] == "inf"  # never a sound value below what the analysis supports
@@ -89,7 +90,7 @@ def test_a22_term_and_ledger(fan_in, beta, factor):
 def test_laplace_generator_mean_absolute_value(scale):
     # Mean |v| of 1e6 draws within 0.5% of b. The standard error of the mean of
     # |v| (exponential, sd b) is b / 1000, so 0.5% is five standard errors.
-    draws = stobatch.draw_laplace(np.random.default_rng(7), scale, (1000, 1000))
+    draws = privacy.draw_laplace(np.random.default_rng(7), scale, (1000, 1000))
     assert abs(np.mean(np.abs(draws.astype(np.float64))) / scale - 1.0) < 5e-3
 
 

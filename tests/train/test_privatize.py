@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import keras
 import layers as tfdp_layers
+from layers import noise_streams
 from tfdp.models import common
 from tfdp.papers.adlm import models as adlm
 from tfdp.train import dpsgd, ghost, privatize
@@ -219,7 +220,7 @@ def test_vectorized_path_draws_independent_noise_per_example(index_scoped):
         xi, i = args
         if not index_scoped:
             return layer(xi[None], training=True)[0]
-        with tfdp_layers.noise.example_index_scope(i):
+        with noise_streams.example_index_scope(i):
             return layer(xi[None], training=True)[0]
 
     out = tf.vectorized_map(one, (x, tf.range(4, dtype=tf.int64))).numpy()

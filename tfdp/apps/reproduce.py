@@ -24,7 +24,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags  # noqa: E402
 
 from tfdp.apps import cli  # noqa: E402
-from tfdp.reproduce import extract, registry, report, runner  # noqa: E402
+from tfdp.reproduce import registry, report, row_records, runner, tasks, values  # noqa: E402
 
 FLAGS = flags.FLAGS
 _BEFORE = set(FLAGS)
@@ -45,7 +45,7 @@ flags.DEFINE_bool("repository", False,
                   "to runs/reproduce/results/ and the report to RESULTS_DIR/REPRODUCTION.md.")
 flags.DEFINE_string("results_dir", None, "Result JSONs (default: runs/reproduce/results, or "
                     "results/reproduce with --repository).")
-flags.DEFINE_string("work_dir", runner.DEFAULT_WORK, "Run directories (not committed).")
+flags.DEFINE_string("work_dir", tasks.DEFAULT_WORK, "Run directories (not committed).")
 flags.DEFINE_string("report_path", None, "Report file (default: RESULTS_DIR/REPRODUCTION.md, or "
                     "REPRODUCTION.md at the repository root with --repository).")
 flags.DEFINE_string("data_dir", None, "Real data root (default: TFDP_DATA_DIR).")
@@ -80,32 +80,32 @@ def main(argv) -> None:
     if not FLAGS.repository:
         os.makedirs(FLAGS.results_dir, exist_ok=True)
         for name in ("preamble.md", "earlier_runs.md"):  # the report's hand-written parts
-            src = os.path.join(runner.DEFAULT_RESULTS, name)
+            src = os.path.join(tasks.DEFAULT_RESULTS, name)
             dst = os.path.join(FLAGS.results_dir, name)
             if os.path.exists(src) and not os.path.exists(dst):
                 shutil.copyfile(src, dst)
     if FLAGS.report:
-        runner.recompute_rows(FLAGS.results_dir)
+        row_records.recompute_rows(FLAGS.results_dir)
         report.generate(FLAGS.results_dir, FLAGS.report_path)
         print(f"tfdp-reproduce: {FLAGS.report_path} written from {FLAGS.results_dir}")
         return
     if FLAGS.dry_run:
         runner.dry_run(rows, FLAGS.scale, FLAGS.seeds, results_dir=FLAGS.results_dir)
         return
-    tasks = runner.tasks_for(rows, FLAGS.scale, FLAGS.seeds)
+    todo = tasks.tasks_for(rows, FLAGS.scale, FLAGS.seeds)
     data_dir = FLAGS.data_dir or os.environ.get("TFDP_DATA_DIR")
-    runner.run_tasks(tasks, FLAGS.scale, FLAGS.results_dir, FLAGS.work_dir, data_dir)
+    runner.run_tasks(todo, FLAGS.scale, FLAGS.results_dir, FLAGS.work_dir, data_dir)
     counts: dict[str, int] = {}
     for row in rows:
-        rec = runner.compute_row(row, FLAGS.scale, FLAGS.seeds, FLAGS.results_dir)
+        rec = row_records.compute_row(row, FLAGS.scale, FLAGS.seeds, FLAGS.results_dir)
         if row.jobs.get(FLAGS.scale) is None:
             verdict = "no job at this scale"
         elif rec is None:
             verdict = "not run (a job failed or the scale's grid lacks this cell)"
         else:
             verdict = rec["verdict"]
-            if verdict == extract.NOT_AVAILABLE:
-                print(f"{row.id}: {extract.NOT_AVAILABLE} ({rec['reason']})")
+            if verdict == values.NOT_AVAILABLE:
+                print(f"{row.id}: {values.NOT_AVAILABLE} ({rec['reason']})")
         counts[verdict] = counts.get(verdict, 0) + 1
     print("tfdp-reproduce: " + ", ".join(f"{v}: {n}" for v, n in sorted(counts.items())))
     if FLAGS.write_report:

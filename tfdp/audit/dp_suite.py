@@ -101,6 +101,58 @@ def dpsgd_cases_from_ledger(ledger: dict, delta: float | None = None) -> list[di
     return out
 
 
+def _gaussian_cases(eps: float, delta: float, x0: np.ndarray, x1: np.ndarray) -> list[dict]:
+    """The Gaussian calibrations' cases, and the control that a tight audit must flag."""
+    cases = []
+    for name, fn in (("gaussian_classical", mechanisms.classical_gaussian_sigma),
+                     ("gaussian_analytic", mechanisms.analytic_gaussian_sigma),
+                     ("gaussian_hgm", mechanisms.hgm_sigma),
+                     ("gaussian_tail_thm2.3", mechanisms.gaussian_tail_sigma)):
+        if name == "gaussian_classical" and eps >= 1.0:
+            # The classical bound is proved for eps < 1 only; audit it at its valid edge.
+            e = 0.99
+        else:
+            e = eps
+        sigma = fn(epsilon=e, delta=delta, sensitivity=1.0)
+        cases.append(dict(name=name, mechanism=_gaussian_mech(sigma),
+                          attacker=empirical.gaussian_attacker(x0, x1, sigma),
+                          score=empirical.gaussian_score(x0, x1, sigma),
+                          claimed_eps=e, delta=delta, stddevs=sigma))
+    # Control: the analytic Gaussian with 10% less noise than calibrated, claiming the same
+    # eps. A tight audit must flag it (its true eps at delta is about 1.13 x the claim).
+    sigma_low = 0.9 * mechanisms.analytic_gaussian_sigma(epsilon=eps, delta=delta,
+                                                         sensitivity=1.0)
+    cases.append(dict(name="control_gaussian_analytic_sigma_x0.9",
+                      mechanism=_gaussian_mech(sigma_low),
+                      attacker=empirical.gaussian_attacker(x0, x1, sigma_low),
+                      score=empirical.gaussian_score(x0, x1, sigma_low),
+                      claimed_eps=eps, delta=delta, stddevs=sigma_low, control=True))
+    return cases
+
+
+def _layer_cases(b: float, sigma: float, r: np.ndarray, stds: np.ndarray, eps: float,
+                 delta: float, seed: int, x0: np.ndarray, x1: np.ndarray) -> list[dict]:
+    """The noise layers' cases at the scales of the Laplace, analytic Gaussian and HGM cases."""
+    cases = []
+    lap = layers.LaplaceNoise(b, seed=seed + 1)
+    cases.append(dict(name="layer_LaplaceNoise", mechanism=_layer_mech(lap),
+                      attacker=empirical.laplace_attacker(x0, x1, b),
+                      score=empirical.laplace_score(x0, x1, b), claimed_eps=eps,
+                      delta=0.0))
+    sigma_g = mechanisms.analytic_gaussian_sigma(epsilon=eps, delta=delta, sensitivity=1.0)
+    gl = layers.GaussianNoise(sigma_g, seed=seed + 2)
+    cases.append(dict(name="layer_GaussianNoise", mechanism=_layer_mech(gl),
+                      attacker=empirical.gaussian_attacker(x0, x1, sigma_g),
+                      score=empirical.gaussian_score(x0, x1, sigma_g),
+                      claimed_eps=eps, delta=delta, stddevs=sigma_g))
+    hl = layers.HeterogeneousGaussianNoise(sigma, r=r, seed=seed + 3)
+    cases.append(dict(name="layer_HeterogeneousGaussianNoise", mechanism=_layer_mech(hl),
+                      attacker=empirical.gaussian_attacker(x0, x1, stds),
+                      score=empirical.gaussian_score(x0, x1, stds),
+                      claimed_eps=eps, delta=delta, stddevs=stds))
+    return cases
+
+
 def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
                 include_layers: bool = True,
                 dpsgd_steps: list[tuple[float, float]] | None = None) -> list[dict]:
@@ -126,29 +178,7 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
     cases.append(dict(name="laplace", mechanism=_laplace_mech(b),
                       attacker=empirical.laplace_attacker(x0, x1, b),
                       score=empirical.laplace_score(x0, x1, b), claimed_eps=eps, delta=0.0))
-    for name, fn in (("gaussian_classical", mechanisms.classical_gaussian_sigma),
-                     ("gaussian_analytic", mechanisms.analytic_gaussian_sigma),
-                     ("gaussian_hgm", mechanisms.hgm_sigma),
-                     ("gaussian_tail_thm2.3", mechanisms.gaussian_tail_sigma)):
-        if name == "gaussian_classical" and eps >= 1.0:
-            # The classical bound is proved for eps < 1 only; audit it at its valid edge.
-            e = 0.99
-        else:
-            e = eps
-        sigma = fn(epsilon=e, delta=delta, sensitivity=1.0)
-        cases.append(dict(name=name, mechanism=_gaussian_mech(sigma),
-                          attacker=empirical.gaussian_attacker(x0, x1, sigma),
-                          score=empirical.gaussian_score(x0, x1, sigma),
-                          claimed_eps=e, delta=delta, stddevs=sigma))
-    # Control: the analytic Gaussian with 10% less noise than calibrated, claiming the same
-    # eps. A tight audit must flag it (its true eps at delta is about 1.13 x the claim).
-    sigma_low = 0.9 * mechanisms.analytic_gaussian_sigma(epsilon=eps, delta=delta,
-                                                         sensitivity=1.0)
-    cases.append(dict(name="control_gaussian_analytic_sigma_x0.9",
-                      mechanism=_gaussian_mech(sigma_low),
-                      attacker=empirical.gaussian_attacker(x0, x1, sigma_low),
-                      score=empirical.gaussian_score(x0, x1, sigma_low),
-                      claimed_eps=eps, delta=delta, stddevs=sigma_low, control=True))
+    cases.extend(_gaussian_cases(eps, delta, x0, x1))
     # PixelDP multipliers (attack bound L = 1, unit sensitivity: the pair is at distance L).
     b_px = mechanisms.pixeldp_laplace_multiplier(epsilon=eps)
     cases.append(dict(name="pixeldp_laplace", mechanism=_laplace_mech(b_px),
@@ -171,22 +201,7 @@ def audit_cases(eps: float = 1.0, delta: float = 1e-5, seed: int = 0,
                       score=empirical.gaussian_score(x0, x1, stds),
                       claimed_eps=eps, delta=delta, stddevs=stds))
     if include_layers:
-        lap = layers.LaplaceNoise(b, seed=seed + 1)
-        cases.append(dict(name="layer_LaplaceNoise", mechanism=_layer_mech(lap),
-                          attacker=empirical.laplace_attacker(x0, x1, b),
-                          score=empirical.laplace_score(x0, x1, b), claimed_eps=eps,
-                          delta=0.0))
-        sigma_g = mechanisms.analytic_gaussian_sigma(epsilon=eps, delta=delta, sensitivity=1.0)
-        gl = layers.GaussianNoise(sigma_g, seed=seed + 2)
-        cases.append(dict(name="layer_GaussianNoise", mechanism=_layer_mech(gl),
-                          attacker=empirical.gaussian_attacker(x0, x1, sigma_g),
-                          score=empirical.gaussian_score(x0, x1, sigma_g),
-                          claimed_eps=eps, delta=delta, stddevs=sigma_g))
-        hl = layers.HeterogeneousGaussianNoise(sigma, r=r, seed=seed + 3)
-        cases.append(dict(name="layer_HeterogeneousGaussianNoise", mechanism=_layer_mech(hl),
-                          attacker=empirical.gaussian_attacker(x0, x1, stds),
-                          score=empirical.gaussian_score(x0, x1, stds),
-                          claimed_eps=eps, delta=delta, stddevs=stds))
+        cases.extend(_layer_cases(b, sigma, r, stds, eps, delta, seed, x0, x1))
     # DP-SGD's per-step mechanism at the executed sampling rate and noise multiplier.
     for q, sig in (dpsgd_steps if dpsgd_steps is not None else [dpsgd_smoke_step()]):
         cases.append(dpsgd_step_case(q, sig, delta))

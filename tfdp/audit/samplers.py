@@ -137,6 +137,99 @@ def _directions(d: int, num: int, rng: np.random.Generator) -> np.ndarray:
     return g / np.linalg.norm(g, axis=1, keepdims=True)
 
 
+def _check_suite_arguments(sampler: Sampler, family: str, scale: float, n: int,
+                           alpha: float) -> int:
+    """Checks `conformance_suite`'s arguments; returns n.
+
+    Raises:
+      ValueError: naming the argument.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+    n = checks.check_int(n, "n", minimum=100)
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    if not callable(sampler):
+        raise ValueError("sampler must be callable as sampler(num, seed)")
+    return n
+
+
+def _moment_tests(x: np.ndarray, family: str, scale: float, n: int) -> list[TestResult]:
+    """Per-coordinate z-tests of the mean and of the mean square (known scale)."""
+    results = []
+    m2 = scale ** 2 if family == "gaussian" else 2.0 * scale ** 2
+    m4 = 3.0 * scale ** 4 if family == "gaussian" else 24.0 * scale ** 4
+    z_mean = x.mean(axis=0) * math.sqrt(n / m2)
+    z_var = (np.mean(x * x, axis=0) - m2) / math.sqrt((m4 - m2 * m2) / n)
+    for name, z in (("mean", z_mean), ("variance", z_var)):
+        p = 2.0 * special.ndtr(-np.abs(z))
+        results += [TestResult(f"{name}:{j}", float(zj), float(pj))
+                    for j, (zj, pj) in enumerate(zip(z, p))]
+    return results
+
+
+def _marginal_tests(x: np.ndarray, family: str, scale: float, cdf: Callable,
+                    coords: np.ndarray, num_projections: int,
+                    rng: np.random.Generator) -> list[TestResult]:
+    """KS of the coordinates (and, Gaussian, of random projections) against the marginal, and
+    of the norm against its law."""
+    d = x.shape[1]
+    results = []
+    for j in coords:
+        ks = stats.kstest(x[:, j], cdf)
+        results.append(TestResult(f"ks_coord:{j}", float(ks.statistic), float(ks.pvalue)))
+
+    if family == "gaussian":
+        for i, u in enumerate(_directions(d, num_projections, rng) if d > 2 else []):
+            ks = stats.kstest(x @ u, cdf)
+            results.append(TestResult(f"ks_proj:{i}", float(ks.statistic), float(ks.pvalue)))
+        ks = stats.kstest(np.sum(x * x, axis=1) / scale ** 2, stats.chi2(d).cdf)
+    else:
+        ks = stats.kstest(np.sum(np.abs(x), axis=1) / scale, stats.gamma(d).cdf)
+    results.append(TestResult("norm", float(ks.statistic), float(ks.pvalue)))
+    return results
+
+
+def _scan_tests(x: np.ndarray, scale: float, cdf: Callable, dirs: np.ndarray, family: str,
+                frequencies: np.ndarray) -> list[TestResult]:
+    """KS and empirical characteristic function along each scan direction."""
+    results = []
+    for i, u in enumerate(dirs):
+        proj = x @ u
+        ks = stats.kstest(proj, cdf)
+        results.append(TestResult(f"scan_ks:{i}", float(ks.statistic), float(ks.pvalue)))
+        results += _ecf_tests(proj / scale, family, frequencies, f"scan_cf:{i}")
+    return results
+
+
+def _seed_reuse_tests(x: np.ndarray, x2: np.ndarray, x_again: np.ndarray
+                      ) -> tuple[list[TestResult], list[str]]:
+    """Repeated rows and correlation across two seeds; whether the same seed repeats."""
+    results: list[TestResult] = []
+    notes: list[str] = []
+    both = np.concatenate([x, x2], axis=0)
+    unique_rows = np.unique(both, axis=0).shape[0]
+    dup = both.shape[0] - unique_rows
+    results.append(TestResult("seed_reuse:repeated_rows", float(dup), 0.0 if dup else 1.0))
+    a, b = x.ravel()[:1_000_000], x2.ravel()[:1_000_000]
+    if np.std(a) > 0 and np.std(b) > 0:
+        r = float(np.corrcoef(a, b)[0, 1])
+    else:
+        r = 1.0
+    z = r * math.sqrt(a.size)
+    results.append(TestResult("seed_reuse:correlation", r, float(2.0 * special.ndtr(-abs(z)))))
+    if np.array_equal(x, x_again):
+        notes.append("same seed gives identical output: known-answer tests against a public "
+                     "reference implementation are possible (and are the only check that "
+                     "catches a substituted sampler with a secret key)")
+    else:
+        notes.append("same seed gives different output: the sampler is not reproducible, so "
+                     "no known-answer test is possible")
+    return results, notes
+
+
 def conformance_suite(sampler: Sampler, *, family: str, scale: float, n: int = 20000,
                       seed: int = 0, alpha: float = 1e-3, max_coordinates: int = 64,
                       num_projections: int = 32, scan_directions: int | None = None,
@@ -176,15 +269,7 @@ def conformance_suite(sampler: Sampler, *, family: str, scale: float, n: int = 2
     Returns:
       ConformanceReport.
     """
-    if family not in FAMILIES:
-        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
-    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
-    n = checks.check_int(n, "n", minimum=100)
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    if not callable(sampler):
-        raise ValueError("sampler must be callable as sampler(num, seed)")
+    n = _check_suite_arguments(sampler, family, scale, n, alpha)
     if frequencies is None:
         frequencies = np.arange(1, 33, dtype=np.float64)
     frequencies = np.asarray(frequencies, dtype=np.float64)
@@ -199,63 +284,22 @@ def conformance_suite(sampler: Sampler, *, family: str, scale: float, n: int = 2
     rng = np.random.default_rng(seed)
     cdf = _cdf(family, scale)
     results: list[TestResult] = []
-    notes: list[str] = []
-
-    # Moments (known scale).
-    m2 = scale ** 2 if family == "gaussian" else 2.0 * scale ** 2
-    m4 = 3.0 * scale ** 4 if family == "gaussian" else 24.0 * scale ** 4
-    z_mean = x.mean(axis=0) * math.sqrt(n / m2)
-    z_var = (np.mean(x * x, axis=0) - m2) / math.sqrt((m4 - m2 * m2) / n)
-    for name, z in (("mean", z_mean), ("variance", z_var)):
-        p = 2.0 * special.ndtr(-np.abs(z))
-        results += [TestResult(f"{name}:{j}", float(zj), float(pj))
-                    for j, (zj, pj) in enumerate(zip(z, p))]
+    results += _moment_tests(x, family, scale, n)
 
     coords = (np.arange(d) if d <= max_coordinates
               else np.sort(rng.choice(d, max_coordinates, replace=False)))
-    for j in coords:
-        ks = stats.kstest(x[:, j], cdf)
-        results.append(TestResult(f"ks_coord:{j}", float(ks.statistic), float(ks.pvalue)))
-
-    if family == "gaussian":
-        for i, u in enumerate(_directions(d, num_projections, rng) if d > 2 else []):
-            ks = stats.kstest(x @ u, cdf)
-            results.append(TestResult(f"ks_proj:{i}", float(ks.statistic), float(ks.pvalue)))
-        ks = stats.kstest(np.sum(x * x, axis=1) / scale ** 2, stats.chi2(d).cdf)
-    else:
-        ks = stats.kstest(np.sum(np.abs(x), axis=1) / scale, stats.gamma(d).cdf)
-    results.append(TestResult("norm", float(ks.statistic), float(ks.pvalue)))
+    results += _marginal_tests(x, family, scale, cdf, coords, num_projections, rng)
 
     # Direction / frequency scan.
     if family == "gaussian":
         dirs = _directions(d, scan_directions, rng)
     else:
         dirs = np.eye(d)[coords]
-    for i, u in enumerate(dirs):
-        proj = x @ u
-        ks = stats.kstest(proj, cdf)
-        results.append(TestResult(f"scan_ks:{i}", float(ks.statistic), float(ks.pvalue)))
-        results += _ecf_tests(proj / scale, family, frequencies, f"scan_cf:{i}")
+    results += _scan_tests(x, scale, cdf, dirs, family, frequencies)
 
     # Seed reuse / repeated outputs (GPM Example 3.3).
-    both = np.concatenate([x, x2], axis=0)
-    unique_rows = np.unique(both, axis=0).shape[0]
-    dup = both.shape[0] - unique_rows
-    results.append(TestResult("seed_reuse:repeated_rows", float(dup), 0.0 if dup else 1.0))
-    a, b = x.ravel()[:1_000_000], x2.ravel()[:1_000_000]
-    if np.std(a) > 0 and np.std(b) > 0:
-        r = float(np.corrcoef(a, b)[0, 1])
-    else:
-        r = 1.0
-    z = r * math.sqrt(a.size)
-    results.append(TestResult("seed_reuse:correlation", r, float(2.0 * special.ndtr(-abs(z)))))
-    if np.array_equal(x, x_again):
-        notes.append("same seed gives identical output: known-answer tests against a public "
-                     "reference implementation are possible (and are the only check that "
-                     "catches a substituted sampler with a secret key)")
-    else:
-        notes.append("same seed gives different output: the sampler is not reproducible, so "
-                     "no known-answer test is possible")
+    reuse, notes = _seed_reuse_tests(x, x2, x_again)
+    results += reuse
 
     rejected = holm_bonferroni(np.array([r.p_value for r in results]), alpha)
     for res, rej in zip(results, rejected):

@@ -298,22 +298,7 @@ def main(argv: list[str] | None = None,
         (step, info). tfdp-train's run is assembled by the train app, which a library module
         does not import: those systems' workers run `tfdp.apps.bench_worker`, which passes it.
     """
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--system", choices=SYSTEMS, required=True)
-    parser.add_argument("--model", choices=sorted(INPUT_SHAPES), required=True)
-    parser.add_argument("--batch_size", type=int, default=256)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--l2_clip", type=float, default=1.0)
-    parser.add_argument("--noise_multiplier", type=float, default=1.1)
-    parser.add_argument("--learning_rate", type=float, default=2e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--memory_limit_gb", type=float, default=0.0)
-    parser.add_argument("--num_train", type=int, default=12800)
-    parser.add_argument("--batch_file", default=None,
-                        help="An .npz with x, y and source: the batch of the static and peer "
-                             "systems (written once by the benchmark, so that a peer's "
-                             "interpreter needs no TensorFlow to read the data set).")
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     out = sys.stdout
     start_memory_guard(args.memory_limit_gb, out)
     if args.system in TRAIN_PATH_SYSTEMS:
@@ -355,6 +340,32 @@ def main(argv: list[str] | None = None,
                  "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                  "pid": os.getpid()})
     print(json.dumps(info), file=out, flush=True)
+    _serve_rounds(step, out)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The worker's arguments."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--system", choices=SYSTEMS, required=True)
+    parser.add_argument("--model", choices=sorted(INPUT_SHAPES), required=True)
+    parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--l2_clip", type=float, default=1.0)
+    parser.add_argument("--noise_multiplier", type=float, default=1.1)
+    parser.add_argument("--learning_rate", type=float, default=2e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--memory_limit_gb", type=float, default=0.0)
+    parser.add_argument("--num_train", type=int, default=12800)
+    parser.add_argument("--batch_file", default=None,
+                        help="An .npz with x, y and source: the batch of the static and peer "
+                             "systems (written once by the benchmark, so that a peer's "
+                             "interpreter needs no TensorFlow to read the data set).")
+    return parser
+
+
+def _serve_rounds(step: Callable[[], Any], out: Any) -> None:
+    """Times `step` for each "run <n>" line on stdin (until "quit" or EOF), one JSON line out
+    per round."""
     for line in sys.stdin:
         cmd = line.split()
         if not cmd or cmd[0] == "quit":

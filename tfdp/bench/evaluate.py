@@ -43,19 +43,11 @@ _SEED = OPTIONS.integer("evaluate_bench_seed", 0, "Seed for data, weights and no
 _CERT = dict(certify_bench._CERT)  # pylint: disable=protected-access
 
 
-def run(**overrides: Any) -> dict:
-    """Throughput of tfdp-evaluate's Monte-Carlo evaluation vs. a plain forward pass.
-
-    Args:
-        **overrides: values for the flags without the `evaluate_bench_` prefix.
-
-    Returns:
-        dict with ratio (candidate / reference throughput), target, passed, both
-        throughputs (noisy inputs per second), per-repetition times, measured_path, setup.
+def _settings(overrides: dict[str, Any]) -> tuple[int, int, int, int, int, int]:
+    """(num_examples, batch_size, num_draws, draws_per_step, repeats, seed), checked.
 
     Raises:
-        ValueError: naming the setting, for a size < 1, or a batch size that does not
-            divide the number of examples, or draws_per_step that does not divide num_draws.
+        ValueError: naming the setting (see `run`).
     """
     def get(name):
         return int(OPTIONS.setting(overrides, name))
@@ -72,6 +64,24 @@ def run(**overrides: Any) -> dict:
     if draws % per_step:
         raise ValueError(f"evaluate_bench_draws_per_step={per_step} must divide "
                          f"evaluate_bench_num_draws={draws}")
+    return n_ex, batch, draws, per_step, repeats, seed
+
+
+def run(**overrides: Any) -> dict:
+    """Throughput of tfdp-evaluate's Monte-Carlo evaluation vs. a plain forward pass.
+
+    Args:
+        **overrides: values for the flags without the `evaluate_bench_` prefix.
+
+    Returns:
+        dict with ratio (candidate / reference throughput), target, passed, both
+        throughputs (noisy inputs per second), per-repetition times, measured_path, setup.
+
+    Raises:
+        ValueError: naming the setting, for a size < 1, or a batch size that does not
+            divide the number of examples, or draws_per_step that does not divide num_draws.
+    """
+    n_ex, batch, draws, per_step, repeats, seed = _settings(overrides)
 
     model = certify_bench.build_pixeldp_cnn(seed)
     rng = np.random.default_rng(seed)

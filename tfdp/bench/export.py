@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Any
+from typing import Any, Callable
 
 import keras
 import numpy as np
@@ -38,6 +38,40 @@ def _write_run(path: str, model: keras.Model) -> None:
     run.write_json(rundir.LEDGER_FILE, {"epsilon": 0.0, "delta": 0.0, "claimed_epsilon": 0.0,
                                         "claimed_delta": 0.0, "differs": False,
                                         "entries": []})
+
+
+def _time_against_export(model: Any, x: np.ndarray, draws: int, per_step: int, alpha: float,
+                         size: float, reference: Callable[[], Any], repeats: int
+                         ) -> tuple[dict, Any, dict]:
+    """Exports `model` (in a temporary directory, removed after), loads it, and times its
+    `certify` signature against `reference` on the same inputs.
+
+    Returns:
+      (the interleaved timings, reference's output, the signature's output).
+    """
+    batch = x.shape[0]
+    work = tempfile.mkdtemp(prefix="tfdp-bench-export-")
+    try:
+        _write_run(os.path.join(work, "run"), model)
+        export.export_run(os.path.join(work, "run"), os.path.join(work, "out"),
+                          draws_per_step=per_step, include_keras=False)
+        loaded = tf.saved_model.load(os.path.join(work, "out"))
+        args = (tf.constant(x), tf.constant(draws, tf.int32), tf.constant(alpha, tf.float64),
+                tf.constant(size, tf.float64))
+        calls = [0]
+
+        def candidate() -> Any:
+            calls[0] += 1
+            out = loaded.certify(*args, tf.constant(calls[0], tf.int64))
+            return {k: v.numpy() for k, v in out.items()}
+
+        ref_out = reference()  # trace and warm up
+        cand_out = candidate()
+        timing = certify_bench.interleaved_throughputs(reference, candidate, repeats,
+                                                       batch * draws)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return timing, ref_out, cand_out
 
 
 def run(**overrides: Any) -> dict:
@@ -75,27 +109,8 @@ def run(**overrides: Any) -> dict:
         radius = certify.certified_radius(lower, upper, cert, attack_size=size)
         return pred, radius, certify.is_robust(radius, size)
 
-    work = tempfile.mkdtemp(prefix="tfdp-bench-export-")
-    try:
-        _write_run(os.path.join(work, "run"), model)
-        export.export_run(os.path.join(work, "run"), os.path.join(work, "out"),
-                          draws_per_step=per_step, include_keras=False)
-        loaded = tf.saved_model.load(os.path.join(work, "out"))
-        args = (tf.constant(x), tf.constant(draws, tf.int32), tf.constant(alpha, tf.float64),
-                tf.constant(size, tf.float64))
-        calls = [0]
-
-        def candidate() -> Any:
-            calls[0] += 1
-            out = loaded.certify(*args, tf.constant(calls[0], tf.int64))
-            return {k: v.numpy() for k, v in out.items()}
-
-        ref_out = reference()  # trace and warm up
-        cand_out = candidate()
-        timing = certify_bench.interleaved_throughputs(reference, candidate, repeats,
-                                                       batch * draws)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    timing, ref_out, cand_out = _time_against_export(model, x, draws, per_step, alpha, size,
+                                                     reference, repeats)
     times, ref_tp, cand_tp, ratio = (timing["times"], timing["reference"], timing["candidate"],
                                      timing["ratio"])
     return {

@@ -118,6 +118,25 @@ def _time_steps(step: Callable, x: tf.Tensor, y: tf.Tensor, n: int) -> float:
     return (time.perf_counter() - start) / n * 1000.0
 
 
+def _settings(overrides: dict[str, Any]) -> tuple[str, int, int, int, int, str, int, str]:
+    """(model, batch_size, steps, repeats, warmup, noise_mode, seed, noise_kernel), checked.
+
+    Raises:
+        ValueError: if a size argument is < 1 (warmup < 0), or the kernel is unknown.
+    """
+    model_name = _flag("model", overrides)
+    batch, steps = int(_flag("batch_size", overrides)), int(_flag("steps", overrides))
+    repeats, warmup = int(_flag("repeats", overrides)), int(_flag("warmup", overrides))
+    noise_mode, seed = _flag("noise_mode", overrides), int(_flag("seed", overrides))
+    kernel = kernels.check_noise_kernel(_flag("noise_kernel", overrides), "noise_kernel")
+    for name, value in (("batch_size", batch), ("steps", steps), ("repeats", repeats)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    return model_name, batch, steps, repeats, warmup, noise_mode, seed, kernel
+
+
 def run(**overrides: Any) -> dict:
     """Times training steps of the CNN with and without noise layers, interleaved, in one run.
 
@@ -135,16 +154,7 @@ def run(**overrides: Any) -> dict:
     Raises:
         ValueError: if a size argument is < 1.
     """
-    model_name = _flag("model", overrides)
-    batch, steps = int(_flag("batch_size", overrides)), int(_flag("steps", overrides))
-    repeats, warmup = int(_flag("repeats", overrides)), int(_flag("warmup", overrides))
-    noise_mode, seed = _flag("noise_mode", overrides), int(_flag("seed", overrides))
-    kernel = kernels.check_noise_kernel(_flag("noise_kernel", overrides), "noise_kernel")
-    for name, value in (("batch_size", batch), ("steps", steps), ("repeats", repeats)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-    if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    model_name, batch, steps, repeats, warmup, noise_mode, seed, kernel = _settings(overrides)
 
     reference = build_cnn(model_name, with_noise=False, seed=seed)
     candidate = build_cnn(model_name, with_noise=True, noise_mode=noise_mode, seed=seed)

@@ -37,7 +37,7 @@ import os
 import re
 from typing import Any
 
-from tfdp.reproduce import runner
+from tfdp.reproduce import tasks
 
 MISSING = "[not in this results directory: {}]"
 
@@ -92,7 +92,7 @@ def _csv_cell(results_dir: str, path: str, where: str, column: str,
 def _load(results_dir: str, path: str, cache: dict[str, Any], reader) -> Any:
     root = results_dir
     if path.startswith("/"):
-        root, path = runner.REPO_ROOT, path.lstrip("/")
+        root, path = tasks.REPO_ROOT, path.lstrip("/")
     full = os.path.normpath(os.path.join(root, path))
     if not full.startswith(os.path.normpath(root) + os.sep):
         raise ValueError(f"citation path {path!r} leaves {root}")
@@ -143,7 +143,7 @@ def expand(text: str, rows_by_key: dict, results_dir: str) -> str:
 
     Args:
       text: Markdown with {{row:...}}, {{file:...}} and {{attack_mean:...}} citations.
-      rows_by_key: (scale, row id) -> row JSON (`runner.load_rows`).
+      rows_by_key: (scale, row id) -> row JSON (`jobfiles.load_rows`).
       results_dir: the results/reproduce/ directory the file citations are relative to.
 
     Returns:

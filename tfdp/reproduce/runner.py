@@ -6,18 +6,18 @@ Layout under the results directory (default results/reproduce/):
 
 A job counts as done when its JSON exists with status "ok"; an interrupted grid therefore
 resumes at the first unfinished job (its partial run directory is removed and the job is
-started again). Rows are recomputed from the job JSONs on every call (cheap).
+started again). The tasks are in `tasks`, the files in `jobfiles`, whether a finished job
+is still current in `freshness`, and the rows' records in `row_records`.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import csv
 import datetime
 import glob
 import hashlib
 import importlib
 import importlib.metadata
-import importlib.util
 import io
 import json
 import os
@@ -27,39 +27,17 @@ import subprocess
 import sys
 import time
 import zipfile
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import h5py
 import numpy as np
 
-from tfdp.reproduce import extract, registry
-from tfdp.reproduce.registry import Job, Row
-from tfdp.train import registry as methods
-import csv
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_RESULTS = os.path.join(REPO_ROOT, "results", "reproduce")
-DEFAULT_WORK = os.path.join(REPO_ROOT, "runs", "reproduce")
-# Where tfdp-reproduce writes without --repository (relative to the working directory).
-DEFAULT_USER_RESULTS = os.path.join("runs", "reproduce", "results")
-
-
-@dataclasses.dataclass(frozen=True)
-class Task:
-    """A job at one seed (seed None: the job is not seeded)."""
-
-    job: Job
-    seed: int | None
-
-    @property
-    def key(self) -> str:
-        """File name stem of the job's JSON and run directory."""
-        return self.job.id + ("" if self.seed is None else f"@seed{self.seed}")
-
-    def command(self) -> str:
-        """The command a user types."""
-        seed = self.seed if self.seed is not None else (1 if self.job.kind == "train" else None)
-        return self.job.display(seed)
+from tfdp.reproduce import registry, values
+from tfdp.reproduce.freshness import job_settings, kernel_mismatch, outdated
+from tfdp.reproduce.jobfiles import _job_file, _write_json, load_job
+from tfdp.reproduce.registry import Row
+from tfdp.reproduce.tasks import (DEFAULT_RESULTS, DEFAULT_USER_RESULTS, REPO_ROOT, Task,
+                                  model_task, tasks_for, unavailable)
 
 
 def _now() -> str:
@@ -82,198 +60,6 @@ def versions() -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         pass
     return out
-
-
-def tasks_for(rows: Iterable[Row], scale: str, seeds: int) -> list[Task]:
-    """The distinct tasks the rows need at a scale, dependencies first, in registry order."""
-    out: list[Task] = []
-    seen: set[str] = set()
-
-    def add(task: Task) -> None:
-        if task.key not in seen:
-            seen.add(task.key)
-            out.append(task)
-
-    for row in rows:
-        for job in row.jobs.get(scale, {}).values():
-            for seed in (range(1, seeds + 1) if job.seeded else (None,)):
-                if job.depends:
-                    add(Task(registry.train_job(scale, job.depends), seed))
-                add(Task(job, seed))
-    return out
-
-
-def unavailable(job: Job) -> str | None:
-    """Why a job cannot run in this build (missing trainer module or flagfile), or None."""
-
-    if job.method is not None:
-        if job.method not in methods.METHODS:
-            return f"method {job.method!r} is not registered"
-        if importlib.util.find_spec(methods.method_module(job.method)) is None:
-            return f"trainer {methods.method_module(job.method)} (method {job.method}) is absent"
-    if job.flagfile and not os.path.exists(os.path.join(REPO_ROOT, job.flagfile)):
-        return f"flagfile {job.flagfile} is absent"
-    if job.kind == "python":
-        module = (job.func or "").partition(":")[0]
-        if importlib.util.find_spec(module) is None:
-            return f"module {module} is absent"
-    return None
-
-
-def model_task(task: Task, scale: str) -> Task | None:
-    """The training task whose model an evaluation task scores (None for other kinds)."""
-    if task.job.kind != "evaluate" or not task.job.depends:
-        return None
-    return Task(registry.train_job(scale, task.job.depends), task.seed)
-
-
-def outdated(results_dir: str, scale: str, task: Task, done: dict | None) -> str | None:
-    """Why a finished evaluation no longer scores its model, or None if it does.
-
-    An evaluation scores the model its training job produced when the evaluation ran. When
-    that training job ran again afterwards (a code change, a deleted job file, a lost run
-    directory) and gave other weights, the evaluation describes a model that no longer
-    exists: it runs again, and until it has, the rows resting on it are stale. Evaluations
-    record the training job's `finished_utc` and `weights_sha256` they saw; a retraining to
-    the same weights keeps them current. Older records are compared by time.
-
-    Any finished job is also outdated when its command now selects other settings than it
-    ran with (an edited flagfile, `settings_changed`), and an evaluation when the training
-    job it scores is.
-    """
-    if done is None:
-        return None
-    changed = settings_changed(task, done)
-    if changed is not None:
-        return changed
-    dep = model_task(task, scale)
-    if dep is None:
-        return None
-    trained = load_job(results_dir, scale, dep.key)
-    if trained is None:
-        return f"{task.key} scored a model whose training job {dep.key} has no finished record"
-    changed = settings_changed(dep, trained)
-    if changed is not None:
-        return f"{task.key} scored a model trained with other settings ({changed})"
-    finished = trained.get("finished_utc") or ""
-    digest = (trained.get("output") or {}).get("weights_sha256")
-    if digest is not None and done.get("model_weights_sha256") == digest:
-        return None  # retrained since, to the same weights (a seeded rerun at the same code)
-    seen = done.get("model_finished_utc")
-    current = (seen == finished) if seen is not None else (
-        (done.get("started_utc") or "") >= finished)
-    if current:
-        return None
-    return (f"{task.key} scored the model of {dep.key} as it was before that training job "
-            f"ran again (finished {finished})")
-
-
-def job_settings(job: Job) -> dict[str, str]:
-    """The settings a job's command selects now: its flagfile's lines and its arguments."""
-    return registry.settings(job.flagfile, job.args)
-
-
-# Options the runner sets on every command itself (`_argv`): a flagfile's value is overridden.
-_RUNNER_SET = ("seed", "model_dir", "verbose", "data_dir", "audit_output_dir", "output")
-_GIT_FLAGFILES: dict[tuple[str, str], str | None] = {}
-
-
-def _flagfile_at(commit: str, path: str) -> str | None:
-    """A flagfile's text at a git commit of this repository, or None (no git, no such file)."""
-    key = (commit, path)
-    if key not in _GIT_FLAGFILES:
-        try:
-            proc = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=REPO_ROOT,
-                                  capture_output=True, text=True, timeout=10, check=False)
-            _GIT_FLAGFILES[key] = proc.stdout if proc.returncode == 0 else None
-        except (OSError, subprocess.SubprocessError):
-            _GIT_FLAGFILES[key] = None
-    return _GIT_FLAGFILES[key]
-
-
-def ran_settings(task: Task, done: dict) -> dict[str, str] | None:
-    """The settings a finished job ran with: recorded in its JSON (`settings`), else its
-    flagfile at the commit it recorded (`versions.git_commit`) with its arguments; None when
-    neither is known (a job without a flagfile has its arguments only)."""
-    if "settings" in done:
-        return {k: str(v) for k, v in done["settings"].items()}
-    job = task.job
-    if not job.flagfile:
-        return registry.settings(None, job.args)
-    commit = (done.get("versions") or {}).get("git_commit")
-    text = _flagfile_at(commit, job.flagfile) if commit else None
-    return None if text is None else registry.settings_from_text(text, job.args)
-
-
-def settings_changed(task: Task, done: dict) -> str | None:
-    """Why a finished job's command now selects other settings than it ran with, or None.
-
-    The command of a job names its flagfile, not the flagfile's contents: an edited flagfile
-    (e.g. a clipping implementation no longer pinned) makes the job's result one of another
-    configuration; it runs again, and the rows resting on it are stale until it has.
-    """
-    if done.get("output", {}).get("adopted_from"):
-        return None  # adoption checks the recorded configuration itself (`_adopt`)
-    then = ran_settings(task, done)
-    if then is None:
-        return None
-    now = job_settings(task.job)
-    diffs = [f"{k}: {then.get(k, '(unset)')} -> {now.get(k, '(unset)')}"
-             for k in sorted(set(then) | set(now))
-             if then.get(k) != now.get(k) and k not in _RUNNER_SET]
-    if not diffs:
-        return None
-    return (f"{task.key} ran with other settings than its command selects now (flagfile "
-            f"{task.job.flagfile} edited since: {', '.join(diffs)})")
-
-
-def kernel_mismatch(task: Task, done: dict) -> str | None:
-    """Why an evaluation's noise kernel is not the one its command selects now, or None.
-
-    An evaluation records the kernel it drew its noise with (`noise_kernel`) and, when
-    "auto" fell back, why. Its command selects `--noise_kernel` (default "auto", which is
-    "fused" wherever the fused kernel builds); a recorded "portable" without a fallback
-    reason under a command that now selects "auto" or "fused" ran another noise stream.
-    Evaluations that recorded no kernel are not judged (unknown).
-    """
-    if task.job.kind != "evaluate":
-        return None
-    evaluation = (done.get("output") or {}).get("evaluation") or {}
-    ran = evaluation.get("noise_kernel")
-    if ran is None:
-        return None
-    selected = job_settings(task.job).get("noise_kernel", "auto")
-    if selected == "auto":
-        if evaluation.get("noise_kernel_fallback"):
-            return None  # "auto" fell back on that machine: what the command selects there
-        selected = "fused"
-    if ran == selected:
-        return None
-    return (f"{task.key} drew its noise with the {ran} kernel; its command now selects "
-            f"{selected}")
-
-
-def _job_file(results_dir: str, scale: str, key: str) -> str:
-    return os.path.join(results_dir, scale, "jobs", f"{key}.json")
-
-
-def load_job(results_dir: str, scale: str, key: str) -> dict | None:
-    """The finished job's JSON, or None if it has not finished."""
-    path = _job_file(results_dir, scale, key)
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    return data if data.get("status") == "ok" else None
-
-
-def _write_json(path: str, data: dict) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(extract.as_jsonable(data), f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 def _number(text: str) -> Any:
@@ -500,7 +286,7 @@ def run_tasks(tasks: list[Task], scale: str, results_dir: str, work_dir: str,
         if why is None and t.job.depends:
             why = unavailable(registry.train_job(scale, t.job.depends))
         if why is not None:
-            status[t.key] = f"{extract.NOT_AVAILABLE}: {why}"
+            status[t.key] = f"{values.NOT_AVAILABLE}: {why}"
         elif (done := load_job(results_dir, scale, t.key)) is not None and (
                 stale := (outdated(results_dir, scale, t, done)
                           or kernel_mismatch(t, done))) is None:
@@ -565,243 +351,6 @@ def run_tasks(tasks: list[Task], scale: str, results_dir: str, work_dir: str,
     return status
 
 
-def _row_file(results_dir: str, scale: str, row_id: str) -> str:
-    return os.path.join(results_dir, scale, f"{row_id}.json")
-
-
-_DATA_SIZES = {"mnist": 60000, "cifar10": 50000}
-
-
-def _float(v: Any) -> float | None:
-    try:
-        out = float(v)
-    except (TypeError, ValueError):
-        return None
-    return out
-
-
-def _mean_or_none(xs: list) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
-
-
-def _paper_length(row: Row, role: str, steps: float | None, epochs: float | None,
-                  cfg: dict) -> tuple[float | None, float | None]:
-    """(epochs, estimated steps) of the row's full-scale (paper) job of the same role.
-
-    Steps are estimated from ours: steps per epoch scaled by the ratio of training-set sizes
-    and batch sizes (the step unit is the same method's at both scales).
-    """
-    full = row.jobs.get("full", {}).get(role)
-    if full is None:
-        return None, None
-    train = registry.train_job("full", full.depends) if full.depends else full
-    if train.kind != "train":
-        return None, None
-    fcfg = registry.settings(train.flagfile, train.args)
-    f_epochs = _float(fcfg.get("epochs"))
-    if f_epochs is None or not steps or not epochs:
-        return f_epochs, None
-    dataset = cfg.get("dataset") or fcfg.get("dataset") or ""
-    n_ours = _float(cfg.get("num_train")) or _DATA_SIZES.get(dataset)
-    n_full = _float(fcfg.get("num_train")) or _DATA_SIZES.get(dataset)
-    b_ours, b_full = _float(cfg.get("batch_size")), _float(fcfg.get("batch_size"))
-    if not (n_ours and n_full and b_ours and b_full):
-        return f_epochs, None
-    return f_epochs, steps / epochs * f_epochs * (n_full / n_ours) * (b_ours / b_full)
-
-
-def uses_claimed_certificates(evaluation: dict) -> bool:
-    """Whether an evaluation's certificates are the paper's claimed (unsound) ones.
-
-    Evaluations run with --allow_unsound_certificates name every such field with
-    `claimed_certified_accuracy` in it (`claimed_certified_accuracy_on_attacked_inputs`
-    per attack and size, `clean_claimed_certified_accuracy`); any of them counts.
-    """
-    if any("claimed_certified_accuracy" in key for key in evaluation):
-        return True
-    return any("claimed_certified_accuracy" in key
-               for entry in (evaluation.get("attacks") or {}).values()
-               for cell in entry.values() if isinstance(cell, dict) for key in cell)
-
-
-def _certified_counts(row: Row, evaluation: dict) -> tuple[list[int], bool]:
-    """Certified examples at the row's sizes (mean over attacks), and whether they are the
-    claimed (unsound) certificates."""
-    n = int(evaluation.get("num_examples") or 0)
-    p = row.param
-    sizes = (p["sizes"].split(",") if "sizes" in p else [p["size"]] if "size" in p else None)
-    claimed = uses_claimed_certificates(evaluation)
-    counts = []
-    if row.extractor == "eot_soundness" or sizes is None:
-        cert = extract._clean_certified(evaluation)  # pylint: disable=protected-access
-        counts = [int(round(float(v) * n)) for v in cert.values() if v is not None]
-        return counts, claimed
-    for size in sizes:
-        key = extract._size_key(size)  # pylint: disable=protected-access
-        vals = [extract._field(entry[key], "certified_accuracy")  # pylint: disable=protected-access
-                for entry in evaluation.get("attacks", {}).values() if key in entry]
-        vals = [float(v) for v in vals if v is not None]
-        if vals:
-            counts.append(int(round(sum(vals) / len(vals) * n)))
-    return counts, claimed
-
-
-def row_models(row: Row, scale: str, records: dict[str, list[dict]],
-               results_dir: str) -> list[extract.Model]:
-    """What each role's model was (accuracy, length, privacy, settings), from the job files.
-
-    Args:
-      records: role -> the finished job JSONs of the role (one per seed).
-    """
-    out = []
-    for role, recs in sorted(records.items()):
-        job = row.jobs[scale][role]
-        train = registry.train_job(scale, job.depends) if job.depends else job
-        if train.kind != "train":
-            continue
-        cfg = registry.settings(train.flagfile, train.args)
-        trains = []
-        for rec in recs:
-            if job.depends:
-                t = load_job(results_dir, scale, Task(train, rec["seed"]).key)
-                trains.append(t["output"] if t else {})
-            else:
-                trains.append(rec["output"])
-        evals = [rec["output"].get("evaluation") for rec in recs if job.depends]
-        evals = [e for e in evals if e]
-        if evals:
-            per_seed = [(rec["seed"], _float(rec["output"]["evaluation"].get("clean_accuracy")))
-                        for rec in recs if rec["output"].get("evaluation")]
-            dataset = evals[0].get("dataset") or cfg.get("dataset", "")
-        else:
-            per_seed = [(rec["seed"], _float(t.get("metrics", {}).get("test_accuracy")))
-                        for rec, t in zip(recs, trains)]
-            dataset = cfg.get("dataset", "")
-        per_seed = [(sd, 100.0 * a) for sd, a in per_seed if a is not None]
-        acc = _mean_or_none([a / 100.0 for _, a in per_seed])
-        steps = _mean_or_none([_float(t.get("metrics", {}).get("steps")) for t in trains])
-        epochs = _mean_or_none([_float(t.get("metrics", {}).get("epochs_completed"))
-                                for t in trains])
-        p_epochs, p_steps = _paper_length(row, role, steps, epochs, cfg)
-        full = row.jobs.get("full", {}).get(role)
-        full_train = (registry.train_job("full", full.depends) if full is not None
-                      and full.depends else full)
-        paper_command = (scale != "full" and full_train is not None
-                         and (full_train.flagfile, full_train.args) == (train.flagfile,
-                                                                        train.args))
-        ledger = (trains[0].get("ledger") or {}) if trains else {}
-        counts, claimed = [], False
-        if row.extractor in extract.CERTIFIED_EXTRACTORS:
-            for e in evals:
-                c, cl = _certified_counts(row, e)
-                counts += c
-                claimed = claimed or cl
-        out.append(extract.Model(
-            role=role, method=train.method or "", dataset=dataset,
-            accuracy=None if acc is None else 100.0 * acc, epochs=epochs, steps=steps,
-            paper_epochs=p_epochs, paper_steps=p_steps, paper_command=paper_command,
-            claimed_epsilon=_float(ledger.get("claimed_epsilon")),
-            sound_epsilon=_float(ledger.get("epsilon")), certified=counts,
-            claimed_certificates=claimed or any(uses_claimed_certificates(e) for e in evals),
-            config=cfg, seed_accuracies=per_seed))
-    return out
-
-
-def compute_row(row: Row, scale: str, seeds: int, results_dir: str,
-                write: bool = True) -> dict | None:
-    """Our value and verdict for a row from its finished jobs; writes the row JSON.
-
-    Returns:
-      The row record, a record with verdict "not available in this build" when a job cannot
-      run here, or None when the row has no jobs at this scale or some job has not finished
-      (the report then says "not run at this scale").
-    """
-    jobs = row.jobs.get(scale)
-    if not jobs:
-        return None
-    base = {"id": row.id, "paper": row.paper, "source": row.source, "setting": row.setting,
-            "metric": row.metric, "published": row.published,
-            "published_text": row.published_text, "criterion": row.criterion.describe(row.unit),
-            "scale": scale}
-    outs: dict[str, list[dict]] = {}
-    by_role: dict[str, list[dict]] = {}
-    records = []
-    stale = []
-    jobs_by_id = {job.id: job for job in jobs.values()}
-    for role, job in sorted(jobs.items()):
-        why = unavailable(job) or (unavailable(registry.train_job(scale, job.depends))
-                                   if job.depends else None)
-        if why is not None:
-            rec = dict(base, verdict=extract.NOT_AVAILABLE, reason=why, value=None)
-            return rec
-        for seed in (range(1, seeds + 1) if job.seeded else (None,)):
-            task = Task(job, seed)
-            done = load_job(results_dir, scale, task.key)
-            if done is None:
-                return None
-            why_stale = outdated(results_dir, scale, task, done)
-            if why_stale is not None:
-                stale.append((task.key, why_stale))
-            outs.setdefault(role, []).append(done["output"])
-            by_role.setdefault(role, []).append(done)
-            records.append(done)
-    if stale:
-        old = _load_row(results_dir, scale, row.id) or {}
-        rec = _stale_record(row, old, [r["key"] for r in records], [k for k, _ in stale],
-                            "; ".join(w for _, w in stale))
-        rec.update({k: v for k, v in base.items() if k not in rec})
-        if write:
-            _write_json(_row_file(results_dir, scale, row.id), rec)
-        return rec
-    value = extract.extract(row, outs)
-    if value is None:
-        return None
-    flags = [why for r in records
-             if (why := kernel_mismatch(Task(jobs_by_id[r["job"]], r["seed"]), r)) is not None]
-    seeded = any(job.seeded for job in jobs.values())
-    verdict, reason = extract.verdict(
-        row, value, row_models(row, scale, by_role, results_dir),
-        seeds=seeds if seeded and scale in registry.DECIDING_SCALES else None)
-    if flags:
-        reason += ("; flagged, not rerun: " + "; ".join(flags) +
-                   " (another noise stream than the command draws today)")
-    rec = dict(base, value=value.value, value_text=value.text, per_seed=value.per_seed,
-               value_sd=value.sd, detail=value.detail, verdict=verdict, reason=reason,
-               seeds=sorted({r["seed"] for r in records if r["seed"] is not None}),
-               jobs=[r["key"] for r in records], commands=[r["command"] for r in records],
-               adopted_from=sorted({r["output"]["adopted_from"] for r in records
-                                    if "adopted_from" in r["output"]}),
-               versions=records[0].get("versions", {}))
-    if flags:
-        rec["flags"] = flags
-    if write:
-        _write_json(_row_file(results_dir, scale, row.id), rec)
-    return rec
-
-
-def load_rows(results_dir: str) -> dict[tuple[str, str], dict]:
-    """(scale, row id) -> row JSON, for every row JSON under the results directory."""
-    out = {}
-    for scale in registry.SCALES:
-        for path in sorted(glob.glob(os.path.join(results_dir, scale, "*.json"))):
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-            out[(scale, data["id"])] = data
-    return out
-
-
-def load_jobs(results_dir: str) -> dict[tuple[str, str], dict]:
-    """(scale, job key) -> job JSON."""
-    out = {}
-    for scale in registry.SCALES:
-        for path in sorted(glob.glob(os.path.join(results_dir, scale, "jobs", "*.json"))):
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-            out[(scale, data["key"])] = data
-    return out
-
-
 def dry_run(rows: list[Row], scale: str, seeds: int, log: Callable[[str], None] = print,
             results_dir: str | None = None) -> None:
     """Prints the commands of a scale with their compute estimates (nothing runs).
@@ -816,7 +365,7 @@ def dry_run(rows: list[Row], scale: str, seeds: int, log: Callable[[str], None] 
         why = unavailable(t.job)
         note = t.job.compute or f"about {_fmt_seconds(t.job.est_seconds)} on 2 CPU cores"
         if why:
-            note += f"; {extract.NOT_AVAILABLE}: {why}"
+            note += f"; {values.NOT_AVAILABLE}: {why}"
         data = "  [needs --data_dir or TFDP_DATA_DIR]" if t.job.needs_data else ""
         rec = load_job(results_dir, scale, t.key) if results_dir is not None else None
         done = rec is not None and (outdated(results_dir, scale, t, rec)
@@ -834,86 +383,6 @@ def dry_run(rows: list[Row], scale: str, seeds: int, log: Callable[[str], None] 
         "(GPU-scale jobs: see each job's note)")
     if results_dir is not None:
         log(f"# not yet finished in {results_dir}: about {_fmt_seconds(left)}")
-
-
-def recompute_rows(results_dir: str, rows: Iterable[Row] | None = None) -> int:
-    """Recomputes every row JSON from the finished job JSONs (runs nothing).
-
-    A row keeps the number of seeds its JSON recorded (1 when it has none). Rows whose jobs
-    have not all finished are left without a JSON.
-
-    Returns:
-      The number of row JSONs written.
-    """
-    written = 0
-    existing = load_rows(results_dir)
-    for row in (registry.ROWS if rows is None else rows):
-        for scale in row.jobs:
-            old = existing.get((scale, row.id))
-            seeds = max(1, len(old.get("seeds") or [])) if old else 1
-            rec = compute_row(row, scale, seeds, results_dir)
-            if rec is not None and rec.get("verdict") != extract.NOT_AVAILABLE:
-                written += 1
-            elif rec is None and old is not None:
-                mark_stale(row, scale, seeds, old, results_dir)
-    return written
-
-
-def expected_jobs(row: Row, scale: str, seeds: int) -> list[str]:
-    """The job keys a row's result rests on at a scale under its current definition."""
-    keys = []
-    for _, job in sorted(row.jobs.get(scale, {}).items()):
-        for seed in (range(1, seeds + 1) if job.seeded else (None,)):
-            keys.append(Task(job, seed).key)
-    return keys
-
-
-def _load_row(results_dir: str, scale: str, row_id: str) -> dict | None:
-    path = _row_file(results_dir, scale, row_id)
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _stale_record(row: Row, old: dict, want: list[str], rerun: list[str], why: str) -> dict:
-    """A stale row record: no value; the earlier number only as `previous_value`."""
-    rec = {k: v for k, v in old.items() if k not in ("value", "value_text", "per_seed",
-                                                      "value_sd", "detail", "reason",
-                                                      "jobs", "commands", "verdict")}
-    rec.update(
-        id=row.id, verdict=extract.STALE, value=None, value_text="—",
-        previous_value=old.get("previous_value", old.get("value")),
-        previous_value_text=old.get("previous_value_text", old.get("value_text")),
-        previous_jobs=old.get("jobs") or old.get("previous_jobs") or [], expected_jobs=want,
-        reason=f"{why}; the earlier number is not a result of the current jobs; rerun: "
-               f"{', '.join(rerun)}",
-        criterion=row.criterion.describe(row.unit), setting=row.setting, source=row.source)
-    return rec
-
-
-def mark_stale(row: Row, scale: str, seeds: int, old: dict, results_dir: str) -> bool:
-    """Marks a row JSON stale when its recorded jobs are not the row's current jobs.
-
-    The old number moves to `previous_value` (with the jobs it came from); `value` is None, so
-    the report never shows it as a result of the new definition.
-
-    Returns:
-      True if the JSON was rewritten.
-    """
-    want = expected_jobs(row, scale, seeds)
-    had = old.get("jobs") or old.get("previous_jobs") or []
-    if sorted(had) == sorted(want):
-        return False
-    if old.get("verdict") == extract.STALE and old.get("expected_jobs") == want:
-        return False
-    missing = sorted(set(want) - set(had))
-    rec = _stale_record(row, old, want, missing,
-                        "the row's definition changed (issue 29: attack-size unit, baseline "
-                        "settings or Monte-Carlo scoring); its earlier number came from other "
-                        "jobs")
-    _write_json(_row_file(results_dir, scale, row.id), rec)
-    return True
 
 
 def output_paths(repository: bool, results_dir: str | None, report_path: str | None

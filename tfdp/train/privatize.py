@@ -13,7 +13,7 @@ from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
-from layers import noise as noise_layers
+from layers import noise_streams
 from tfdp import accounting, mechanisms, options
 from tfdp.train import example_grads, ghost, metrics
 from tfdp.train.base import StepContext
@@ -55,7 +55,7 @@ def per_example_gradients(model, variables: Sequence[tf.Variable], x: tf.Tensor,
         xi, yi, index = args
         # Fresh per-example noise layers key their draw by the example's position; without
         # this every example of the batch would get the same draw (layers/noise.py).
-        with noise_layers.example_index_scope(index), tf.GradientTape() as tape:
+        with noise_streams.example_index_scope(index), tf.GradientTape() as tape:
             loss, logits = example_loss(xi[None], yi[None])
         correct = metrics.correct_predictions(logits[0], yi)
         return tape.gradient(loss, variables), loss, correct

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import numpy as np
 
 from tfdp import checks
 from tfdp.mechanisms import _validate
+
+# Presets of Delta_h0, the first affine layer's sensitivity (`delta_h0`).
+DELTA_H0_PRESETS = ("paper_fc", "conv_fanin", "ref_code")
 
 
 def adlm_relevance_sensitivity(*, num_features: int, num_examples: int) -> float:
@@ -85,3 +89,65 @@ def adlm_feature_noise_scales(*, sensitivity: float, epsilon: float, beta: Any,
     if batch_size is not None:
         scales = scales / checks.check_positive_int(batch_size, "batch_size")
     return _validate.check_noise_scale(scales, allow_zero, "scales")
+
+
+def delta_h0(preset: str | float, *, architecture: str, input_shape: tuple[int, ...],
+             crop: int = 20) -> float:
+    """Sensitivity Delta_h0 of the first affine layer (AdLM Lemma 3; presets in docs/adlm.md).
+
+    Args:
+        preset: "paper_fc" (2 |h0| d, |h0| = all first-layer output units), "conv_fanin"
+            (2 * sum of the first-layer neurons' fan-ins), "ref_code" (code-release
+            constants: MNIST 2*14*14*5*5 = 9800, CIFAR-10 2*3*10*10*3*3 = 5400) or a number.
+        architecture: "mnist" or "cifar10" (the first layer of tfdp.papers.adlm.models).
+        input_shape: (H, W, C) of the data.
+        crop: CIFAR-10 crop size (the first layer sees crop x crop inputs).
+
+    Returns:
+        Delta_h0 as a float.
+
+    Raises:
+        ValueError: on an unknown preset or a number that is not finite and > 0.
+    """
+    h, w, c = (int(v) for v in input_shape)
+    if not isinstance(preset, str):
+        value = float(preset)
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"adlm_delta_h0 must be a preset or a number > 0, got {preset!r}")
+        return value
+    if preset not in DELTA_H0_PRESETS:
+        try:
+            return delta_h0(float(preset), architecture=architecture, input_shape=input_shape)
+        except ValueError:
+            raise ValueError(f"adlm_delta_h0 must be one of {DELTA_H0_PRESETS} or a number "
+                             f"> 0, got {preset!r}") from None
+    if architecture == "cifar10":
+        s = int(crop)
+        filters, k, h_out, w_out, d = 128, 3, (s + 1) // 2, (s + 1) // 2, s * s * c
+    else:
+        filters, k, h_out, w_out, d = 32, 5, h, w, h * w * c
+    if preset == "paper_fc":
+        return 2.0 * filters * h_out * w_out * d  # AdLM Lemma 3: 2 |h0| d
+    if preset == "conv_fanin":
+        return 2.0 * filters * h_out * w_out * k * k * c  # tfdp: 2 * sum of fan-ins
+    if architecture == "cifar10":
+        return 2.0 * c * h_out * w_out * k * k  # AdLM code release (CIFAR): 2*3*10*10*3*3
+    return 2.0 * (h // 2) * (w // 2) * k * k  # AdLM code release (MNIST): 2*14*14*5*5
+
+
+def per_record_epsilon_inputs(*, batch_size: int, eps_j_sum: float, feature_range: float,
+                              delta_h0_value: float) -> float:
+    """Per-record bound of per_example_fixed input noise (docs/adlm.md, "Privacy ledger").
+
+    A record's noisy copy has noise Lap(Delta_h0/eps_j)/|L| per feature, so its privacy loss
+    is at most |L| * sum_j eps_j * max|x_ij - x'_ij| / Delta_h0.
+
+    Returns:
+        The bound (10.8 for the MNIST code-release configuration).
+    """
+    return batch_size * eps_j_sum * feature_range / delta_h0_value
+
+
+def per_record_epsilon_labels(*, batch_size: int, eps3: float, delta_f: float) -> float:
+    """Per-record bound of per-example FM noise on phi1: 2 |L| eps3 / Delta_F (docs/adlm.md)."""
+    return 2.0 * batch_size * eps3 / delta_f  # a label change moves 2 classes by 1

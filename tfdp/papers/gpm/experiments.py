@@ -34,6 +34,54 @@ def _check_common(d: int, epsilon: float, beta: float, trials: int, seed: int, d
     checks.check_unit_interval(delta, "delta")
 
 
+def _hist_games(d: int, trials: int, n_records: int, sigma: float, beta: float, gamma: float,
+                rng: np.random.Generator, *, fresh_data: bool, fixed_key: bool,
+                dg_method: str) -> tuple[int, int, float, float]:
+    """Plays `hist_experiment`'s games in chunks of trials.
+
+    Returns:
+      (the key holder's successes on GPM releases, its successes on GM releases, the sums of
+      the GM and GPM noises' squared L2 norms).
+    """
+    probs = np.full(d, 1.0 / d)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pancake.GPMResearchWarning)
+        key = pancake.generate_key(d, rng=rng) if fixed_key else None
+        if not fresh_data:
+            base = rng.multinomial(n_records - 1, probs).astype(np.float64)
+            last = int(rng.integers(d))
+        successes = gm_successes = 0
+        sq_gm = sq_gpm = 0.0
+        rows = max(1, min(trials, _CHUNK_ELEMENTS // d))
+        done = 0
+        while done < trials:
+            m = min(rows, trials - done)
+            if fresh_data:
+                q1 = rng.multinomial(n_records - 1, probs, size=m).astype(np.float64)
+                j = rng.integers(d, size=m)
+            else:
+                q1 = np.broadcast_to(base, (m, d)).copy()
+                j = np.full(m, last)
+            q0 = q1.copy()
+            q0[np.arange(m), j] += 1.0  # D0 = D1 plus its last record
+            w = key if fixed_key else pancake.generate_key(d, rng=rng, num=m)
+            b = rng.integers(2, size=m)
+            q_b = np.where(b[:, None] == 1, q1, q0)
+            noise = pancake.pancake_noise(w, sigma, beta, gamma, m, rng=rng,
+                                          dg_method=dg_method)
+            y = q_b + noise
+            guess = pancake.distinguish(y, q0, q1, w, sigma, beta, gamma)
+            successes += int(np.sum(guess == b))
+            sq_gpm += float(np.sum((y - q_b) ** 2))
+            gm_noise = sigma * rng.standard_normal((m, d))
+            y_gm = q_b + gm_noise
+            gm_successes += int(np.sum(
+                pancake.distinguish(y_gm, q0, q1, w, sigma, beta, gamma) == b))
+            sq_gm += float(np.sum(gm_noise ** 2))
+            done += m
+    return successes, gm_successes, sq_gm, sq_gpm
+
+
 def hist_experiment(d: int, epsilon: float, beta: float, trials: int, seed: int,
                     delta: float = 1e-10, gamma: float | None = None, *,
                     n_records: int = 1_000_000, fresh_data: bool = True,
@@ -75,42 +123,9 @@ def hist_experiment(d: int, epsilon: float, beta: float, trials: int, seed: int,
     beta, gamma = pancake.check_parameters(d, beta, gamma, require_covertness=False)
     sigma = pancake.gm_sigma(epsilon, delta, 1.0)  # GPM Thm 2.3, Delta = 1 (add/remove one)
     rng = np.random.default_rng(seed)
-    probs = np.full(d, 1.0 / d)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", pancake.GPMResearchWarning)
-        key = pancake.generate_key(d, rng=rng) if fixed_key else None
-        if not fresh_data:
-            base = rng.multinomial(n_records - 1, probs).astype(np.float64)
-            last = int(rng.integers(d))
-        successes = gm_successes = 0
-        sq_gm = sq_gpm = 0.0
-        rows = max(1, min(trials, _CHUNK_ELEMENTS // d))
-        done = 0
-        while done < trials:
-            m = min(rows, trials - done)
-            if fresh_data:
-                q1 = rng.multinomial(n_records - 1, probs, size=m).astype(np.float64)
-                j = rng.integers(d, size=m)
-            else:
-                q1 = np.broadcast_to(base, (m, d)).copy()
-                j = np.full(m, last)
-            q0 = q1.copy()
-            q0[np.arange(m), j] += 1.0  # D0 = D1 plus its last record
-            w = key if fixed_key else pancake.generate_key(d, rng=rng, num=m)
-            b = rng.integers(2, size=m)
-            q_b = np.where(b[:, None] == 1, q1, q0)
-            noise = pancake.pancake_noise(w, sigma, beta, gamma, m, rng=rng,
-                                          dg_method=dg_method)
-            y = q_b + noise
-            guess = pancake.distinguish(y, q0, q1, w, sigma, beta, gamma)
-            successes += int(np.sum(guess == b))
-            sq_gpm += float(np.sum((y - q_b) ** 2))
-            gm_noise = sigma * rng.standard_normal((m, d))
-            y_gm = q_b + gm_noise
-            gm_successes += int(np.sum(
-                pancake.distinguish(y_gm, q0, q1, w, sigma, beta, gamma) == b))
-            sq_gm += float(np.sum(gm_noise ** 2))
-            done += m
+    successes, gm_successes, sq_gm, sq_gpm = _hist_games(
+        d, trials, n_records, sigma, beta, gamma, rng, fresh_data=fresh_data,
+        fixed_key=fixed_key, dg_method=dg_method)
     lo, hi = clopper_pearson(successes, trials)
     return {
         "d": int(d), "epsilon": float(epsilon), "beta": float(beta), "gamma": float(gamma),

@@ -64,7 +64,8 @@ def _gpm_bench(scale: str) -> Job | None:
 # Rows
 
 
-def _gpm_rows() -> list[Row]:
+def _figure4_rows() -> list[Row]:
+    """Figure 4: GM's eps and GPM's lower and upper bounds (closed forms)."""
     rows = []
     cf4 = python("python.gpm.figure4", "tfdp.papers.gpm.closed_forms:gpm_figure4")
     gm_values = {0.25: (33.4454, 13.1262), 1: (6.8613, 1.7816), 4: (1.6216, 0.3516),
@@ -116,14 +117,19 @@ def _gpm_rows() -> list[Row]:
         criterion=Criterion("range", low=1e4, smoke_meaningful=True),
         extractor="closed", params=(("key", "min_lower_at_delta_0.1"),), jobs=cf4,
         headline=True))
-    # Figure 5: DP-hist success; published = the authors' 1000-trial log ranges.
+    return rows
+
+
+def _figure5_rows(hist: dict[str, dict[str, Job]]) -> list[Row]:
+    """Figure 5: the key holder's success on DP-hist; published = the authors' 1000-trial
+    log ranges."""
+    rows = []
     logs = {
         0.125: ("1.000", "0.998-0.999", "0.979-0.981", "0.839-0.867", "0.536-0.566"),
         0.25: ("1.000", "1.000", "0.987-0.992", "0.899-0.933", "0.615-0.623"),
         0.5: ("1.000", "0.999-1.000", "0.993-0.997", "0.956-0.963", "0.716-0.742"),
         1.0: ("1.000", "0.999-1.000", "0.998-0.999", "0.978-0.981", "0.786-0.839"),
     }
-    hist = {s: {"hist": _gpm_hist(s)} for s in SCALES}
     for eps, cells in logs.items():
         for beta, text in zip((1e-5, 1e-4, 1e-3, 1e-2, 1e-1), cells):
             lo = float(text.split("-")[0])
@@ -139,7 +145,12 @@ def _gpm_rows() -> list[Row]:
                 extractor="gpm_hist_cell", params=(("epsilon", eps), ("beta", beta)),
                 jobs=hist, figure="gpm_success_vs_beta",
                 headline=(eps, beta) in ((0.5, 1e-5), (0.5, 1e-1))))
-    # Table 4: RMS L2 error (beta = 1e-4 cells), "Expect" = sigma sqrt(d).
+    return rows
+
+
+def _table4_rows(hist: dict[str, dict[str, Job]]) -> list[Row]:
+    """Table 4: RMS L2 error (beta = 1e-4 cells), "Expect" = sigma sqrt(d)."""
+    rows = []
     table4 = {
         256: ((815.5, 811.8, 819.1), (408.4, 404.9, 407.8), (204.8, 203.9, 206.1),
               (103.2, 102.6, 102.2)),
@@ -170,8 +181,12 @@ def _gpm_rows() -> list[Row]:
                                         smoke_meaningful=True),
                     extractor="gpm_hist_l2", params=(("d", d), ("epsilon", eps),
                                                      ("which", which)), jobs=hist))
-    # Figure 6 / Table 3: DP-SGD on MNIST LeNet-5.
-    lenet = {s: {"dpsgd": j} for s in SCALES if (j := _gpm_lenet(s)) is not None}
+    return rows
+
+
+def _figure6_rows(lenet: dict[str, dict[str, Job]]) -> list[Row]:
+    """Figure 6: DP-SGD on MNIST LeNet-5, the key holder's success per phase."""
+    rows = []
     for phase, beta, text, low, high in (
             ("not_converged", 1e-5, "1.00", 0.97, None),
             ("not_converged", 1e-4, "0.97-1.00", 0.97, None),
@@ -202,6 +217,12 @@ def _gpm_rows() -> list[Row]:
         published_text="converged < not converged",
         criterion=Criterion("positive", text="not converged - converged > 0"),
         extractor="gpm_dpsgd_gap", jobs=lenet, headline=True))
+    return rows
+
+
+def _table3_rows(lenet: dict[str, dict[str, Job]]) -> list[Row]:
+    """Table 3: the median ||dq|| of the converged MNIST LeNet-5."""
+    rows = []
     rows.append(Row(
         id="gpm.table3.mnist_converged_dq", paper="gpm", source="Table 3",
         setting="MNIST LeNet-5, converged, median ||q(D) - q(D')||",
@@ -209,6 +230,12 @@ def _gpm_rows() -> list[Row]:
         criterion=Criterion("range", low=1.1e-6, high=9.9e-6, text="within a factor 3"),
         extractor="gpm_dpsgd_dq", params=(("phase", "converged"), ("clip", 8.0)), jobs=lenet,
         note="the paper's medians are of unclipped gradients after 20 pretraining epochs"))
+    return rows
+
+
+def _table2_rows() -> list[Row]:
+    """Table 2: the key holder's success on the CIFAR-10 networks."""
+    rows = []
     for model in ("vgg19_bn", "resnet50", "mobilenetv2"):
         for beta, low in ((1e-5, 0.99), (1e-4, 0.97), (1e-3, 0.90)):
             rows.append(Row(
@@ -223,6 +250,12 @@ def _gpm_rows() -> list[Row]:
                                                      ("low", low), ("high", None)),
                 jobs={s: {"dpsgd": j} for s in SCALES
                       if (j := _gpm_cifar(model, s)) is not None}))
+    return rows
+
+
+def _figure7_rows() -> list[Row]:
+    """Figure 7: GPM against GM noise sampling time."""
+    rows = []
     rows.append(Row(
         id="gpm.fig7.sampling_time", paper="gpm", source="Fig. 7",
         setting="GPM vs GM noise sampling, d = 65536", metric="time ratio GPM / GM",
@@ -230,6 +263,20 @@ def _gpm_rows() -> list[Row]:
         criterion=Criterion("range", high=5.0, text="<= 5x (the ratio is reported)"),
         extractor="bench_ratio", jobs={s: {"bench": j} for s in SCALES
                                        if (j := _gpm_bench(s)) is not None}))
+    return rows
+
+
+def _gpm_rows() -> list[Row]:
+    rows = _figure4_rows()
+    hist = {s: {"hist": _gpm_hist(s)} for s in SCALES}
+    rows += _figure5_rows(hist)
+    rows += _table4_rows(hist)
+    # Figure 6 / Table 3: DP-SGD on MNIST LeNet-5.
+    lenet = {s: {"dpsgd": j} for s in SCALES if (j := _gpm_lenet(s)) is not None}
+    rows += _figure6_rows(lenet)
+    rows += _table3_rows(lenet)
+    rows += _table2_rows()
+    rows += _figure7_rows()
     return rows
 
 

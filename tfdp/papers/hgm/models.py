@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 import layers as tfdp_layers
-from layers import noise as noise_layers
+from layers import noise_streams
 from tfdp import checks, mechanisms
 from tfdp.papers.hgm import redistribution
 
@@ -184,6 +184,12 @@ def build_model(arch: str, input_shape: Sequence[int], num_classes: int, *, sigm
     h = keras.layers.ReLU(name="relu1")(h)
     if arch == "release_mnist":
         return _release_head(h, inputs, int(num_classes), init, name, seed)
+    return _paper_head(h, inputs, arch, int(num_classes), name)
+
+
+def _paper_head(h: Any, inputs: Any, arch: str, num_classes: int,
+                name: Optional[str]) -> keras.Model:
+    """The layers above relu1 of the paper's networks ("mnist", "cifar10", "small")."""
     if arch == "cifar10":
         h = keras.layers.Conv2D(128, 5, padding="same", activation="relu", name="conv2")(h)
         h = keras.layers.Conv2D(256, 5, padding="same", activation="relu", name="conv3")(h)
@@ -220,7 +226,7 @@ class CountedDropout(keras.layers.Layer):
         ValueError: on a rate outside [0, 1).
     """
 
-    _TAG = 9173  # this layer's stream of the key (layers.noise.root_seed)
+    _TAG = 9173  # this layer's stream of the key (layers.noise_streams.root_seed)
 
     def __init__(self, rate: float, seed: Optional[int] = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -240,7 +246,7 @@ class CountedDropout(keras.layers.Layer):
         if not training or self.rate == 0.0:
             return inputs
         seed = tf.random.experimental.stateless_fold_in(
-            noise_layers.root_seed(self._key, self._TAG), self.draw_counter.value)
+            noise_streams.root_seed(self._key, self._TAG), self.draw_counter.value)
         ctx = tf.distribute.get_replica_context()
         if ctx is not None and ctx.num_replicas_in_sync > 1:
             seed = tf.random.experimental.stateless_fold_in(

@@ -266,6 +266,63 @@ class RedistributionResult:
     kernel: Optional[np.ndarray] = None
 
 
+def _pretrain(model: Any, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_size: int,
+              learning_rate: float, rng: np.random.Generator,
+              pretrain_fn: Optional[Callable[[Any, np.random.Generator], None]]) -> float:
+    """Trains `model` in place (noise free: Adam epochs, or `pretrain_fn`).
+
+    Returns:
+      Its accuracy on the first 2,000 training examples.
+    """
+    opt = keras.optimizers.Adam(learning_rate)
+    variables = model.trainable_variables
+
+    @tf.function(reduce_retracing=True)
+    def step(xb, yb):
+        with tf.GradientTape() as tape:
+            logits = model(xb, training=False)
+            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+                yb, logits, from_logits=True))
+        opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    n = len(x)
+    if pretrain_fn is not None:
+        pretrain_fn(model, rng)
+    else:
+        for _ in range(int(epochs)):
+            order = rng.permutation(n)
+            for start in range(0, n - batch_size + 1, batch_size):
+                idx = order[start:start + batch_size]
+                step(tf.constant(x[idx]), tf.constant(np.asarray(y[idx], np.int64)))
+    pred = np.argmax(model.predict(x[:2000], verbose=0), axis=-1)
+    return float(np.mean(pred == np.asarray(y[:2000])))
+
+
+def _split_at_noise(model: Any, h1_layer: str, noise_layer: str
+                    ) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    """(inputs -> h1, the noised layer's output; h -> logits after the noise layer)."""
+    names = [layer.name for layer in model.layers]
+    split = names.index(noise_layer)
+    h1_index = names.index(h1_layer)
+    pre = [layer for layer in model.layers[:h1_index + 1]
+           if not isinstance(layer, keras.layers.InputLayer)]
+    post = model.layers[split + 1:]
+
+    def h1_fn(xb):
+        h = xb
+        for layer in pre:
+            h = layer(h)
+        return h
+
+    def head_fn(h):
+        for layer in post:
+            h = layer(h)
+        return h
+
+    return h1_fn, head_fn
+
+
 def pretrain_redistribution(build_fn: Callable[[], Any], h1_layer: str, noise_layer: str,
                             x: np.ndarray, y: np.ndarray, *, epochs: int = 1,
                             batch_size: int = 128, learning_rate: float = 1e-3,
@@ -313,48 +370,10 @@ def pretrain_redistribution(build_fn: Callable[[], Any], h1_layer: str, noise_la
         raise ValueError(f"epochs: expected >= 1, got {epochs!r}")
     rng = rng if rng is not None else np.random.default_rng()
     model = build_fn()
-    opt = keras.optimizers.Adam(learning_rate)
-    variables = model.trainable_variables
-
-    @tf.function(reduce_retracing=True)
-    def step(xb, yb):
-        with tf.GradientTape() as tape:
-            logits = model(xb, training=False)
-            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
-                yb, logits, from_logits=True))
-        opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
-        return loss
-
+    train_acc = _pretrain(model, x, y, epochs=epochs, batch_size=batch_size,
+                          learning_rate=learning_rate, rng=rng, pretrain_fn=pretrain_fn)
+    h1_fn, head_fn = _split_at_noise(model, h1_layer, noise_layer)
     n = len(x)
-    if pretrain_fn is not None:
-        pretrain_fn(model, rng)
-    else:
-        for _ in range(int(epochs)):
-            order = rng.permutation(n)
-            for start in range(0, n - batch_size + 1, batch_size):
-                idx = order[start:start + batch_size]
-                step(tf.constant(x[idx]), tf.constant(np.asarray(y[idx], np.int64)))
-    pred = np.argmax(model.predict(x[:2000], verbose=0), axis=-1)
-    train_acc = float(np.mean(pred == np.asarray(y[:2000])))
-
-    names = [layer.name for layer in model.layers]
-    split = names.index(noise_layer)
-    h1_index = names.index(h1_layer)
-    pre = [layer for layer in model.layers[:h1_index + 1]
-           if not isinstance(layer, keras.layers.InputLayer)]
-    post = model.layers[split + 1:]
-
-    def h1_fn(xb):
-        h = xb
-        for layer in pre:
-            h = layer(h)
-        return h
-
-    def head_fn(h):
-        for layer in post:
-            h = layer(h)
-        return h
-
     subset = np.sort(rng.permutation(n)[:min(int(num_score_examples), n)])
     if score_fn is None:
         scores = gradient_scores(h1_fn, head_fn, x[subset], y[subset], beta=beta)

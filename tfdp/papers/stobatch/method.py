@@ -42,284 +42,28 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
 from attacks import graph as attack_graph
-from tfdp import losses, options
-from tfdp.papers.stobatch import budgets
+from tfdp import losses
 from tfdp.papers.stobatch import losses as stobatch_losses
 from tfdp.papers.stobatch import models
+from tfdp.papers.stobatch.privacy import Budget, add_ledger_entries, draw_laplace, solve_budget
+from tfdp.papers.stobatch.settings import StoBatchConfig
 from tfdp.train import metrics, replica
 from tfdp.train.base import Method
 from tfdp import data
 from tfdp.train import loop
 
-PAIRINGS = ("alg4_fixed_pairs", "per_epoch_random", "release_reader")
-BN_STATS = ("global", "per_microbatch")
-NORM_MODES = ("paper_l1", "spectral_ref")
-NOISE_TERMS = ("linear", "abs_mean", "linear_broadcast")
-DTYPES = models.COMPUTE_DTYPES
-
-ADV_SOURCES = ("noisy", "raw")
-ADV_NOISES = ("train", "zero")
-
-
-@options.declare("stobatch_")
-class StoBatchConfig:
-    """StoBatch settings (the stobatch_* flags without the prefix): the single declaration of
-    their types, defaults, help and checks; `validate` holds the rules that join several of
-    them. `StoBatchConfig(...).as_options()` is a `TrainConfig.options` mapping."""
-
-    architecture: str = options.field(
-        "auto", "StoBatch: network (mnist, cifar10, resnet18, tiny); auto picks it from the "
-        "data set.", choices=("auto",) + models.ARCHITECTURES)
-    eps2: float = options.field(
-        0.1, "StoBatch: eps2 of the output coefficients (MNIST 0.1; CIFAR-10 1 + r/3; Tiny "
-        "ImageNet 1). eps1 = (--epsilon - eps2) / (1 + 1/gamma + 1/gamma_x).",
-        check=options.positive)
-    xi: float = options.field(1.0, "StoBatch: weight xi of the adversarial loss (Eq. 9).",
-                              check=options.nonnegative)
-    psi: float = options.field(
-        2.0, "StoBatch: fresh inference noise is 1/psi of the training scale (App. N).",
-        check=options.positive)
-    attack_iters: int = options.field(10, "StoBatch: T_mu, training attack iterations.",
-                                      check=options.at_least(1))
-    mu_max: float = options.field(1.0, "StoBatch: mu_t ~ U(0, mu_max] per trainer step.",
-                                  check=options.positive)
-    madry_eps_iter: Optional[float] = options.field(
-        None, "StoBatch: step size of the training Madry (PGD) attack; unset: mu_t / T_mu "
-        "(Eq. 8, as I-FGSM and MIM). The MNIST code release steps by the model's evaluation "
-        "attack size / T_mu (0.05 / T_mu for its first model) while the ball is mu_t.",
-        check=options.positive)
-    hidden_units: int = options.field(256, "StoBatch: |h_pi|.", check=options.at_least(1))
-    norm_mode: str = options.field(
-        "paper_l1", "StoBatch: first-layer norm for gamma: paper_l1 or spectral_ref.",
-        choices=NORM_MODES)
-    enforce_norm_bound: bool = options.field(
-        True, "StoBatch: project theta1 after every step so its norm stays <= the initial "
-        "bound used for gamma.")
-    pairing: str = options.field(
-        "alg4_fixed_pairs", "StoBatch: benign / adversarial-source pairing: alg4_fixed_pairs "
-        "(Alg. 4: fixed pairs) or per_epoch_random (the reference code's shared pool of fixed "
-        "batches, both roles drawn without replacement; needs --stobatch_trainers=1; "
-        "docs/stobatch.md) or release_reader (the MNIST code release's reader: each step "
-        "reads the three adversarial thirds and then the benign batch as four successive "
-        "slices of the training set in its stored order, never shuffled, a read that would "
-        "pass the end starting again at the first record; needs --stobatch_trainers=1 and a "
-        "batch size divisible by 3).", choices=PAIRINGS)
-    trainers: int = options.field(1, "StoBatch: N_tr local trainers per step.",
-                                  check=options.at_least(1))
-    micro_batches: int = options.field(
-        1, "StoBatch: gradient micro-batches per replica (M_dev = this x replicas).",
-        check=options.at_least(1))
-    bn_stats: str = options.field(
-        "global", "StoBatch: BN grouping: global (synchronized BN) or per_microbatch.",
-        choices=BN_STATS)
-    ae_learning_rate: Optional[float] = options.field(
-        None, "StoBatch: Adam learning rate of theta1 (default --learning_rate).",
-        check=options.positive)
-    bn_momentum: float = options.field(
-        0.99, "StoBatch: momentum of the BN moving statistics (used at inference and by the "
-        "training attacks; short runs need a smaller value).", check=options.below_one)
-    bn_eval: str = options.field(
-        "moving", "StoBatch: BN at inference and in the training attacks: moving (default) or "
-        "batch (statistics of the evaluated batch; the reference code's MNIST/CIFAR-10 "
-        "inference).", choices=models.BN_EVAL_MODES)
-    ae_optimizer: str = options.field(
-        "adam", "StoBatch: optimizer of theta1, adam (reference code) or sgd.",
-        choices=("adam", "sgd"))
-    noise_term: str = options.field(
-        "linear", "StoBatch: output noise term: linear (paper), abs_mean (the CIFAR-10 code) or "
-        "linear_broadcast (the MNIST code's arithmetic: its scalar -sum(N*W) is subtracted "
-        "from every record and class of the Taylor loss, so the linear term counts K times).",
-        choices=NOISE_TERMS)
-    adam_epsilon: Optional[float] = options.field(
-        None, "StoBatch: Adam's epsilon for theta2 (unset: Keras' 1e-7; the MNIST code: TF1's "
-        "1e-8 on the same normalised loss).", check=options.positive)
-    ae_adam_epsilon: Optional[float] = options.field(
-        None, "StoBatch: Adam's epsilon for theta1 (unset: Keras' 1e-7). tfdp divides the "
-        "reconstruction loss by m; the MNIST code minimises its sum with TF1's 1e-8, the same "
-        "steps as epsilon 1e-8 / m here (4.0e-12 at m = 2,499).", check=options.positive)
-    dtype: str = options.field(
-        "float32", "StoBatch: compute dtype of the network, the attacks and the losses: "
-        "float32, or float64 (slower; results do not depend on float32 summation order, e.g. "
-        "to check that replica counts give the same weights).", choices=DTYPES)
-    num_draws: int = options.field(2000, "StoBatch: Monte-Carlo draws n.",
-                                   check=options.at_least(1))
-    delta_rx_mode: str = options.field(
-        "unit", "StoBatch: Delta_r^x = mu * d_cert with mu = 1 (unit), mu_a or mu_train "
-        "(docs/stobatch.md).", choices=("unit", "mu_a", "mu_train"))
-    radius_divisor: float = options.field(
-        1.0, "StoBatch: extra radius divisor (1 = paper-literal; the code's 0.005).",
-        check=options.positive)
-    radius_psi_correction: bool = options.field(
-        True, "StoBatch: divide the certified radius by psi.")
-    # The authors' code release's data path (issue 29 item 5); the defaults are the paper's.
-    adv_source: str = options.field(
-        "noisy", "StoBatch: adversarial examples crafted from the perturbed inputs x_bar "
-        "(noisy: the paper, Alg. 1) or from the raw inputs x (raw: the authors' code "
-        "release; raw inputs then reach training outside the noise, see the ledger).",
-        choices=ADV_SOURCES)
-    adv_noise: str = options.field(
-        "train", "StoBatch: input noise of the adversarial half of the loss: train (the "
-        "training noise chi1/m, as x_bar carries it: the paper) or zero (the authors' "
-        "code feeds the adversarial branch a zero noise budget).", choices=ADV_NOISES)
-    input_clip: Optional[float] = options.field(
-        None, "StoBatch: clip the (noisy) network inputs to [-c, c] before the first layer, "
-        "in training and at inference (the authors' code: 10); unset: no clip (the paper).",
-        check=options.positive)
-
-    def validate(self) -> None:
-        """The rules that join settings (pairing and trainers, BN grouping and micro-batches)."""
-        if self.pairing == "per_epoch_random" and self.trainers != 1:
-            raise ValueError(f"--stobatch_trainers: --stobatch_pairing=per_epoch_random draws "
-                             f"one (benign, adversarial-source) pair per step from the shared "
-                             f"pool (the reference code's N_tr = 1), got {self.trainers}")
-        if self.pairing == "release_reader" and self.trainers != 1:
-            raise ValueError(f"--stobatch_trainers: --stobatch_pairing=release_reader reads one "
-                             f"(benign, adversarial-source) pair per step (the code release's "
-                             f"N_tr = 1), got {self.trainers}")
-        if self.bn_stats == "global" and self.micro_batches > 1:
-            raise ValueError("--stobatch_micro_batches: gradient accumulation normalises each "
-                             "micro-batch alone; use --stobatch_bn_stats=per_microbatch "
-                             "(docs/stobatch.md, \"Distribution\")")
-
-
+# The settings are declared in tfdp.papers.stobatch.settings; the budget split and its ledger
+# entries are in tfdp.papers.stobatch.privacy.
 OPTIONS = StoBatchConfig.OPTIONS  # the stobatch_* flags (tfdp-train defines them from this)
 
 # Default generic flags: the StoBatch paper's MNIST values.
 _DEFAULTS = {"epochs": 1, "batch_size": 2499, "learning_rate": 1e-4, "optimizer": "adam",
              "epsilon": 1.0, "delta": 0.0}
-
-
-@dataclasses.dataclass
-class Budget:
-    """The solved budget split of StoBatch Theorem 4 and the constants behind it."""
-
-    epsilon: float
-    eps1: float
-    eps2: float
-    gamma: float
-    gamma_x: float
-    delta_r: float
-    delta_l2: float
-    first_layer_norm: float
-    norm_mode: str
-    fan_in: int
-    beta: int
-    m: int
-
-    @property
-    def a22_term(self) -> float:
-        """eps1 Delta_g / Delta_R with Delta_g = 3 beta (Theorem 1's proof), dropped."""
-        return self.eps1 * 3.0 * self.beta / self.delta_r
-
-    def to_dict(self) -> dict:
-        out = dataclasses.asdict(self)
-        out["theorem4_total"] = budgets.stobatch_total_epsilon(
-            epsilon1=self.eps1, epsilon2=self.eps2, gamma_x=self.gamma_x, gamma=self.gamma)
-        out["a22_term"] = self.a22_term
-        out["theorem4_total_with_a22"] = out["theorem4_total"] + self.a22_term
-        return out
-
-
-def solve_budget(*, epsilon: float, eps2: float, fan_in: int, beta: int, m: int,
-                 first_layer_norm: float, norm_mode: str = "paper_l1",
-                 hidden_units: int = 256) -> Budget:
-    """Solves eps = eps1 + eps1/gamma_x + eps1/gamma + eps2 for eps1 (StoBatch Theorem 4, App. P).
-
-    Args:
-        epsilon: target total eps.
-        eps2: budget of the output coefficients.
-        fan_in: d of Lemma 2 (k*k*C_in).
-        beta: neurons of one h1 feature map.
-        m: DP batch size.
-        first_layer_norm: Delta_h1 of theta1_0 (Lemma 3).
-        norm_mode: which norm `first_layer_norm` is (recorded).
-        hidden_units: |h_pi| (Delta_L2 = 2 |h_pi|, Lemma 4).
-
-    Returns:
-        The Budget.
-
-    Raises:
-        ValueError: naming --epsilon / --stobatch_eps2 when the split does not solve.
-    """
-    if not (math.isfinite(eps2) and eps2 > 0):
-        raise ValueError(f"--stobatch_eps2: expected a finite number > 0, got {eps2!r}")
-    if not (math.isfinite(epsilon) and epsilon > eps2):
-        raise ValueError(f"--epsilon: the StoBatch split eps = eps1 + eps1/gamma_x + eps1/gamma "
-                         f"+ eps2 needs --epsilon > --stobatch_eps2 ({eps2}), got {epsilon!r}")
-    delta_r = stobatch_losses.stobatch_delta_r(fan_in=fan_in, beta=beta)  # Lemma 2
-    delta_l2 = stobatch_losses.stobatch_delta_l2(hidden_units=hidden_units)  # Lemma 4
-    gamma_x, gamma = budgets.stobatch_gammas(sensitivity=delta_r, batch_size=m,
-                                             first_layer_norm=first_layer_norm)  # Lemma 3
-    eps1 = budgets.stobatch_epsilon1(total_epsilon=epsilon, epsilon2=eps2, gamma_x=gamma_x,
-                                     gamma=gamma)  # App. P
-    return Budget(epsilon=float(epsilon), eps1=eps1, eps2=float(eps2), gamma=gamma,
-                  gamma_x=gamma_x, delta_r=delta_r, delta_l2=delta_l2,
-                  first_layer_norm=float(first_layer_norm), norm_mode=norm_mode,
-                  fan_in=int(fan_in), beta=int(beta), m=int(m))
-
-
-_NOTE_SHARED = (
-    "The paper's argument (Lemma 3, Theorems 1-4, App. J) treats this noise as a "
-    "functional-mechanism perturbation of batch-summed coefficients and everything else as "
-    "post-processing. The noise is ONE draw shared by every example and reused at every step "
-    "(docs/stobatch.md, \"Privacy ledger\"): x_bar_i - x_bar_j = x_i - x_j exactly, and the "
-    "network's per-example nonlinear computations (BN, ReLU, the attacks) are not functions "
-    "of the noisy sums, so the post-processing step does not hold and no finite bound "
-    "follows from the paper's proof; the sound value is therefore inf. ")
-_NOTE_MAPS = ("Conv layers: Delta_R is computed for ONE feature map while all C maps read the "
-              "same inputs; the claimed value follows the paper and is not "
-              "independently verified. ")
-
-
-def add_ledger_entries(ledger, budget: Budget) -> None:
-    """Records the paper's claimed eps (Theorem 4) beside the sound accounting.
-
-    Every entry's sound epsilon is inf (see the notes: the shared-noise argument above
-    supports no finite bound); the claimed epsilons sum to Theorem 4's total. The Theorem 1
-    gradient-term entry carries the term the paper drops (claimed 0 as in the paper) and its
-    value.
-    """
-    b = budget
-    ledger.add("stobatch_input_perturbation", mechanism="laplace_shared_input_noise",
-               epsilon=math.inf, claimed_epsilon=b.eps1 / b.gamma_x,
-               protects="training records",
-               note=_NOTE_SHARED + f"Claimed eps1/gamma_x (Lemma 3) with gamma_x = Delta_R/m = "
-               f"{b.gamma_x:.6g}, Delta_R = {b.delta_r:.6g}, m = {b.m}.")
-    ledger.add("stobatch_first_layer", mechanism="laplace_shared_latent_noise",
-               epsilon=math.inf, claimed_epsilon=b.eps1 / b.gamma,
-               protects="training records",
-               note=_NOTE_SHARED + _NOTE_MAPS + f"Claimed eps1/gamma (Lemma 3) with gamma = "
-               f"2 Delta_R/(m Delta_h1) = {b.gamma:.6g}, Delta_h1 = {b.first_layer_norm:.6g} "
-               f"({b.norm_mode} norm of theta1 at initialisation).")
-    ledger.add("stobatch_autoencoder", mechanism="functional_mechanism_laplace",
-               epsilon=math.inf, claimed_epsilon=b.eps1, protects="training records",
-               note=_NOTE_SHARED + _NOTE_MAPS + "Claimed eps1 (Theorem 1, Delta_R = d(beta+2) "
-               f"= {b.delta_r:.6g}). The objective optimised has a per-element absolute value "
-               "(as in the code release), so it is not the linear perturbed polynomial the proof "
-               "covers.")
-    ledger.add("stobatch_output_coefficients", mechanism="functional_mechanism_laplace",
-               epsilon=math.inf, claimed_epsilon=b.eps2, protects="training labels",
-               note=_NOTE_SHARED + "Claimed eps2 (Theorem 3, Delta_L2 = 2|h_pi| = "
-               f"{b.delta_l2:.6g}). chi3 enters as a data-independent term in W_pi, while the "
-               "label coefficients sum_i h_pi_i y_i change with theta at every step, so the one "
-               "draw protects one evaluation, not the sequence of gradients.")
-    ledger.add("stobatch_theorem1_gradient_term", mechanism="functional_mechanism_laplace",
-               epsilon=math.inf, claimed_epsilon=0.0, protects="training records",
-               note=(f"Theorem 1's proof adds eps1*Delta_g/Delta_R with Delta_g = 3 beta, i.e. "
-                     f"{b.a22_term:.6g} (factor {3.0 * b.beta / b.delta_r:.4f}); the paper drops "
-                     "it (claimed 0). Theorem 4 total with this term: "
-                     f"{b.to_dict()['theorem4_total_with_a22']:.6g}."))
-
-
-def draw_laplace(rng: np.random.Generator, scale: float, shape) -> np.ndarray:
-    """[Lap(scale)]^shape from the host RNG, as float32 (the generator of chi1, chi2, chi3)."""
-    return rng.laplace(0.0, float(scale), size=tuple(shape)).astype(np.float32)
 
 
 def _default_architecture(input_shape) -> str:
@@ -709,20 +453,38 @@ class StoBatch(Method):
         num_rep = int(ctx.num_replicas_in_sync)
         if num_rep > 1:  # the global block, in the loop's order (contiguous uneven shards)
             x, y = _gather_block(ctx, x, y)
-        rid = tf.cast(step_ctx.replica_id, tf.int64)
-        m, micro, n_tr, xi = self.m, self.settings.micro_batches, self.settings.trainers, self.settings.xi
-        groups = num_rep * micro
+        n_tr = self.settings.trainers
         dt = tf.as_dtype(model.compute_dtype)  # float32 unless --stobatch_dtype=float64
         x = tf.cast(x, dt)
         theta1, theta2 = model.theta1, model.theta2
-        lat = tf.cast(model.latent_noise.fixed_noise, dt)
-        g1 = [tf.zeros_like(v) for v in theta1]
-        g2 = [tf.zeros_like(v) for v in theta2]
-        sums = {k: tf.constant(0.0, dt) for k in ("loss", "ae_loss", "l1", "l2", "accuracy",
-                                                  "adv_linf")}
+        parts, mu_log = self._craft_parts(step_ctx, model, x, y, num_rep, dt)
+        g1, g2, sums = self._micro_batch_gradients(model, parts, dt)
+        noise_term, g_noise = self.chi3_term_gradient(model)
+        w_pi = model.output_layer.kernel
+        idx = [i for i, v in enumerate(theta2) if v is w_pi][0]
+        g2[idx] = g2[idx] + g_noise
+        self.ae_optimizer.apply_gradients(zip(g1, theta1))
+        optimizer.apply_gradients(zip(g2, theta2))
+        out = dict(sums)
+        out["loss"] = sums["loss"] + noise_term
+        out["noise_term"] = noise_term
+        out = {k: tf.cast(v, tf.float32) for k, v in out.items()}  # logged values
+        on_first = tf.cast(replica.is_first_replica(), tf.float32)
+        out["mu_t"] = mu_log / float(n_tr) * on_first
+        return out
+
+    def _craft_parts(self, step_ctx, model, x, y, num_rep: int, dt) -> tuple[list, tf.Tensor]:
+        """Crafts every adversarial micro-batch of this replica, all against the parameters
+        and BN statistics at the start of the step (as R M replicas would).
+
+        Returns:
+          ([(benign x, benign y, adversarial source, its y, crafted, adversarial input)] per
+          trainer and micro-batch, the sum of the trainers' mu_t).
+        """
+        rid = tf.cast(step_ctx.replica_id, tf.int64)
+        m, micro, n_tr = self.m, self.settings.micro_batches, self.settings.trainers
+        groups = num_rep * micro
         mu_log = tf.constant(0.0)
-        # Craft every adversarial micro-batch first, all against the parameters and BN
-        # statistics at the start of the step (as R M replicas would).
         parts = []
         for t in range(n_tr):
             base = 2 * m * t
@@ -755,6 +517,22 @@ class StoBatch(Method):
                 else:
                     xa = whole[lo:hi]
                 parts.append((xb, yb, xs_src, ys, xa, self.adversarial_input(model, xa)))
+        return parts, mu_log
+
+    def _micro_batch_gradients(self, model, parts: list, dt) -> tuple[list, list, dict]:
+        """The gradients of theta1 (Eq. 6) and theta2 (Eq. 9) summed over the micro-batches,
+        and the sums of the logged statistics.
+
+        Returns:
+          (theta1's gradients, theta2's gradients, {statistic: sum}).
+        """
+        m, n_tr, xi = self.m, self.settings.trainers, self.settings.xi
+        theta1, theta2 = model.theta1, model.theta2
+        lat = tf.cast(model.latent_noise.fixed_noise, dt)
+        g1 = [tf.zeros_like(v) for v in theta1]
+        g2 = [tf.zeros_like(v) for v in theta2]
+        sums = {k: tf.constant(0.0, dt) for k in ("loss", "ae_loss", "l1", "l2", "accuracy",
+                                                  "adv_linf")}
         for xb, yb, xs, ys, xa_crafted, xa in parts:  # one micro-batch's gradients each
             yb1 = tf.one_hot(tf.cast(yb, tf.int32), self.num_classes, dtype=dt)
             ys1 = tf.one_hot(tf.cast(ys, tf.int32), self.num_classes, dtype=dt)
@@ -785,20 +563,7 @@ class StoBatch(Method):
             sums["accuracy"] += metrics.step_accuracy(zb, yb, m * n_tr, dt)
             sums["adv_linf"] += tf.reduce_sum(tf.reduce_max(
                 tf.abs(tf.reshape(xa_crafted - xs, [tf.shape(xs)[0], -1])), 1)) / float(m * n_tr)
-        noise_term, g_noise = self.chi3_term_gradient(model)
-        w_pi = model.output_layer.kernel
-        idx = [i for i, v in enumerate(theta2) if v is w_pi][0]
-        g2[idx] = g2[idx] + g_noise
-        self.ae_optimizer.apply_gradients(zip(g1, theta1))
-        optimizer.apply_gradients(zip(g2, theta2))
-        out = dict(sums)
-        out["loss"] = sums["loss"] + noise_term
-        out["noise_term"] = noise_term
-        out = {k: tf.cast(v, tf.float32) for k, v in out.items()}  # logged values
-        on_first = tf.cast(replica.is_first_replica(), tf.float32)
-        out["mu_t"] = mu_log / float(n_tr) * on_first
-        return out
-
+        return g1, g2, sums
 
 def _gather_block(ctx, x: tf.Tensor, y: tf.Tensor) -> tuple:
     """Every replica's shard concatenated in replica order, on every replica.

@@ -217,21 +217,8 @@ def run_job(job: jobs_lib.ReleaseJob, checkout: str, seed: int, output: str,
     missing = check_checkout(job, checkout)
     work_dir = work_dir or tempfile.mkdtemp(prefix=f"tfdp-release-{job.name}-")
     copy_dir = os.path.join(work_dir, "copy")
-    if os.path.exists(copy_dir):
-        shutil.rmtree(copy_dir)
-    shutil.copytree(os.path.join(checkout, job.folder), copy_dir, symlinks=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
-    diff = apply_overrides(job, copy_dir, merged)
-    for folder in job.make_dirs:
-        os.makedirs(os.path.join(copy_dir, folder), exist_ok=True)
-    data_files = (link_mnist(os.path.join(copy_dir, job.data_dir), data_dir)
-                  if job.data_dir else {})
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([_TFDP_ROOT, *extra_path] + (
-        [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    if data_dir:
-        env["TFDP_DATA_DIR"] = data_dir
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    diff, data_files = _prepare_copy(job, checkout, copy_dir, merged, data_dir)
+    env = _child_env(extra_path, data_dir)
     log_path = os.path.join(work_dir, "log.txt")
     started, t0 = _utc(), time.time()
     with open(log_path, "w", encoding="utf-8") as log:
@@ -247,7 +234,51 @@ def run_job(job: jobs_lib.ReleaseJob, checkout: str, seed: int, output: str,
         raise RuntimeError(f"job {job.name} exited with {proc.returncode}; log: {log_path}")
     if final is None and not curve:
         raise RuntimeError(f"job {job.name} printed no accuracy; log: {log_path}")
-    result = {
+    result = _result(job, command, missing, diff, seed, merged, data_files, seconds, started,
+                     proc.returncode, curve, final, extra)
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    rundir.write_json_atomic(output, result)
+    return result
+
+
+def _prepare_copy(job: jobs_lib.ReleaseJob, checkout: str, copy_dir: str,
+                  merged: Mapping[str, str], data_dir: str | None
+                  ) -> tuple[str, dict[str, str]]:
+    """Copies the release's folder to `copy_dir` (afresh), applies the settings, makes the
+    folders the script expects and links MNIST into it.
+
+    Returns:
+      (the diff the settings made, the linked data files' SHA-256).
+    """
+    if os.path.exists(copy_dir):
+        shutil.rmtree(copy_dir)
+    shutil.copytree(os.path.join(checkout, job.folder), copy_dir, symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
+    diff = apply_overrides(job, copy_dir, merged)
+    for folder in job.make_dirs:
+        os.makedirs(os.path.join(copy_dir, folder), exist_ok=True)
+    data_files = (link_mnist(os.path.join(copy_dir, job.data_dir), data_dir)
+                  if job.data_dir else {})
+    return diff, data_files
+
+
+def _child_env(extra_path: Sequence[str], data_dir: str | None) -> dict[str, str]:
+    """The child's environment: tfdp and `extra_path` first on PYTHONPATH, the data dir."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([_TFDP_ROOT, *extra_path] + (
+        [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    if data_dir:
+        env["TFDP_DATA_DIR"] = data_dir
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def _result(job: jobs_lib.ReleaseJob, command: str, missing: list[str], diff: str, seed: int,
+            merged: Mapping[str, str], data_files: dict[str, str], seconds: float,
+            started: str, exit_code: int, curve: list[list[float]], final: float | None,
+            extra: dict[str, list[list[float]]]) -> dict[str, Any]:
+    """The result file's content (versions read now)."""
+    return {
         "job": job.name,
         "command": command,
         "release": {"repo": job.repo, "commit": job.commit,
@@ -260,7 +291,7 @@ def run_job(job: jobs_lib.ReleaseJob, checkout: str, seed: int, output: str,
         "seconds": round(seconds, 1),
         "started_utc": started,
         "finished_utc": _utc(),
-        "exit_code": proc.returncode,
+        "exit_code": exit_code,
         "numbers": {"test_accuracy": final if final is not None else curve[-1][1],
                     "final_line": final is not None,
                     **{name: points[-1][1] for name, points in extra.items() if points}},
@@ -269,6 +300,3 @@ def run_job(job: jobs_lib.ReleaseJob, checkout: str, seed: int, output: str,
         "versions": {"python": sys.version.split()[0], "tensorflow": _tf_version(),
                      "tfdp_commit": _tfdp_commit()},
     }
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    rundir.write_json_atomic(output, result)
-    return result
