@@ -166,17 +166,18 @@ def test_a_method_target_that_is_not_module_colon_class_is_refused():
         registry.MethodSpec("Bad-Name", "a:B", "summary")
 
 
-def test_a_plugin_method_declares_whether_it_takes_input_smoothing(toy_paper, tmp_path):
+def test_a_plugin_method_declares_whether_it_takes_input_smoothing(toy_paper):
     """--smoothing_sigma is for the methods whose own class sets `takes_smoothing` (the toy
-    method declares it; secure_sgd, a DPSGD subclass, does not): no shared list names them."""
-    from tfdp.apps import train as train_app  # pylint: disable=import-outside-toplevel
+    method declares it; secure_sgd, a DPSGD subclass, does not): no shared list names them.
+    (tfdp-train passes these to the check: tests/evaluate/test_smoothing_eval.py.)"""
+    from tfdp.certify import smoothing  # pylint: disable=import-outside-toplevel
     from tfdp.train import registry as methods  # pylint: disable=import-outside-toplevel
     methods.reload()
-    spec = train_app.resolve({"method": "toy_sgd", "dataset": "sample",
-                              "model_dir": str(tmp_path / "run")}, {"smoothing_sigma": 0.5})
-    assert spec.config.common.smoothing_sigma == 0.5
+    takers = sorted(m for m in methods.METHODS
+                    if methods.get_method_class(m).takes_input_smoothing())
+    assert takers == ["dpsgd", "nonprivate", "toy_sgd"]
+    assert not methods.get_method_class("secure_sgd").takes_input_smoothing()
+    assert smoothing.check_smoothing_sigma("toy_sgd", 0.5, True) == 0.5
     with pytest.raises(ValueError, match=r"--smoothing_sigma: input smoothing is for "
                                          r"--method=dpsgd or nonprivate or toy_sgd, not 'adlm'"):
-        train_app.resolve({"method": "adlm", "dataset": "sample", "epsilon": 2.0,
-                           "model_dir": str(tmp_path / "run2")}, {"smoothing_sigma": 0.5})
-    assert not os.path.exists(tmp_path / "run2")
+        smoothing.check_smoothing_sigma("adlm", 0.5, False, lambda: takers)
