@@ -74,16 +74,53 @@ def _release(key, what):
     from tfdp.reproduce.releases import attribution  # pylint: disable=import-outside-toplevel
     comp = next(c for c in attribution.COMPARISONS if c.key == key)
     summ = attribution._summary(comp, attribution.RESULTS_DIR)  # pylint: disable=protected-access
-    side = summ["r_acc"] if what.startswith("release") else summ["t_acc"]
+    if what.startswith("base"):  # the toggle without the release options
+        glob_ = next(t.tfdp_glob for t in comp.toggles if t.key == "base")
+        side = [r["numbers"]["test_accuracy"]
+                for r in attribution._load(attribution.RESULTS_DIR, glob_)]  # pylint: disable=protected-access
+        if what == "base_p":
+            return attribution.welch(summ["r_acc"], side)["p"]
+    else:
+        side = summ["r_acc"] if what.startswith("release") else summ["t_acc"]
     if what.endswith("mean"):
         return statistics.mean(side)
     if what.endswith("sd"):
         return statistics.stdev(side)
+    if what.endswith("_n"):
+        return len(side)
     if what == "p":
         return summ["test"]["p"]
     if what == "scale_gap":
         return comp.published - statistics.mean(summ["r_acc"])
     raise KeyError(what)
+
+
+# The releases row: every number it prints, as the README formats it, from the result files
+# (means and sd to 2 decimals, p to 2 significant digits, the gap to 1 decimal).
+_RELEASE_NUMBERS = (
+    ("adlm_mnist_e6", ("release_mean", "release_sd", "release_n", "tfdp_mean", "tfdp_sd",
+                       "tfdp_n", "p", "scale_gap")),
+    ("secure_sgd_mnist_s3840", ("release_mean", "release_sd", "tfdp_mean", "tfdp_sd", "p")),
+    ("stobatch_mnist_e2", ("release_mean", "release_sd", "tfdp_mean", "tfdp_sd", "p",
+                           "base_mean", "base_sd", "base_p")),
+)
+
+
+def _release_checks():
+    checks = []
+    for key, whats in _RELEASE_NUMBERS:
+        for what in whats:
+            value = _release(key, what)
+            if what.endswith("_n"):
+                printed = str(value)
+            elif what in ("p", "base_p"):
+                printed = f"{value:.2g}"
+            elif what == "scale_gap":
+                printed = f"{value:.1f}"
+            else:
+                printed = f"{value:.2f}"
+            checks.append((printed, lambda v=value: v))
+    return checks
 
 
 # README row ("what" column, start) -> (cited result file, [(printed number, value getter)],
@@ -174,22 +211,7 @@ ROWS = {
         [("0.988", lambda: _json("results/bench/evaluate.json")["ratio"])], {"0.8"}),
     "the authors' own releases beside tfdp at the same budget": (
         "results/releases/adlm_mnist_release_e6_seed1.json",
-        [("56.67", lambda: _release("adlm_mnist_e6", "release_mean")),
-         ("3.94", lambda: _release("adlm_mnist_e6", "release_sd")),
-         ("48.79", lambda: _release("adlm_mnist_e6", "tfdp_mean")),
-         ("2.06", lambda: _release("adlm_mnist_e6", "tfdp_sd")),
-         ("0.054", lambda: _release("adlm_mnist_e6", "p")),
-         ("33.5", lambda: _release("adlm_mnist_e6", "scale_gap")),
-         ("55.01", lambda: _release("secure_sgd_mnist_s3840", "release_mean")),
-         ("0.95", lambda: _release("secure_sgd_mnist_s3840", "release_sd")),
-         ("54.90", lambda: _release("secure_sgd_mnist_s3840", "tfdp_mean")),
-         ("0.75", lambda: _release("secure_sgd_mnist_s3840", "tfdp_sd")),
-         ("0.88", lambda: _release("secure_sgd_mnist_s3840", "p")),
-         ("56.25", lambda: _release("stobatch_mnist_e2", "release_mean")),
-         ("2.65", lambda: _release("stobatch_mnist_e2", "release_sd")),
-         ("48.90", lambda: _release("stobatch_mnist_e2", "tfdp_mean")),
-         ("0.74", lambda: _release("stobatch_mnist_e2", "tfdp_sd")),
-         ("0.033", lambda: _release("stobatch_mnist_e2", "p"))],
+        [("RELEASES", None)],
         {"6", "3", "840", "40"}),
 }
 
@@ -238,6 +260,8 @@ def test_readme_result_numbers_match_their_result_files(what, command, result, k
                              "tests/test_readme_numbers.py: add one (a result file, not a "
                              "hand-typed number)")
     path, checks, not_measured = ROWS[key]
+    if checks == [("RELEASES", None)]:
+        checks = _release_checks()
     assert os.path.exists(os.path.join(ROOT, path)), f"{what!r} cites missing {path}"
     printed_numbers = NUMBER.findall(result)
     checked = set()

@@ -25,7 +25,16 @@ def _fill(folder, release, tfdp):
     for i, acc in enumerate(release, 1):
         _write(folder, f"adlm_mnist_release_e6_seed{i}.json", acc, i)
     for i, acc in enumerate(tfdp, 1):
-        _write(folder, f"adlm_mnist_tfdp_e6_seed{i}.json", acc, i, tfdp=True)
+        _write(folder, f"adlm_mnist_tfdp_closest_adam_e6_seed{i}.json", acc, i, tfdp=True)
+
+
+@pytest.fixture
+def identical(monkeypatch):
+    """The AdLM comparison as if its settings were all identical (the rule's full path)."""
+    comps = list(attribution.COMPARISONS)
+    comps[0] = dataclasses.replace(comps[0], identical=True)
+    monkeypatch.setattr(attribution, "COMPARISONS", tuple(comps))
+    return comps[0]
 
 
 def test_welch_matches_the_closed_form():
@@ -39,11 +48,11 @@ def test_welch_matches_the_closed_form():
     assert attribution.welch([1.0], [2.0, 3.0]) is None
 
 
-def test_the_section_follows_the_files(tmp_path):
+def test_the_section_follows_the_files(tmp_path, identical):
     _fill(tmp_path, [60.0, 61.0, 59.0], [60.5, 59.5, 61.5])
     text = "\n".join(attribution.section(str(tmp_path), str(tmp_path)))
     assert "60.00% ± 1.00" in text and "*scale*" in text
-    assert "adlm_mnist_release_e6_seed3.json" in text and "cmd adlm_mnist_tfdp_e6_seed1.json" in text
+    assert "adlm_mnist_release_e6_seed3.json" in text and "cmd adlm_mnist_tfdp_closest_adam_e6_seed1.json" in text
     # Edit a row: tfdp far above the release -> the test rejects and nothing is attributed.
     _fill(tmp_path, [60.0, 61.0, 59.0], [80.0, 81.0, 79.5])
     text = "\n".join(attribution.section(str(tmp_path), str(tmp_path)))
@@ -51,8 +60,8 @@ def test_the_section_follows_the_files(tmp_path):
     assert "+20.17 points" in text
 
 
-def test_the_rule_needs_identical_settings_and_two_seeds_a_side():
-    comp = attribution.COMPARISONS[0]
+def test_the_rule_needs_identical_settings_and_two_seeds_a_side(identical):
+    comp = identical
     test = attribution.welch([60.0, 61.0], [60.0, 61.0])
     assert attribution.attribution_class(comp, [60.0, 61.0], [60.0, 61.0], test).startswith(
         "*scale*")
@@ -71,10 +80,10 @@ def test_no_files_no_section(tmp_path):
     assert attribution.section(str(tmp_path), str(tmp_path)) == []
 
 
-def test_scale_needs_the_release_gap_beyond_the_whole_interval():
+def test_scale_needs_the_release_gap_beyond_the_whole_interval(identical):
     """A test that does not reject is no equivalence: *scale* only when the release's own gap
     to the paper exceeds every difference the 95% interval of tfdp - release allows."""
-    comp = dataclasses.replace(attribution.COMPARISONS[0], published=70.0)
+    comp = dataclasses.replace(identical, published=70.0)
     release, tfdp = [60.0, 61.0, 50.0], [52.0, 49.0, 51.0]  # wide interval, p > 0.05
     test = attribution.welch(release, tfdp)
     assert test["p"] > attribution.ALPHA
@@ -111,15 +120,35 @@ def test_a_release_metric_other_than_its_own_accuracy_is_compared(tmp_path):
     assert (tmp_path / "figures" / f"{comp.key}.png").exists()
 
 
-def test_each_papers_conclusion_names_its_attribution_and_follows_the_files(tmp_path):
+def test_each_papers_conclusion_names_its_attribution_and_follows_the_files(tmp_path,
+                                                                            identical):
     _fill(tmp_path, [60.0, 61.0, 59.0], [60.5, 59.5, 61.5])
     lines = attribution.paper_lines("adlm", str(tmp_path))
     assert len(lines) == 1 and "Attribution: *scale*" in lines[0]
     assert "release, same budget" in lines[0] and "60.00% ± 1.00 (seeds 1, 2, 3" in lines[0]
     assert "`adlm.mnist.adlm.eps0.25`" in lines[0]
-    assert "adlm_mnist_tfdp_e6_seed3.json" in lines[0]
+    assert "adlm_mnist_tfdp_closest_adam_e6_seed3.json" in lines[0]
     # Edit a file: tfdp far below the release -> the conclusion no longer says scale.
     _fill(tmp_path, [60.0, 61.0, 59.0], [40.0, 41.0, 39.5])
     lines = attribution.paper_lines("adlm", str(tmp_path))
     assert "*scale*" not in lines[0] and "differ at identical settings" in lines[0]
     assert attribution.paper_lines("gpm", str(tmp_path)) == []
+
+
+def test_toggles_are_tabled_against_the_release_and_the_closest_settings(tmp_path):
+    """The AdLM comparison's one-factor variants: each row gives its mean, its difference to
+    the release and to tfdp at the closest settings, and its files; the shipped AdLM
+    comparison is provisional (its settings are not all identical)."""
+    _fill(tmp_path, [60.0, 61.0, 59.0], [60.5, 59.5, 61.5])
+    for i, acc in enumerate([50.0, 49.0, 51.0], 1):
+        _write(tmp_path, f"adlm_mnist_tfdp_e6_seed{i}.json", acc, i, tfdp=True)
+    text = "\n".join(attribution.section(str(tmp_path), str(tmp_path)))
+    row = next(ln for ln in text.splitlines() if ln.startswith("| without the three"))
+    assert "| 1, 2, 3 | 50.00% ± 1.00 | -10.00 (p = " in row
+    assert "adlm_mnist_tfdp_e6_seed2.json" in row
+    assert "only the relevance file" not in text  # no files, no row
+    assert "provisional, the settings are not all identical" in text
+    assert "cmd adlm_mnist_tfdp_e6_seed3.json" in text  # its command is listed
+    lines = attribution.paper_lines("adlm", str(tmp_path))
+    assert "One factor at a time, tfdp without the three" in lines[0]
+    assert "50.00% ± 1.00, − release -10.00 (p = " in lines[0]
