@@ -64,7 +64,7 @@ def test_rows_cover_every_paper_with_a_trainer():
 
 
 @pytest.mark.parametrize("row", ROWS)
-def test_smoke_training_row_reruns_to_the_committed_results(tmp_path, real_data_dir, row):
+def test_smoke_training_rows_rerun_to_the_committed_results(tmp_path, real_data_dir, row):
     rows = (row,)
     res = tmp_path / "results" / "reproduce"
     shutil.copytree(_RESULTS, res, ignore=shutil.ignore_patterns("figures"))
