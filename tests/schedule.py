@@ -15,6 +15,10 @@ different.
 Regenerate the table from a JUnit file of a whole default run:
 
     python tests/schedule.py results/testing/<run>.xml > tests/durations.json
+
+and replay a run's tests in xdist's own order and in this one (each worker's busy seconds):
+
+    python tests/schedule.py --replay results/testing/<run>.xml
 """
 
 import json
@@ -149,12 +153,61 @@ def durations_from_junit(xml_path: str, root: str,
     return dict(sorted(table.items()))
 
 
+def replay(order: Iterable[str], scopes: Mapping[str, Iterable[str]],
+           seconds: Mapping[str, float], workers: int = 2) -> list[float]:
+    """Each worker's sum of test time when the scopes go out in `order` (to a free worker).
+
+    Args:
+      order: the scope names, in the order they are handed out.
+      scopes: scope -> the node ids of its tests.
+      seconds: node id -> the seconds the test took.
+      workers: the number of workers.
+
+    Returns:
+      The workers' busy seconds; the largest is the replayed wall time.
+    """
+    busy = [0.0] * workers
+    for scope in order:
+        free = busy.index(min(busy))
+        busy[free] += sum(seconds[n] for n in scopes[scope])
+    return busy
+
+
+def _replay_report(xml_path: str, root: str) -> str:
+    """The JUnit run's tests replayed in xdist's own order and in the longest-first one."""
+    seconds = {}
+    for case in ET.parse(xml_path).iter("testcase"):
+        try:
+            nodeid = _nodeid(case.get("classname", ""), case.get("name", ""), root)
+        except ValueError:  # a file removed since the run: left out of both orders
+            continue
+        seconds[nodeid] = float(case.get("time", "0"))
+    by_file, by_scope = {}, {}
+    for nodeid in seconds:
+        path = nodeid.split("::", 1)[0]
+        path = next((d.rstrip("/") for d in GROUPED_DIRS if path.startswith(d)), path)
+        by_file.setdefault(path, []).append(nodeid)
+        by_scope.setdefault(scope_of(nodeid), []).append(nodeid)
+    # pytest-xdist's own order (--loadscope-reorder): files with more tests first.
+    xdist_order = sorted(by_file, key=lambda s: -len(by_file[s]))
+    old = replay(xdist_order, by_file, seconds)
+    new = replay(longest_first(by_scope, load_durations()), by_scope, seconds)
+    return (f"tests: {len(seconds)}, sum of durations {sum(seconds.values()):.0f} s\n"
+            f"files in xdist's order: workers busy {old[0]:.0f} s and {old[1]:.0f} s\n"
+            f"longest first (tests/durations.json): workers busy {new[0]:.0f} s and "
+            f"{new[1]:.0f} s\n")
+
+
 def main(argv: list[str]) -> int:
-    """Prints the table made from the JUnit file `argv[1]` as JSON."""
-    if len(argv) != 2 or not argv[1].endswith(".xml"):
-        print("usage: python tests/schedule.py RUN.xml > tests/durations.json", file=sys.stderr)
-        return 2
+    """Prints the table made from the JUnit file `argv[1]` as JSON, or with `--replay` first,
+    the run's tests replayed in the two orders."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if len(argv) == 3 and argv[1] == "--replay" and argv[2].endswith(".xml"):
+        sys.stdout.write(_replay_report(argv[2], root))
+        return 0
+    if len(argv) != 2 or not argv[1].endswith(".xml"):
+        print("usage: python tests/schedule.py [--replay] RUN.xml", file=sys.stderr)
+        return 2
     source = os.path.relpath(os.path.abspath(argv[1]), root)
     table = durations_from_junit(argv[1], root)
     json.dump({"source": re.sub(r"\\", "/", source), "seconds": table}, sys.stdout, indent=1)

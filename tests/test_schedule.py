@@ -75,3 +75,14 @@ def test_committed_table_and_split_files_name_files_of_this_suite(schedule):
         # A session fixture would be built once per worker anyway; a class or package one
         # would be rebuilt each time another file's test runs in between.
         assert 'scope="class"' not in source and 'scope="package"' not in source, path
+
+
+def test_replay_hands_each_scope_to_the_least_busy_worker(schedule):
+    scopes = {"a": ["a::1"], "b": ["b::1", "b::2"], "c": ["c::1"]}
+    seconds = {"a::1": 1.0, "b::1": 0.5, "b::2": 0.5, "c::1": 4.0}
+    # a -> w0 (1), b -> w1 (1), c -> w0 (5): the long scope last ends the run late.
+    assert schedule.replay(["a", "b", "c"], scopes, seconds) == [5.0, 1.0]
+    order = schedule.longest_first(scopes, seconds)  # c -> w0 (4), a -> w1, b -> w1 (2)
+    assert order == ["c", "a", "b"]
+    assert schedule.replay(order, scopes, seconds) == [4.0, 2.0]
+    assert schedule.replay(order, scopes, seconds, workers=3) == [4.0, 1.0, 1.0]
