@@ -82,19 +82,43 @@ def leak_scan():
     return module
 
 
+def _load_schedule():
+    """tests/schedule.py (the longest-first order of the xdist scopes), as a module."""
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    spec = importlib.util.spec_from_file_location(
+        "tfdp_tests_schedule", os.path.join(_ROOT, "tests", "schedule.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.hookimpl(optionalhook=True)  # an unknown hook where pytest-xdist is not installed
 def pytest_xdist_make_scheduler(config, log):
     """`make test` (pytest-xdist, -n 2 --dist loadfile) runs each test file on one worker, so
     that its module-scoped fixtures are built once; the files of tests/export, which share
-    session-scoped trained runs (tests/export/conftest.py), go to one worker together."""
+    session-scoped trained runs (tests/export/conftest.py), go to one worker together; the
+    tests of a few heavy files go one by one. The scopes go out longest first, by the
+    measured durations in tests/durations.json (tests/schedule.py)."""
     if config.getvalue("dist") != "loadfile":
         return None
     # lazy: pytest-xdist is imported only when its scheduler is asked for
     from xdist.scheduler import LoadFileScheduling  # pylint: disable=import-outside-toplevel
 
-    class _FileOrExportScheduling(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return "tests/export" if path.startswith("tests/export/") else path
+    schedule = _load_schedule()
+    durations = schedule.load_durations()
 
-    return _FileOrExportScheduling(config, log)
+    class _LongestFirstScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return schedule.scope_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            # The queue is complete at the first assignment (schedule() fills it, then
+            # assigns): order it once, longest first.
+            if not getattr(self, "_ordered", False):
+                order = schedule.longest_first(self.workqueue, durations)
+                self.workqueue = type(self.workqueue)(
+                    (scope, self.workqueue[scope]) for scope in order)
+                self._ordered = True
+            super()._assign_work_unit(node)
+
+    return _LongestFirstScheduling(config, log)

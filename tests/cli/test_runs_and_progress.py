@@ -27,8 +27,8 @@ def _py(*args, cwd=_ROOT):
 def trained(tmp_path_factory):
     """A tiny DP-SGD run through tfdp-train, output to a pipe (not a terminal)."""
     root = tmp_path_factory.mktemp("runs")
-    out = _py("-m", "tfdp.apps.train", "--method=dpsgd", "--num_train=512", "--num_test=200",
-              "--epochs=2", "--batch_size=128", "--seed=3", f"--model_dir={root / 'dpsgd'}")
+    out = _py("-m", "tfdp.apps.train", "--method=dpsgd", "--num_train=256", "--num_test=100",
+              "--epochs=2", "--batch_size=64", "--seed=3", f"--model_dir={root / 'dpsgd'}")
     assert out.returncode == 0, out.stderr[-3000:]
     return root, out
 

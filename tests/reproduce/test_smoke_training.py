@@ -1,9 +1,10 @@
 """CI: the smoke-scale training rows of AdLM, HGM and StoBatch rerun from scratch.
 
-One row per paper with a trainer (a few CPU minutes in all): every training and evaluation job
-of the row is deleted from a copy of the committed results and rerun through
-`tfdp-reproduce --scale=smoke`, on real MNIST, and the regenerated REPRODUCTION.md must equal
-the committed one apart from timings and those rows.
+One row per paper with a trainer (a few CPU minutes in all), one test per row (so that two
+pytest-xdist workers share them): every training and evaluation job of the row is deleted from
+a copy of the committed results and rerun through `tfdp-reproduce --scale=smoke`, on real
+MNIST, and the regenerated REPRODUCTION.md must equal the committed one apart from timings and
+that row.
 
 All three rows are seeded and deterministic on one kind of machine (training: grappler's
 memory-optimizer scheduling pass is off, tfdp/tf_options.py; evaluation: --seed keys the loaded
@@ -32,6 +33,9 @@ _REPORT = os.path.join(runner.REPO_ROOT, "REPRODUCTION.md")
 # evaluation).
 ROWS = ("adlm.mnist.adlm.eps0.25", "hgm.mnist.secure_sgd_rise", "stobatch.mnist.stobatch.eps2")
 _EXACT = ROWS
+# The trainings each row's smoke jobs run (4 in all).
+_TRAININGS = {"adlm.mnist.adlm.eps0.25": 1, "hgm.mnist.secure_sgd_rise": 2,
+              "stobatch.mnist.stobatch.eps2": 1}
 # Values are accuracies in % or differences in points, measured on 100-200 test images: two
 # points is one or two images, the most float rounding on another CPU could move.
 _TOLERANCE = 2.0
@@ -56,15 +60,17 @@ def test_rows_cover_every_paper_with_a_trainer():
     assert {registry.ROWS_BY_ID[r].paper for r in ROWS} == {"adlm", "hgm", "stobatch"}
     for row_id in ROWS:
         assert any(k.startswith("train.") for k in _smoke_jobs(row_id)), row_id
+    assert set(_TRAININGS) == set(ROWS) and sum(_TRAININGS.values()) == 4
 
 
-@pytest.mark.usefixtures("real_data_dir")
-def test_smoke_training_rows_rerun_to_the_committed_results(tmp_path, real_data_dir):
+@pytest.mark.parametrize("row", ROWS)
+def test_smoke_training_rows_rerun_to_the_committed_results(tmp_path, real_data_dir, row):
+    rows = (row,)
     res = tmp_path / "results" / "reproduce"
     shutil.copytree(_RESULTS, res, ignore=shutil.ignore_patterns("figures"))
     committed = {}
     removed = set()
-    for row_id in ROWS:
+    for row_id in rows:
         path = res / "smoke" / f"{row_id}.json"
         with open(path, encoding="utf-8") as f:
             committed[row_id] = json.load(f)
@@ -74,12 +80,12 @@ def test_smoke_training_rows_rerun_to_the_committed_results(tmp_path, real_data_
             if job.exists():
                 job.unlink()
                 removed.add(key)
-    assert sum(k.startswith("train.") for k in removed) == 4, sorted(removed)
+    assert sum(k.startswith("train.") for k in removed) == _TRAININGS[row], sorted(removed)
     env = dict(os.environ, PYTHONPATH=runner.REPO_ROOT, TFDP_DATA_DIR=real_data_dir,
                TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run(
         [sys.executable, "-m", "tfdp.apps.reproduce", "--scale=smoke",
-         "--papers=adlm,hgm,stobatch", "--only=" + ",".join(ROWS),
+         "--papers=adlm,hgm,stobatch", "--only=" + row,
          f"--results_dir={res}", f"--work_dir={tmp_path / 'work'}",
          f"--report_path={tmp_path / 'REPRODUCTION.md'}"],
         cwd=runner.REPO_ROOT, env=env, capture_output=True, text=True, timeout=1800,
@@ -97,7 +103,7 @@ def test_smoke_training_rows_rerun_to_the_committed_results(tmp_path, real_data_
                 text = f.read()
             assert re.search(r"^epoch 1/\d+ +step \d+", text, re.M), (key, text[-1000:])
             assert "test accuracy: " in text, (key, text[-1000:])
-    for row_id in ROWS:
+    for row_id in rows:
         with open(res / "smoke" / f"{row_id}.json", encoding="utf-8") as f:
             new = json.load(f)
         old = committed[row_id]
@@ -120,8 +126,8 @@ def test_smoke_training_rows_rerun_to_the_committed_results(tmp_path, real_data_
         regenerated = report.strip_timings(f.read())
     with open(_REPORT, encoding="utf-8") as f:
         expected = report.strip_timings(f.read())
-    assert _mask(regenerated, ROWS) == _mask(expected, ROWS)
-    for row_id in _EXACT:  # the rows themselves are in the report, with their verdicts
+    assert _mask(regenerated, rows) == _mask(expected, rows)
+    for row_id in rows:  # the rows themselves are in the report, with their verdicts
         # The row's own line of the results table (other sections cite rows by id too).
         line = next(ln for ln in regenerated.splitlines() if ln.startswith(f"| `{row_id}` |"))
         assert committed[row_id]["verdict"] in line, line
