@@ -71,25 +71,31 @@ def real_data_dir() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
-def leak_scan():
-    """tests/leak_scan.py (finds a run's seed and derived values in files), as a module."""
+def _tests_module(filename: str):
+    """tests/<filename> (a helper of the tests, not a package module), imported by path."""
     import importlib.util  # pylint: disable=import-outside-toplevel
     spec = importlib.util.spec_from_file_location(
-        "tfdp_tests_leak_scan", os.path.join(_ROOT, "tests", "leak_scan.py"))
+        "tfdp_tests_" + filename.removesuffix(".py"), os.path.join(_ROOT, "tests", filename))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="session")
+def leak_scan():
+    """tests/leak_scan.py (finds a run's seed and derived values in files), as a module."""
+    return _tests_module("leak_scan.py")
 
 
 def _load_schedule():
     """tests/schedule.py (the longest-first order of the xdist scopes), as a module."""
-    import importlib.util  # pylint: disable=import-outside-toplevel
-    spec = importlib.util.spec_from_file_location(
-        "tfdp_tests_schedule", os.path.join(_ROOT, "tests", "schedule.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _tests_module("schedule.py")
+
+
+@pytest.fixture(scope="module")
+def schedule():
+    """tests/schedule.py, as a module (tests/test_schedule.py)."""
+    return _load_schedule()
 
 
 @pytest.hookimpl(optionalhook=True)  # an unknown hook where pytest-xdist is not installed

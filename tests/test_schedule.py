@@ -1,21 +1,11 @@
 """tests/schedule.py: the longest-first order of the pytest-xdist scopes and its table."""
 
-import importlib.util
 import json
 import os
 
 import pytest
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(scope="module")
-def schedule():
-    spec = importlib.util.spec_from_file_location(
-        "tfdp_tests_schedule_under_test", os.path.join(_ROOT, "tests", "schedule.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_scopes_group_export_split_heavy_files_and_keep_other_files(schedule):
