@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from tfdp import checks
 from tfdp.mechanisms import _validate
+from tfdp.papers.stobatch import losses as stobatch_losses
 
 
 def stobatch_autoencoder_sensitivity(*, fan_in: int, num_neurons: int) -> float:
-    """Delta_R = d (beta + 2) of the DP auto-encoder objective (StoBatch Lemma 2).
+    """Delta_R = d (beta + 2) of the DP auto-encoder objective (StoBatch Lemma 2): the
+    budget-side name of `tfdp.papers.stobatch.losses.stobatch_delta_r` (one formula).
 
     Args:
         fan_in: d, the fan-in of one h1 neuron (k*k*C_in for a conv layer).
@@ -19,9 +21,8 @@ def stobatch_autoencoder_sensitivity(*, fan_in: int, num_neurons: int) -> float:
     Raises:
         ValueError: if either count is not a positive integer.
     """
-    d = checks.check_positive_int(fan_in, "fan_in")
     beta = checks.check_positive_int(num_neurons, "num_neurons")
-    return float(d * (beta + 2))  # StoBatch Lemma 2
+    return stobatch_losses.stobatch_delta_r(fan_in=fan_in, beta=beta)
 
 
 def stobatch_gammas(*, sensitivity: float, batch_size: int, first_layer_norm: float,
