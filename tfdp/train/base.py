@@ -374,10 +374,15 @@ class Method(abc.ABC, Generic[SettingsT]):
         raise NotImplementedError(f"{type(self).__name__}: define build_model or build")
 
     def make_optimizer(self, name: str | None = None, learning_rate: float | None = None):
-        """A Keras optimizer (default: the run's --optimizer and --learning_rate)."""
+        """A Keras optimizer (default: the run's --optimizer and --learning_rate), with
+        `adam_epsilon()` when it is Adam."""
         return make_optimizer(name or self.config.optimizer,
                               self.config.learning_rate if learning_rate is None
-                              else learning_rate)
+                              else learning_rate, self.adam_epsilon())
+
+    def adam_epsilon(self) -> float | None:
+        """Adam's epsilon for `make_optimizer` (None: Keras' default); a method's option."""
+        return None
 
     @abc.abstractmethod
     def train_step(self, ctx: StepContext, x, y) -> dict:

@@ -20,7 +20,6 @@ from tfdp.papers.adlm.budgets import (delta_h0, per_record_epsilon_inputs,
 from tfdp.papers.adlm.settings import _DEFAULT_FLOOR, _DEFAULT_SPLIT, _LINEAR_FM, AdLMConfig
 from tfdp.train import metrics
 from tfdp.train.base import Method, StepContext
-from tfdp.train.base import make_optimizer as base_make_optimizer
 
 # The settings are declared in tfdp.papers.adlm.settings.
 OPTIONS = AdLMConfig.OPTIONS  # the adlm_* flags (tfdp-train defines them from this)
@@ -312,11 +311,9 @@ class AdLM(Method):
 
     # ------------------------------------------------------------------ model
 
-    def make_optimizer(self, name=None, learning_rate=None):
-        """The run's optimizer, with --adlm_adam_epsilon when it is Adam."""
-        return base_make_optimizer(name or self.config.optimizer,
-                                   self.config.learning_rate if learning_rate is None
-                                   else learning_rate, self.settings.adam_epsilon)
+    def adam_epsilon(self):
+        """--adlm_adam_epsilon."""
+        return self.settings.adam_epsilon
 
     def build_model(self, input_shape, num_classes):
         st = self._state

@@ -323,11 +323,9 @@ class StoBatch(Method):
         self.num_classes = int(num_classes)
         return model
 
-    def make_optimizer(self, name=None, learning_rate=None):
-        """theta2's optimizer, with --stobatch_adam_epsilon when it is Adam."""
-        return loop.make_optimizer(name or self.config.optimizer,
-                                   self.config.learning_rate if learning_rate is None
-                                   else learning_rate, self.settings.adam_epsilon)
+    def adam_epsilon(self):
+        """--stobatch_adam_epsilon (theta2's Adam; theta1's is --stobatch_ae_adam_epsilon)."""
+        return self.settings.adam_epsilon
 
     def checkpoint_objects(self) -> dict:
         """The auto-encoder's optimizer (theta1 and the noise live in the model)."""
