@@ -1,12 +1,17 @@
 """CI: the smoke-scale training rows of AdLM, HGM and StoBatch rerun from scratch.
 
-One row per paper with a trainer (a few CPU minutes in all), one test per row (so that two
-pytest-xdist workers share them): every training and evaluation job of the row is deleted from
-a copy of the committed results and rerun through `tfdp-reproduce --scale=smoke`, on real
-MNIST, and the regenerated REPRODUCTION.md must equal the committed one apart from timings and
-that row.
+One row per paper with a trainer, one test per row (so that two pytest-xdist workers share
+them): every training and evaluation job of the row is deleted from a copy of the committed
+results and rerun through `tfdp-reproduce --scale=smoke`, on real MNIST, and the regenerated
+REPRODUCTION.md must equal the committed one apart from timings and that row.
 
-All three rows are seeded and deterministic on one kind of machine (training: grappler's
+The default suite reruns the cheapest training row of each paper (about two CPU minutes in
+all): AdLM's own, HGM's HGM_PixelDP-minus-PixelDP (the HGM mechanism and its baseline), and
+StoBatch's Secure-SGD-AGM baseline. The StoBatch trainer's own row (40 real-size steps) and
+HGM's Secure-SGD rise are `slow`: tests/train/test_determinism.py checks a StoBatch run
+bit for bit across two processes and against its committed fingerprint in the default suite.
+
+All the rows are seeded and deterministic on one kind of machine (training: grappler's
 memory-optimizer scheduling pass is off, tfdp/tf_options.py; evaluation: --seed keys the loaded
 model's noise layers, layers.set_noise_seeds): each must give the committed verdict and value (a
 small tolerance covers float rounding on another CPU) and an identical ledger. The committed
@@ -28,13 +33,17 @@ from tfdp.reproduce import registry, report, runner, values
 _RESULTS = os.path.join(runner.REPO_ROOT, "results", "reproduce")
 _REPORT = os.path.join(runner.REPO_ROOT, "REPRODUCTION.md")
 
-# One row per paper whose smoke jobs train: AdLM (one training), HGM (two Secure-SGD runs and
-# their evaluations), StoBatch (one run of the smoke flagfile, 40 steps, and its Monte-Carlo
+# One row per paper whose smoke jobs train, the cheapest: AdLM (one training), HGM (HGM_PixelDP
+# and PixelDP, trained and evaluated), StoBatch (its Secure-SGD-AGM baseline and its Monte-Carlo
 # evaluation).
-ROWS = ("adlm.mnist.adlm.eps0.25", "hgm.mnist.secure_sgd_rise", "stobatch.mnist.stobatch.eps2")
-_EXACT = ROWS
-# The trainings each row's smoke jobs run (4 in all).
-_TRAININGS = {"adlm.mnist.adlm.eps0.25": 1, "hgm.mnist.secure_sgd_rise": 2,
+ROWS = ("adlm.mnist.adlm.eps0.25", "hgm.fig3.mnist_hgm_pixeldp_minus_pixeldp",
+        "stobatch.mnist.secure_sgd_agm.eps2")
+# Slow: the StoBatch trainer at real size (40 steps, about 3 CPU minutes) and two Secure-SGD runs.
+SLOW_ROWS = ("hgm.mnist.secure_sgd_rise", "stobatch.mnist.stobatch.eps2")
+_EXACT = ROWS + SLOW_ROWS
+# The trainings each row's smoke jobs run (4 in the default suite).
+_TRAININGS = {"adlm.mnist.adlm.eps0.25": 1, "hgm.fig3.mnist_hgm_pixeldp_minus_pixeldp": 2,
+              "stobatch.mnist.secure_sgd_agm.eps2": 1, "hgm.mnist.secure_sgd_rise": 2,
               "stobatch.mnist.stobatch.eps2": 1}
 # Values are accuracies in % or differences in points, measured on 100-200 test images: two
 # points is one or two images, the most float rounding on another CPU could move.
@@ -58,12 +67,18 @@ def _mask(text, row_ids):
 
 def test_rows_cover_every_paper_with_a_trainer():
     assert {registry.ROWS_BY_ID[r].paper for r in ROWS} == {"adlm", "hgm", "stobatch"}
-    for row_id in ROWS:
+    for row_id in ROWS + SLOW_ROWS:
         assert any(k.startswith("train.") for k in _smoke_jobs(row_id)), row_id
-    assert set(_TRAININGS) == set(ROWS) and sum(_TRAININGS.values()) == 4
+    assert set(_TRAININGS) == set(ROWS + SLOW_ROWS)
+    assert sum(_TRAININGS[r] for r in ROWS) == 4
+    # Each default row's trainings are of another method: AdLM, HGM_PixelDP, PixelDP, Secure-SGD.
+    methods = {k.split(".")[1] + "." + k.split(".")[2].split("@")[0]
+               for r in ROWS for k in _smoke_jobs(r) if k.startswith("train.")}
+    assert len(methods) == 4, methods
 
 
-@pytest.mark.parametrize("row", ROWS)
+@pytest.mark.parametrize("row", ROWS + tuple(pytest.param(r, marks=pytest.mark.slow)
+                                             for r in SLOW_ROWS))
 def test_smoke_training_rows_rerun_to_the_committed_results(tmp_path, real_data_dir, row):
     rows = (row,)
     res = tmp_path / "results" / "reproduce"

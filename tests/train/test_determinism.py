@@ -4,13 +4,21 @@ Two fresh processes train the same seeded tiny runs; every checkpointed variable
 accuracy and the ledger must be identical. Grappler's memory-optimizer scheduling pass, which
 made StoBatch runs differ between processes, fires only on graphs that are large compared with
 free RAM; tests/train/test_tf_options.py forces that condition, and the StoBatch smoke row
-(tests/reproduce/test_smoke_training.py) reruns a real-size run against its committed value.
+(tests/reproduce/test_smoke_training.py, slow) reruns a real-size run against its committed value.
+
+The StoBatch run is also compared with its committed fingerprint (`stobatch_fingerprint.json`:
+the sum of |x| of every float checkpoint tensor, the test accuracy and the ledger's epsilon), so
+that a change to what StoBatch trains shows in the default suite as it does in the slow smoke
+row. After a deliberate change, write the new fingerprint with
+
+    python tests/train/test_determinism.py --write_fingerprint
 """
 
 import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -21,6 +29,13 @@ from tfdp import rundir
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "determinism_worker.py")
 _SWAPPING_HEURISTICS = 4  # RewriterConfig.MemOptType: every memory pass but scheduling
+_FINGERPRINT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                            "stobatch_fingerprint.json")
+# Float rounding on another CPU of the same kind moves these sums by far less; a change to the
+# noise (epsilon 2 -> 4 moved 24 of the 44 sums), the losses or the optimiser moves them by much
+# more. This tiny run is not sensitive to the training attacks (2 -> 5 iterations moved none):
+# tests/stobatch and the slow smoke row cover those.
+_FINGERPRINT_RTOL = 1e-4
 
 
 def _two_fresh_processes(tmp_path, methods):
@@ -57,9 +72,34 @@ def _assert_identical_runs(a, b):
         assert first == second, (a.name, name)
 
 
+def fingerprint(run_dir) -> dict:
+    """Sum of |x| per float checkpoint tensor, the test accuracy and the ledger's epsilon."""
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(os.path.join(run_dir,
+                                                                              "checkpoints")))
+    sums = {}
+    for key in sorted(reader.get_variable_to_shape_map()):
+        x = reader.get_tensor(key)
+        if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+            sums[key] = float(np.sum(np.abs(x.astype(np.float64))))
+    with open(os.path.join(run_dir, rundir.METRICS_FILE), encoding="utf-8") as f:
+        accuracy = json.load(f)["test_accuracy"]
+    with open(os.path.join(run_dir, rundir.LEDGER_FILE), encoding="utf-8") as f:
+        epsilon = json.load(f)["epsilon"]
+    return {"abs_sums": sums, "test_accuracy": accuracy, "epsilon": epsilon}
+
+
 def test_stobatch_is_bit_identical_in_two_fresh_processes(tmp_path):
     p0, p1 = _two_fresh_processes(tmp_path, ["stobatch"])
     _assert_identical_runs(p0 / "stobatch", p1 / "stobatch")
+    with open(_FINGERPRINT, encoding="utf-8") as f:
+        committed = json.load(f)
+    got = fingerprint(p0 / "stobatch")
+    assert got["epsilon"] == committed["epsilon"]
+    assert got["test_accuracy"] == pytest.approx(committed["test_accuracy"], abs=0.051)
+    assert sorted(got["abs_sums"]) == sorted(committed["abs_sums"])
+    moved = {k: (v, committed["abs_sums"][k]) for k, v in got["abs_sums"].items()
+             if v != pytest.approx(committed["abs_sums"][k], rel=_FINGERPRINT_RTOL, abs=1e-6)}
+    assert not moved, moved
 
 
 @pytest.mark.slow
@@ -69,3 +109,12 @@ def test_every_trainer_is_bit_identical_in_two_fresh_processes(tmp_path):
     for method in methods:
         _assert_identical_runs(p0 / method, p1 / method)
 
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write_fingerprint"]:
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, _WORKER, out, "stobatch"], check=True, cwd=_ROOT,
+                       env=dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="2"))
+        with open(_FINGERPRINT, "w", encoding="utf-8") as f:
+            json.dump(fingerprint(os.path.join(out, "stobatch")), f, indent=1, sort_keys=True)
+            f.write("\n")
