@@ -152,3 +152,28 @@ def test_toggles_are_tabled_against_the_release_and_the_closest_settings(tmp_pat
     lines = attribution.paper_lines("adlm", str(tmp_path))
     assert "One factor at a time, tfdp without the three" in lines[0]
     assert "50.00% ± 1.00, − release -10.00 (p = " in lines[0]
+
+
+def test_a_longer_budget_says_how_far_the_release_itself_still_is(tmp_path):
+    """Issue 39 item 3: the longer-budget comparison of a paper states the release's own gap
+    to the published value at both budgets, from the files, and draws its curves."""
+    _fill(tmp_path, [60.0, 61.0, 59.0], [60.5, 59.5, 61.5])
+    _write(tmp_path, "adlm_mnist_release_e40_seed1.json", 70.0, 1)
+    for i, acc in enumerate([68.0, 69.0], 1):
+        _write(tmp_path, f"adlm_mnist_tfdp_closest_adam_e40_seed{i}.json", acc, i, tfdp=True)
+    lines = attribution.paper_lines("adlm", str(tmp_path))
+    scale = next(ln for ln in lines if ln.startswith("**Scale, measured on the release itself"))
+    # 90.2 - 60 = 30.2 after 201 steps; 90.2 - 70 = 20.2 after 1334 steps.
+    assert "30.2 points below the published value after 201 steps" in scale
+    assert "20.2 points below the published value after 1334 steps" in scale
+    assert "70.00% (1 seed)" in scale and "68.50% ± 0.71 (seeds 1, 2)" in scale
+    assert "adlm_mnist_release_e40_seed1.json" in scale
+    text = "\n".join(attribution.section(str(tmp_path), str(tmp_path), figures=True))
+    assert "### AdLM, MNIST, longer: 40 epochs" in text
+    assert "not attributed: the test needs at least 2 seeds on each side" in text
+    assert (tmp_path / "figures" / "adlm_mnist_e40.png").exists()
+    # Edit the release file: the sentence follows.
+    _write(tmp_path, "adlm_mnist_release_e40_seed1.json", 80.0, 1)
+    scale = next(ln for ln in attribution.paper_lines("adlm", str(tmp_path))
+                 if ln.startswith("**Scale"))
+    assert "10.2 points below the published value after 1334 steps" in scale

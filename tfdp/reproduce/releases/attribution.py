@@ -64,6 +64,8 @@ class Comparison:
       rows: the report rows whose gap to the paper the attribution speaks for.
       toggles: tfdp runs with some of the release options of `tfdp_glob` left out, each
         compared with the release and with `tfdp_glob`'s runs.
+      scale_of: for a longer-budget run of another comparison's settings (issue 39 item 3:
+        scale measured on the release itself), that comparison's key; "" otherwise.
     """
 
     key: str
@@ -82,6 +84,7 @@ class Comparison:
     paper: str = ""
     rows: tuple[str, ...] = ()
     toggles: tuple[Toggle, ...] = ()
+    scale_of: str = ""
 
 
 COMPARISONS = (
@@ -162,6 +165,33 @@ COMPARISONS = (
                    "only the Madry step and the reader")),
         published=82.7, published_text="StoBatch, eps 0.2: accuracy under attack "
                                        "(the paper's attack setting), not clean accuracy"),
+    Comparison(
+        key="adlm_mnist_e40", title="AdLM, MNIST, longer", job="adlm.mnist",
+        release_glob="adlm_mnist_release_e40_seed*.json",
+        tfdp_glob="adlm_mnist_tfdp_closest_adam_e40_seed*.json",
+        budget="40 epochs of |L| = 1,800 (release 1,334 steps, tfdp 1,320; the paper runs "
+               "2,400 epochs)", release_steps="1334", identical=False,
+        settings_note="those of the 6-epoch comparison above, run 40 epochs "
+                      "(`--set=epochs=40` and `--epochs=40`): as long as a release run fits "
+                      "in about an hour on 2 cores",
+        published=90.2, published_text="AdLM, eps 0.25, Fig. 4a (the release's setting is eps "
+                                       "0.3)",
+        paper="adlm", rows=("adlm.mnist.adlm.eps0.25",), scale_of="adlm_mnist_e6"),
+    Comparison(
+        key="stobatch_mnist_e6", title="StoBatch, MNIST, longer", job="stobatch.mnist",
+        release_glob="stobatch_mnist_release_e6_seed*.json",
+        tfdp_glob="stobatch_mnist_tfdp_closest_s120_seed*.json",
+        budget="120 steps of |L| = 2,499 (release 6 epochs, tfdp 12; the paper trains "
+               "200 epochs, 4,000 steps), 10-iteration training attacks",
+        release_steps="120 (its last evaluation)", identical=False,
+        settings_note="those of the 40-step comparison above, run three times as long "
+                      "(`--set=epochs=6` and `--epochs=12`)",
+        release_metric="noise_free_accuracy",
+        release_metric_text="both sides: the noise-free network's test accuracy, as above",
+        published=82.7, published_text="StoBatch, eps 0.2: accuracy under attack "
+                                       "(the paper's attack setting), not clean accuracy",
+        paper="stobatch", rows=("stobatch.mnist.stobatch.eps0.2",),
+        scale_of="stobatch_mnist_e2"),
 )
 
 
@@ -349,12 +379,34 @@ def paper_lines(paper: str, results_dir: str = RESULTS_DIR) -> list[str]:
                                f"{_p(welch(summ['r_acc'], acc))}")
         toggled = (" One factor at a time, tfdp " + "; ".join(toggles) + "."
                    if toggles else "")
+        if comp.scale_of:
+            out.append(scale_sentence(comp, summ, rel, ours, files, results_dir))
+            continue
         out.append(f"**Why tfdp misses the paper ({comp.title}), from the authors' release "
                    f"run beside tfdp:** release, same budget ({comp.budget}): {rel}; tfdp: "
                    f"{ours}.{toggled} Attribution: {summ['class']}. It speaks for rows "
                    + ", ".join(f"`{r}`" for r in comp.rows)
                    + f"; it rests on {files} (section \"{SECTION_HEADING[3:]}\").\n")
     return out
+
+
+def scale_sentence(comp: Comparison, summ: dict[str, Any], rel: str, ours: str,
+                   files: str, results_dir: str = RESULTS_DIR) -> str:
+    """The report's sentence on a longer-budget comparison: how far the release itself still
+    is from the published value, against its gap at the shorter budget."""
+    base = next(c for c in COMPARISONS if c.key == comp.scale_of)
+    short = _summary(base, results_dir)
+    gaps = []
+    for c, s_ in ((base, short), (comp, summ)):
+        if s_ and s_["r_acc"] and c.published is not None:
+            gaps.append(f"{c.published - statistics.mean(s_['r_acc']):.1f} points below the "
+                        f"published value after {c.release_steps.split(' ')[0]} steps")
+    gap = ("; ".join(gaps) if gaps else "no published value to measure against")
+    return (f"**Scale, measured on the release itself ({comp.title}):** at {comp.budget}: "
+            f"release {rel}; tfdp {ours}. The release is {gap}. It speaks for rows "
+            + ", ".join(f"`{r}`" for r in comp.rows)
+            + f"; it rests on {files} (section \"{SECTION_HEADING[3:]}\", figure "
+            f"`{comp.key}.png`).\n")
 
 
 def section(results_dir: str = RESULTS_DIR, report_dir: str = runner.REPO_ROOT,
