@@ -10,6 +10,7 @@ import tensorflow as tf
 import keras
 
 from tfdp import mechanisms
+from tfdp.papers.adlm import budgets
 
 # Layers that LRP treats as linear maps (epsilon rule) or passes relevance through.
 _LINEAR = (keras.layers.Dense, keras.layers.Conv2D, keras.layers.AveragePooling2D,
@@ -221,15 +222,13 @@ def normalize_per_record(relevance: Any) -> np.ndarray:
 
 
 def relevance_sensitivity(*, d: int, n: int) -> float:
-    """Delta_R = 2d/|D| of the average normalised relevance (AdLM Lemma 1).
+    """Delta_R = 2d/|D| of the average normalised relevance (AdLM Lemma 1): the one formula,
+    `budgets.adlm_relevance_sensitivity`, under the names this module uses.
 
     Raises:
         ValueError: if d or n is not a positive int.
     """
-    for name, v in (("d", d), ("n", n)):
-        if not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    return 2.0 * float(d) / float(n)  # AdLM Lemma 1
+    return budgets.adlm_relevance_sensitivity(num_features=d, num_examples=n)
 
 
 def transform_average(avg: Any, transform: str = "paper") -> np.ndarray:
@@ -293,13 +292,11 @@ def private_average(normalized: Any, *, epsilon: float, rng: np.random.Generator
 
 
 def adaptive_budgets(rbar: Any, *, floor: float) -> np.ndarray:
-    """Budget ratios beta_j = d * r_j / sum_k r_k with r_j = max(|Rbar_j|, floor) (AdLM Eq. 16).
-
-    The floor is applied before normalising, so sum_j beta_j = d exactly and every
-    beta_j > 0 (uses |Rbar_j|, not the non-private R_j that Eq. 16 prints).
+    """Budget ratios beta_j = d * r_j / sum_k r_k with r_j = max(|Rbar_j|, floor) (AdLM Eq. 16)
+    of a flattened relevance vector: `budgets.adaptive_budget_weights` (the one formula).
 
     Args:
-        rbar: [d] private average relevance.
+        rbar: private average relevance (flattened to [d]).
         floor: r_min > 0.
 
     Returns:
@@ -308,13 +305,8 @@ def adaptive_budgets(rbar: Any, *, floor: float) -> np.ndarray:
     Raises:
         ValueError: if floor is not finite and > 0 or rbar is empty / not finite.
     """
-    if not (isinstance(floor, (int, float)) and math.isfinite(floor) and floor > 0):
-        raise ValueError(f"floor must be a finite number > 0, got {floor!r}")
-    r = np.asarray(rbar, dtype=np.float64).reshape(-1)
-    if r.size == 0 or not np.all(np.isfinite(r)):
-        raise ValueError("rbar must be a non-empty finite vector")
-    r = np.maximum(np.abs(r), float(floor))
-    return r.size * r / r.sum()  # AdLM Eq. 16 (with the floor before normalising)
+    return budgets.adaptive_budget_weights(np.reshape(np.asarray(rbar, dtype=np.float64), -1),
+                                           floor=floor)
 
 
 def read_relevance_file(path: str) -> np.ndarray:
