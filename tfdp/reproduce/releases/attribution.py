@@ -15,6 +15,7 @@ import json
 import math
 import os
 import statistics
+import textwrap
 from typing import Any, Sequence
 
 from tfdp.reproduce import runner
@@ -305,7 +306,8 @@ def _figure(comp: Comparison, release: list[dict], tfdp: list[dict], out_dir: st
                    label=f"published {comp.published:g}%")
     ax.set_xlabel("training steps")
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title(f"{comp.title}: release vs tfdp, {comp.budget}", fontsize=8)
+    ax.set_title(textwrap.fill(f"{comp.title}: release vs tfdp, {comp.budget}", 90),
+                 fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, f"{comp.key}.png"), dpi=100, metadata={"Software": None})
