@@ -168,6 +168,9 @@ def test_a_longer_budget_says_how_far_the_release_itself_still_is(tmp_path):
     assert "20.2 points below the published value after 1334 steps" in scale
     assert "70.00% (1 seed)" in scale and "68.50% ± 0.71 (seeds 1, 2)" in scale
     assert "adlm_mnist_release_e40_seed1.json" in scale
+    assert ("tfdp − release (means): +0.50 points after 201 steps (3 and 3 seeds); -1.50 points "
+            "after 1334 steps (1 and 2 seeds)") in scale
+    assert "No test at this budget yet" in scale
     text = "\n".join(attribution.section(str(tmp_path), str(tmp_path), figures=True))
     assert "### AdLM, MNIST, longer: 40 epochs" in text
     assert "not attributed: the test needs at least 2 seeds on each side" in text

@@ -404,8 +404,21 @@ def scale_sentence(comp: Comparison, summ: dict[str, Any], rel: str, ours: str,
             gaps.append(f"{c.published - statistics.mean(s_['r_acc']):.1f} points below the "
                         f"published value after {c.release_steps.split(' ')[0]} steps")
     gap = ("; ".join(gaps) if gaps else "no published value to measure against")
+    diffs = []
+    for c, s_ in ((base, short), (comp, summ)):
+        if s_ and s_["r_acc"] and s_["t_acc"]:
+            diffs.append(f"{statistics.mean(s_['t_acc']) - statistics.mean(s_['r_acc']):+.2f} "
+                         f"points after {c.release_steps.split(' ')[0]} steps "
+                         f"({len(s_['r_acc'])} and {len(s_['t_acc'])} seeds)")
+    moved = (" tfdp − release (means): " + "; ".join(diffs) + "." if diffs else "")
+    test = summ["test"]
+    tested = (f" Welch test at this budget: p = {test['p']:.2g}." if test else
+              " No test at this budget yet (it needs 2 seeds a side).")
+    published = (f" (published {comp.published:g}%: {comp.published_text})"
+                 if comp.published is not None else "")
     return (f"**Scale, measured on the release itself ({comp.title}):** at {comp.budget}: "
-            f"release {rel}; tfdp {ours}. The release is {gap}. It speaks for rows "
+            f"release {rel}; tfdp {ours}. The release is {gap}{published}.{moved}{tested} "
+            "It speaks for rows "
             + ", ".join(f"`{r}`" for r in comp.rows)
             + f"; it rests on {files} (section \"{SECTION_HEADING[3:]}\", figure "
             f"`{comp.key}.png`).\n")
