@@ -141,24 +141,37 @@ def _dense_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
     return ghost._sq_norms(_ghost_plan(layer, "dense", norm), a, g)  # pylint: disable=protected-access
 
 
-# Largest patch width (prod(kernel size) * input channels) built by an identity convolution;
-# above it the per-offset accumulation is cheaper (measured on CPU, see docs/keras.md).
+# Largest patch width (prod(kernel size) * input channels) built by an identity convolution
+# (whose cost grows with the patch width squared); measured on CPU, see docs/keras.md.
 _IDENTITY_PATCH_MAX = 256
 # From this many input channels on, 2-D patches come from `tf.image.extract_patches` (a copy)
-# rather than the identity convolution (whose cost grows with the patch width squared);
-# measured on CPU: 1 channel favours the convolution, 16 the copy.
+# rather than the identity convolution; measured on CPU: 1 channel favours the convolution,
+# 16 the copy.
 _EXTRACT_MIN_CHANNELS = 8
+# Largest extracted patch tensor per example (output positions * patch width, floats).
+_EXTRACT_MAX = 1 << 17
+# Per-example kernel gradients are kept for the clipped sum (c-weighted sum, no second
+# vector-Jacobian product) up to this many values per example.
+_MATERIALISE_MAX = 1 << 17
 
 
 def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
     """Per-example norms of an ungrouped N-d convolution, or None (use the slice path).
 
-    Patches come from ONE convolution with an identity kernel (exact: each output channel
-    copies one input value; several times faster on CPU than kh*kw strided slices for few
-    input channels) or, in 2-D with more channels, `tf.image.extract_patches`, then the
-    cheaper of A_i^T G_i and the Gram form; for wide patches, the per-example gradient block
-    of each kernel offset, sum_t a_{i,t+offset} g_{i,t} ([B, C, O]), is accumulated instead
-    (no patch tensor; its squared norms add up to the kernel's).
+    Three exact constructions of example i's kernel gradient A_i^T G_i (A_i: its patches):
+
+    * narrow patches from ONE convolution with an identity kernel (each output channel copies
+      one input value; fastest on CPU for few input channels), then the cheaper of A_i^T G_i
+      and the Gram form;
+    * strided 2-D convolutions (or where the Gram form is cheaper) with 8 or more input
+      channels: patches by `tf.image.extract_patches` (a copy), then the same choice;
+    * otherwise, e.g. stride-1 2-D convolutions over many positions: the per-example gradient
+      block of each kernel offset, sum_t a_{i,t+offset} g_{i,t} ([B, C, O]), one batched
+      matmul per offset (no patch tensor; measured 2-3x faster on CPU than extracted patches
+      for 3x3 stride-1 kernels, and strided slices make it slow for strides > 1).
+
+    Per-example kernel gradients computed this way are returned (for the clipped sum) when
+    they hold at most `_MATERIALISE_MAX` values per example.
     """
     if int(getattr(layer, "groups", 1)) != 1:
         return None
@@ -174,10 +187,16 @@ def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
     b = tf.shape(g)[0]
     t = int(np.prod(outs))
     width = int(np.prod(ksize)) * cin
+    keep = int(np.prod(kshape)) <= _MATERIALISE_MAX
     gg = tf.reshape(g, [b, t, cout])
+    strided, dilated = max(strides) > 1, max(rates) > 1
     per_example = None
-    if width <= _IDENTITY_PATCH_MAX and not (max(strides) > 1 and max(rates) > 1):
-        if len(ksize) == 2 and cin >= _EXTRACT_MIN_CHANNELS:
+    use_extract = (len(ksize) == 2 and cin >= _EXTRACT_MIN_CHANNELS and t * width <= _EXTRACT_MAX
+                   and (strided or _cheaper(t, width, cout) == "ghost"))
+    use_identity = (width <= _IDENTITY_PATCH_MAX and not (strided and dilated)
+                    and (len(ksize) != 2 or cin < _EXTRACT_MIN_CHANNELS))
+    if use_extract or use_identity:
+        if use_extract:
             # A copy op, ordered (kh, kw, cin) as the kernel's rows.
             p = tf.image.extract_patches(a, [1] + ksize + [1], [1] + strides + [1],
                                          [1] + rates + [1], "VALID")
@@ -191,16 +210,26 @@ def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
         else:
             pe = tf.matmul(p, gg, transpose_a=True)                # [B, width, O]
             sq = tf.reduce_sum(tf.square(pe), [1, 2])
-            per_example = [tf.reshape(pe, [b] + kshape)]
+            if keep:
+                per_example = [tf.reshape(pe, [b] + kshape)]
     else:
         sq = tf.zeros([b], a.dtype)
+        blocks = []
         for offsets in np.ndindex(*ksize):
             index = [slice(None)]
             for i, off in enumerate(offsets):
                 start = off * rates[i]
                 index.append(slice(start, start + (outs[i] - 1) * strides[i] + 1, strides[i]))
             block = tf.matmul(tf.reshape(a[tuple(index)], [b, t, cin]), gg, transpose_a=True)
-            sq += tf.reduce_sum(tf.square(block), [1, 2])
+            if keep:
+                blocks.append(block)
+            else:
+                sq += tf.reduce_sum(tf.square(block), [1, 2])
+        if keep:
+            # Offsets in np.ndindex order are the kernel's leading axes in row-major order.
+            pe = tf.stack(blocks, 1)                               # [B, K, C, O]
+            sq = tf.reduce_sum(tf.square(pe), [1, 2, 3])
+            per_example = [tf.reshape(pe, [b] + kshape)]
     if layer.use_bias:
         bias_g = tf.reduce_sum(gg, 1)
         sq += tf.reduce_sum(tf.square(bias_g), 1)
