@@ -152,7 +152,12 @@ _EXTRACT_MIN_CHANNELS = 8
 _EXTRACT_MAX = 1 << 17
 # Per-example kernel gradients are kept for the clipped sum (c-weighted sum, no second
 # vector-Jacobian product) up to this many values per example.
-_MATERIALISE_MAX = 1 << 17
+_MATERIALISE_MAX = 1 << 14
+# From this many output positions on, an ungrouped 2-D convolution's per-example kernel
+# gradients come from one grouped filter-gradient op (`_conv2d_batched_kernels`); below it the
+# per-offset blocks / patches are faster (measured on CPU with oneDNN, see docs/keras.md).
+_GROUPED_MIN_POSITIONS = 512
+_GROUPED_OK: dict = {}
 
 
 def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
@@ -238,7 +243,63 @@ def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
     return sq, per_example
 
 
+def _grouped_filter_grad_ok() -> bool:
+    """Whether this TensorFlow build's Conv2DBackpropFilter computes grouped filter gradients
+    (filter depth < input depth) exactly: checked once, eagerly, on a tiny case against the
+    definition (CPU builds without oneDNN refuse grouped convolutions)."""
+    if "ok" not in _GROUPED_OK:
+        with tf.init_scope():
+            rng = np.random.default_rng(0)
+            x = rng.normal(size=(1, 4, 4, 6)).astype(np.float32)      # 2 groups of 3 channels
+            dz = rng.normal(size=(1, 2, 2, 4)).astype(np.float32)     # 2 groups of 2 outputs
+            want = np.zeros((3, 3, 3, 4), np.float32)
+            for grp in range(2):
+                for i, j in np.ndindex(3, 3):
+                    want[i, j, :, 2 * grp:2 * grp + 2] = np.einsum(
+                        "pqc,pqo->co", x[0, i:i + 2, j:j + 2, 3 * grp:3 * grp + 3],
+                        dz[0, :, :, 2 * grp:2 * grp + 2])
+            try:
+                got = tf.compat.v1.nn.conv2d_backprop_filter(
+                    tf.constant(x), [3, 3, 3, 4], tf.constant(dz), [1, 1, 1, 1], "VALID").numpy()
+                _GROUPED_OK["ok"] = bool(np.allclose(got, want, rtol=1e-4, atol=1e-5))
+            except (tf.errors.OpError, ValueError):
+                _GROUPED_OK["ok"] = False
+    return _GROUPED_OK["ok"]
+
+
+def _conv2d_batched_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
+    """Every example's kernel gradient from ONE grouped filter-gradient op.
+
+    With the batch moved into the channels (input [1, H, W, B*C], output gradient
+    [1, oh, ow, B*O]), a convolution with B groups has, as the kernel of group i, exactly
+    example i's gradient sum_t a_{i,t+offset} g_{i,t}: the same sums as per-example
+    gradients, computed by the backend's (oneDNN's) filter-gradient kernel.
+    """
+    kshape = [int(d) for d in ghost._kernel_var(layer).shape]  # pylint: disable=protected-access
+    kh, kw, cin, cout = kshape
+    b = tf.shape(g)[0]
+    x1 = tf.reshape(tf.transpose(a, [1, 2, 0, 3]), [1, int(a.shape[1]), int(a.shape[2]), -1])
+    g1 = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [1, int(g.shape[1]), int(g.shape[2]), -1])
+    dw = tf.compat.v1.nn.conv2d_backprop_filter(
+        x1, tf.stack([kh, kw, cin, b * cout]), g1, [1] + [int(v) for v in layer.strides] + [1],
+        layer.padding.upper())
+    pe = tf.transpose(tf.reshape(dw, [kh, kw, cin, b, cout]), [3, 0, 1, 2, 4])
+    sq = tf.reduce_sum(tf.square(pe), [1, 2, 3, 4])
+    per_example = [pe] if int(np.prod(kshape)) <= _MATERIALISE_MAX else None
+    if layer.use_bias:
+        bias_g = tf.reduce_sum(g, [1, 2])
+        sq += tf.reduce_sum(tf.square(bias_g), 1)
+        if per_example is not None:
+            per_example.append(bias_g)
+    return sq, per_example
+
+
 def _conv2d_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
+    if (int(layer.groups) == 1 and max(int(v) for v in layer.dilation_rate) == 1
+            and int(np.prod(layer.kernel_size)) > 1
+            and int(g.shape[1]) * int(g.shape[2]) >= _GROUPED_MIN_POSITIONS
+            and _grouped_filter_grad_ok()):
+        return _conv2d_batched_kernels(layer, a, g)
     fast = _conv_fast_norms(layer, a, g)
     if fast is not None:
         return fast
