@@ -177,7 +177,7 @@ def test_registry_lists_required_types():
 
 @pytest.mark.parametrize("grouped", [True, False])
 def test_conv2d_paths_match_naive_loop(grouped, monkeypatch):
-    """Each Conv2D construction (one grouped filter-gradient op over >= 512 positions, per-offset
+    """Each Conv2D construction (one grouped filter-gradient op over >= 1024 positions, per-offset
     blocks kept or only accumulated, extracted patches of a wide strided convolution) gives the
     naive loop's clipped sum, with and without the grouped op (a backend refusing it)."""
     if grouped and not layers._grouped_filter_grad_ok():  # pylint: disable=protected-access
@@ -191,16 +191,17 @@ def test_conv2d_paths_match_naive_loop(grouped, monkeypatch):
         return batched(layer, a, g)
 
     monkeypatch.setattr(layers, "_conv2d_batched_kernels", counted)
-    inp = keras.Input((24, 24, 2))
-    h = L.Conv2D(8, 3, padding="same", activation="relu", name="grouped_same")(inp)  # 576 positions
-    h = L.Conv2D(8, 3, strides=2, use_bias=False, name="grouped_valid_strided")(h)   # 121 positions
+    inp = keras.Input((32, 32, 2))
+    h = L.Conv2D(8, 3, padding="same", activation="relu", name="grouped_same")(inp)  # 32 x 32 in
+    h = L.Conv2D(8, 3, strides=2, use_bias=False, name="grouped_valid_strided")(h)
+    h = L.Conv2D(8, 3, strides=2, name="extracted_strided")(h)                       # 15 x 15 in
     h = L.Conv2D(48, 3, padding="same", name="offsets_kept")(h)                      # 3*3*8*48
-    h = L.Conv2D(40, 3, name="offsets_accumulated")(h)                               # 3*3*48*40 > 16k
+    h = L.Conv2D(40, 3, padding="same", name="offsets_accumulated")(h)               # 3*3*48*40 > 16k
     h = L.Conv2D(4, 3, strides=2, name="extracted_wide")(h)                          # width 360
     model = keras.Model(inp, L.Dense(3)(L.Flatten()(h)))
-    x, y = _images((24, 24, 2))
+    x, y = _images((32, 32, 2))
     _check(model, x, y)
-    assert set(calls) == ({"grouped_same"} if grouped else set())
+    assert set(calls) == ({"grouped_same", "grouped_valid_strided"} if grouped else set())
 
 
 def test_grouped_filter_grad_probe_is_cached_bool():

@@ -153,10 +153,11 @@ _EXTRACT_MAX = 1 << 17
 # Per-example kernel gradients are kept for the clipped sum (c-weighted sum, no second
 # vector-Jacobian product) up to this many values per example.
 _MATERIALISE_MAX = 1 << 14
-# From this many output positions on, an ungrouped 2-D convolution's per-example kernel
-# gradients come from one grouped filter-gradient op (`_conv2d_batched_kernels`); below it the
-# per-offset blocks / patches are faster (measured on CPU with oneDNN, see docs/keras.md).
-_GROUPED_MIN_POSITIONS = 512
+# From this many input positions (height * width) on, an ungrouped 2-D convolution's
+# per-example kernel gradients come from one grouped filter-gradient op
+# (`_conv2d_batched_kernels`); below it the per-offset blocks / patches are faster (measured
+# on CPU with oneDNN, see docs/keras.md).
+_GROUPED_MIN_POSITIONS = 1024
 _GROUPED_OK: dict = {}
 
 
@@ -297,7 +298,7 @@ def _conv2d_batched_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
 def _conv2d_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
     if (int(layer.groups) == 1 and max(int(v) for v in layer.dilation_rate) == 1
             and int(np.prod(layer.kernel_size)) > 1
-            and int(g.shape[1]) * int(g.shape[2]) >= _GROUPED_MIN_POSITIONS
+            and int(a.shape[1]) * int(a.shape[2]) >= _GROUPED_MIN_POSITIONS
             and _grouped_filter_grad_ok()):
         return _conv2d_batched_kernels(layer, a, g)
     fast = _conv_fast_norms(layer, a, g)
