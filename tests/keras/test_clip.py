@@ -88,6 +88,10 @@ def _images(shape, n=6):
         L.LayerNormalization(axis=[1, 3], scale=False), L.Flatten(), L.Dense(3)], (6, 6, 1)),
     ("layernorm_rms_scaling", lambda: [L.Dense(6), L.LayerNormalization(rms_scaling=True),
                                        L.Dense(3)], (4,)),
+    # channels-last GroupNormalization of <= 64 channels takes the matmul sums; these do not
+    ("groupnorm_axis1_and_wide", lambda: [
+        L.Conv2D(4, 3), L.GroupNormalization(groups=2, axis=1), L.Flatten(), L.Dense(72),
+        L.GroupNormalization(groups=8), L.Dense(3)], (6, 6, 1)),
 ])
 def test_each_registered_type_matches_naive_loop(name, build, shape):
     del name

@@ -420,6 +420,43 @@ def _normalized(layer: Any, a: tf.Tensor) -> Optional[tf.Tensor]:
     return None
 
 
+# Up to this many channels, a channels-last GroupNormalization's per-channel sums over
+# positions come from batched C x C matmuls (each input read once, nothing written) rather
+# than elementwise products and reductions (see `_group_norm_scale_grads`).
+_GROUP_NORM_MATMUL_MAX_CHANNELS = 64
+
+
+def _group_norm_scale_grads(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tf.Tensor]:
+    """Per-example gradients of a channels-last GroupNormalization's gamma, [B, C], or None.
+
+    sum_t x_hat_{t,c} g_{t,c} = r_k sum_t d_{t,c} g_{t,c} with d = a - mean_k and
+    r_k = 1 / sqrt(var_k + eps) of channel c's group k, var_k = mean of d^2 over the group
+    (the layer's two-pass moments); the sums over positions t of d*d and d*g are the
+    diagonals of the batched matmuls d^T d and d^T g, so x_hat is never materialised.
+    """
+    axis = layer.axis % len(a.shape)
+    channels = int(a.shape[-1])
+    if axis != len(a.shape) - 1 or channels > _GROUP_NORM_MATMUL_MAX_CHANNELS:
+        return None
+    groups = int(layer.groups)
+    b = tf.shape(a)[0]
+    a3 = tf.reshape(a, [b, -1, channels])
+    g3 = tf.reshape(g, [b, -1, channels])
+    positions = tf.cast(tf.shape(a3)[1], a.dtype)
+
+    def per_channel(group_stat):                              # [B, G] -> [B, C]
+        return tf.reshape(tf.repeat(group_stat[:, :, None], channels // groups, 2),
+                          [b, channels])
+
+    mean = per_channel(tf.reduce_mean(tf.reshape(tf.reduce_mean(a3, 1),
+                                                 [b, groups, channels // groups]), 2))
+    d = a3 - mean[:, None, :]
+    sq = tf.linalg.diag_part(tf.matmul(d, d, transpose_a=True)) / positions       # [B, C]
+    var = per_channel(tf.reduce_mean(tf.reshape(sq, [b, groups, channels // groups]), 2))
+    dg = tf.linalg.diag_part(tf.matmul(d, g3, transpose_a=True))                  # [B, C]
+    return dg * tf.math.rsqrt(var + layer.epsilon)
+
+
 def _affine_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
     """LayerNormalization / GroupNormalization: the output is affine in each parameter P with
     P broadcast along the non-parameter axes, so example i's gradient of P is dz/dP . 1 times
@@ -431,9 +468,16 @@ def _affine_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
     reduce_axes = [ax for ax in range(1, rank) if ax not in keep]
     b = tf.shape(g)[0]
     gamma, beta = getattr(layer, "gamma", None), getattr(layer, "beta", None)
-    x_hat = _normalized(layer, a) if any(v is gamma for v in own) else None
+    scale_grads = None
+    if type(layer) is keras.layers.GroupNormalization and gamma is not None:  # pylint: disable=unidiomatic-typecheck
+        scale_grads = _group_norm_scale_grads(layer, a, g)
+    x_hat = (_normalized(layer, a) if scale_grads is None and any(v is gamma for v in own)
+             else None)
     per_example = []
     for v in own:
+        if v is gamma and scale_grads is not None:
+            per_example.append(scale_grads)
+            continue
         if v is beta and beta is not None:
             direction = None                           # dz/dbeta . 1 = 1
         elif v is gamma and x_hat is not None:
