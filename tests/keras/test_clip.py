@@ -200,7 +200,7 @@ def test_conv2d_paths_match_naive_loop(grouped, monkeypatch):
     h = L.Conv2D(8, 3, strides=2, use_bias=False, name="grouped_valid_strided")(h)
     h = L.Conv2D(8, 3, strides=2, name="extracted_strided")(h)                       # 15 x 15 in
     h = L.Conv2D(48, 3, padding="same", name="offsets_kept")(h)                      # 3*3*8*48
-    h = L.Conv2D(40, 3, padding="same", name="offsets_accumulated")(h)               # 3*3*48*40 > 16k
+    h = L.Conv2D(40, 3, padding="same", name="offsets_accumulated")(h)       # 3*3*48*40 > 16k
     h = L.Conv2D(4, 3, strides=2, name="extracted_wide")(h)                          # width 360
     model = keras.Model(inp, L.Dense(3)(L.Flatten()(h)))
     x, y = _images((32, 32, 2))

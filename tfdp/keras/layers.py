@@ -469,7 +469,8 @@ def _affine_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
     b = tf.shape(g)[0]
     gamma, beta = getattr(layer, "gamma", None), getattr(layer, "beta", None)
     scale_grads = None
-    if type(layer) is keras.layers.GroupNormalization and gamma is not None:  # pylint: disable=unidiomatic-typecheck
+    group_norm = type(layer) is keras.layers.GroupNormalization  # pylint: disable=unidiomatic-typecheck
+    if group_norm and gamma is not None:
         scale_grads = _group_norm_scale_grads(layer, a, g)
     x_hat = (_normalized(layer, a) if scale_grads is None and any(v is gamma for v in own)
              else None)
