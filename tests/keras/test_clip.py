@@ -195,17 +195,20 @@ def test_conv2d_paths_match_naive_loop(grouped, monkeypatch):
         return batched(layer, a, g)
 
     monkeypatch.setattr(layers, "_conv2d_batched_kernels", counted)
-    inp = keras.Input((32, 32, 2))
-    h = L.Conv2D(8, 3, padding="same", activation="relu", name="grouped_same")(inp)  # 32 x 32 in
-    h = L.Conv2D(8, 3, strides=2, use_bias=False, name="grouped_valid_strided")(h)
+    inp = keras.Input((33, 32, 2))
+    top = L.Conv2D(8, 3, padding="same", activation="relu", name="grouped_same")(inp)  # 33 x 32
+    side = L.Conv2D(3, (3, 5), strides=2, padding="same", name="grouped_same_strided")(top)
+    h = L.Conv2D(8, 3, strides=2, use_bias=False, name="grouped_valid_strided")(top)
     h = L.Conv2D(8, 3, strides=2, name="extracted_strided")(h)                       # 15 x 15 in
     h = L.Conv2D(48, 3, padding="same", name="offsets_kept")(h)                      # 3*3*8*48
     h = L.Conv2D(40, 3, padding="same", name="offsets_accumulated")(h)       # 3*3*48*40 > 16k
     h = L.Conv2D(4, 3, strides=2, name="extracted_wide")(h)                          # width 360
-    model = keras.Model(inp, L.Dense(3)(L.Flatten()(h)))
-    x, y = _images((32, 32, 2))
+    flat = L.Concatenate()([L.Flatten()(h), L.Flatten()(side)])
+    model = keras.Model(inp, L.Dense(3)(flat))
+    x, y = _images((33, 32, 2))
     _check(model, x, y)
-    assert set(calls) == ({"grouped_same", "grouped_valid_strided"} if grouped else set())
+    assert set(calls) == ({"grouped_same", "grouped_same_strided", "grouped_valid_strided"}
+                          if grouped else set())
 
 
 def test_grouped_filter_grad_probe_is_cached_bool():
