@@ -88,6 +88,10 @@ def _images(shape, n=6):
         L.LayerNormalization(axis=[1, 3], scale=False), L.Flatten(), L.Dense(3)], (6, 6, 1)),
     ("layernorm_rms_scaling", lambda: [L.Dense(6), L.LayerNormalization(rms_scaling=True),
                                        L.Dense(3)], (4,)),
+    # channels-last GroupNormalization of <= 64 channels takes the matmul sums; these do not
+    ("groupnorm_axis1_and_wide", lambda: [
+        L.Conv2D(4, 3), L.GroupNormalization(groups=2, axis=1), L.Flatten(), L.Dense(72),
+        L.GroupNormalization(groups=8), L.Dense(3)], (6, 6, 1)),
 ])
 def test_each_registered_type_matches_naive_loop(name, build, shape):
     del name
@@ -173,3 +177,41 @@ def test_registry_lists_required_types():
     names = set(layers.registered())
     assert {"Dense", "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2D", "Embedding",
             "LayerNormalization", "GroupNormalization"} <= names
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_conv2d_paths_match_naive_loop(grouped, monkeypatch):
+    """Each Conv2D construction (one grouped filter-gradient op over >= 1024 positions, per-offset
+    blocks kept or only accumulated, extracted patches of a wide strided convolution) gives the
+    naive loop's clipped sum, with and without the grouped op (a backend refusing it)."""
+    if grouped and not layers._grouped_filter_grad_ok():  # pylint: disable=protected-access
+        pytest.skip("this TensorFlow build has no exact grouped filter gradient")
+    monkeypatch.setitem(layers._GROUPED_OK, "ok", grouped)  # pylint: disable=protected-access
+    calls = []
+    batched = layers._conv2d_batched_kernels  # pylint: disable=protected-access
+
+    def counted(layer, a, g):
+        calls.append(layer.name)
+        return batched(layer, a, g)
+
+    monkeypatch.setattr(layers, "_conv2d_batched_kernels", counted)
+    inp = keras.Input((33, 32, 2))
+    top = L.Conv2D(8, 3, padding="same", activation="relu", name="grouped_same")(inp)  # 33 x 32
+    side = L.Conv2D(3, (3, 5), strides=2, padding="same", name="grouped_same_strided")(top)
+    h = L.Conv2D(8, 3, strides=2, use_bias=False, name="grouped_valid_strided")(top)
+    h = L.Conv2D(8, 3, strides=2, name="extracted_strided")(h)                       # 15 x 15 in
+    h = L.Conv2D(48, 3, padding="same", name="offsets_kept")(h)                      # 3*3*8*48
+    h = L.Conv2D(40, 3, padding="same", name="offsets_accumulated")(h)       # 3*3*48*40 > 16k
+    h = L.Conv2D(4, 3, strides=2, name="extracted_wide")(h)                          # width 360
+    flat = L.Concatenate()([L.Flatten()(h), L.Flatten()(side)])
+    model = keras.Model(inp, L.Dense(3)(flat))
+    x, y = _images((33, 32, 2))
+    _check(model, x, y)
+    assert set(calls) == ({"grouped_same", "grouped_same_strided", "grouped_valid_strided"}
+                          if grouped else set())
+
+
+def test_grouped_filter_grad_probe_is_cached_bool():
+    ok = layers._grouped_filter_grad_ok()  # pylint: disable=protected-access
+    assert isinstance(ok, bool)
+    assert layers._GROUPED_OK["ok"] is ok  # pylint: disable=protected-access

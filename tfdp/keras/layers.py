@@ -141,24 +141,43 @@ def _dense_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
     return ghost._sq_norms(_ghost_plan(layer, "dense", norm), a, g)  # pylint: disable=protected-access
 
 
-# Largest patch width (prod(kernel size) * input channels) built by an identity convolution;
-# above it the per-offset accumulation is cheaper (measured on CPU, see docs/keras.md).
+# Largest patch width (prod(kernel size) * input channels) built by an identity convolution
+# (whose cost grows with the patch width squared); measured on CPU, see docs/keras.md.
 _IDENTITY_PATCH_MAX = 256
 # From this many input channels on, 2-D patches come from `tf.image.extract_patches` (a copy)
-# rather than the identity convolution (whose cost grows with the patch width squared);
-# measured on CPU: 1 channel favours the convolution, 16 the copy.
+# rather than the identity convolution; measured on CPU: 1 channel favours the convolution,
+# 16 the copy.
 _EXTRACT_MIN_CHANNELS = 8
+# Largest extracted patch tensor per example (output positions * patch width, floats).
+_EXTRACT_MAX = 1 << 17
+# Per-example kernel gradients are kept for the clipped sum (c-weighted sum, no second
+# vector-Jacobian product) up to this many values per example.
+_MATERIALISE_MAX = 1 << 14
+# From this many input positions (height * width) on, an ungrouped 2-D convolution's
+# per-example kernel gradients come from one grouped filter-gradient op
+# (`_conv2d_batched_kernels`); below it the per-offset blocks / patches are faster (measured
+# on CPU with oneDNN, see docs/keras.md).
+_GROUPED_MIN_POSITIONS = 1024
+_GROUPED_OK: dict = {}
 
 
 def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
     """Per-example norms of an ungrouped N-d convolution, or None (use the slice path).
 
-    Patches come from ONE convolution with an identity kernel (exact: each output channel
-    copies one input value; several times faster on CPU than kh*kw strided slices for few
-    input channels) or, in 2-D with more channels, `tf.image.extract_patches`, then the
-    cheaper of A_i^T G_i and the Gram form; for wide patches, the per-example gradient block
-    of each kernel offset, sum_t a_{i,t+offset} g_{i,t} ([B, C, O]), is accumulated instead
-    (no patch tensor; its squared norms add up to the kernel's).
+    Three exact constructions of example i's kernel gradient A_i^T G_i (A_i: its patches):
+
+    * narrow patches from ONE convolution with an identity kernel (each output channel copies
+      one input value; fastest on CPU for few input channels), then the cheaper of A_i^T G_i
+      and the Gram form;
+    * strided 2-D convolutions (or where the Gram form is cheaper) with 8 or more input
+      channels: patches by `tf.image.extract_patches` (a copy), then the same choice;
+    * otherwise, e.g. stride-1 2-D convolutions over many positions: the per-example gradient
+      block of each kernel offset, sum_t a_{i,t+offset} g_{i,t} ([B, C, O]), one batched
+      matmul per offset (no patch tensor; measured 2-3x faster on CPU than extracted patches
+      for 3x3 stride-1 kernels, and strided slices make it slow for strides > 1).
+
+    Per-example kernel gradients computed this way are returned (for the clipped sum) when
+    they hold at most `_MATERIALISE_MAX` values per example.
     """
     if int(getattr(layer, "groups", 1)) != 1:
         return None
@@ -174,10 +193,16 @@ def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
     b = tf.shape(g)[0]
     t = int(np.prod(outs))
     width = int(np.prod(ksize)) * cin
+    keep = int(np.prod(kshape)) <= _MATERIALISE_MAX
     gg = tf.reshape(g, [b, t, cout])
+    strided, dilated = max(strides) > 1, max(rates) > 1
     per_example = None
-    if width <= _IDENTITY_PATCH_MAX and not (max(strides) > 1 and max(rates) > 1):
-        if len(ksize) == 2 and cin >= _EXTRACT_MIN_CHANNELS:
+    use_extract = (len(ksize) == 2 and cin >= _EXTRACT_MIN_CHANNELS and t * width <= _EXTRACT_MAX
+                   and (strided or _cheaper(t, width, cout) == "ghost"))
+    use_identity = (width <= _IDENTITY_PATCH_MAX and not (strided and dilated)
+                    and (len(ksize) != 2 or cin < _EXTRACT_MIN_CHANNELS))
+    if use_extract or use_identity:
+        if use_extract:
             # A copy op, ordered (kh, kw, cin) as the kernel's rows.
             p = tf.image.extract_patches(a, [1] + ksize + [1], [1] + strides + [1],
                                          [1] + rates + [1], "VALID")
@@ -191,16 +216,26 @@ def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
         else:
             pe = tf.matmul(p, gg, transpose_a=True)                # [B, width, O]
             sq = tf.reduce_sum(tf.square(pe), [1, 2])
-            per_example = [tf.reshape(pe, [b] + kshape)]
+            if keep:
+                per_example = [tf.reshape(pe, [b] + kshape)]
     else:
         sq = tf.zeros([b], a.dtype)
+        blocks = []
         for offsets in np.ndindex(*ksize):
             index = [slice(None)]
             for i, off in enumerate(offsets):
                 start = off * rates[i]
                 index.append(slice(start, start + (outs[i] - 1) * strides[i] + 1, strides[i]))
             block = tf.matmul(tf.reshape(a[tuple(index)], [b, t, cin]), gg, transpose_a=True)
-            sq += tf.reduce_sum(tf.square(block), [1, 2])
+            if keep:
+                blocks.append(block)
+            else:
+                sq += tf.reduce_sum(tf.square(block), [1, 2])
+        if keep:
+            # Offsets in np.ndindex order are the kernel's leading axes in row-major order.
+            pe = tf.stack(blocks, 1)                               # [B, K, C, O]
+            sq = tf.reduce_sum(tf.square(pe), [1, 2, 3])
+            per_example = [tf.reshape(pe, [b] + kshape)]
     if layer.use_bias:
         bias_g = tf.reduce_sum(gg, 1)
         sq += tf.reduce_sum(tf.square(bias_g), 1)
@@ -209,7 +244,63 @@ def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
     return sq, per_example
 
 
+def _grouped_filter_grad_ok() -> bool:
+    """Whether this TensorFlow build's Conv2DBackpropFilter computes grouped filter gradients
+    (filter depth < input depth) exactly: checked once, eagerly, on a tiny case against the
+    definition (CPU builds without oneDNN refuse grouped convolutions)."""
+    if "ok" not in _GROUPED_OK:
+        with tf.init_scope():
+            rng = np.random.default_rng(0)
+            x = rng.normal(size=(1, 4, 4, 6)).astype(np.float32)      # 2 groups of 3 channels
+            dz = rng.normal(size=(1, 2, 2, 4)).astype(np.float32)     # 2 groups of 2 outputs
+            want = np.zeros((3, 3, 3, 4), np.float32)
+            for grp in range(2):
+                for i, j in np.ndindex(3, 3):
+                    want[i, j, :, 2 * grp:2 * grp + 2] = np.einsum(
+                        "pqc,pqo->co", x[0, i:i + 2, j:j + 2, 3 * grp:3 * grp + 3],
+                        dz[0, :, :, 2 * grp:2 * grp + 2])
+            try:
+                got = tf.compat.v1.nn.conv2d_backprop_filter(
+                    tf.constant(x), [3, 3, 3, 4], tf.constant(dz), [1, 1, 1, 1], "VALID").numpy()
+                _GROUPED_OK["ok"] = bool(np.allclose(got, want, rtol=1e-4, atol=1e-5))
+            except (tf.errors.OpError, ValueError):
+                _GROUPED_OK["ok"] = False
+    return _GROUPED_OK["ok"]
+
+
+def _conv2d_batched_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
+    """Every example's kernel gradient from ONE grouped filter-gradient op.
+
+    With the batch moved into the channels (input [1, H, W, B*C], output gradient
+    [1, oh, ow, B*O]), a convolution with B groups has, as the kernel of group i, exactly
+    example i's gradient sum_t a_{i,t+offset} g_{i,t}: the same sums as per-example
+    gradients, computed by the backend's (oneDNN's) filter-gradient kernel.
+    """
+    kshape = [int(d) for d in ghost._kernel_var(layer).shape]  # pylint: disable=protected-access
+    kh, kw, cin, cout = kshape
+    b = tf.shape(g)[0]
+    x1 = tf.reshape(tf.transpose(a, [1, 2, 0, 3]), [1, int(a.shape[1]), int(a.shape[2]), -1])
+    g1 = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [1, int(g.shape[1]), int(g.shape[2]), -1])
+    dw = tf.compat.v1.nn.conv2d_backprop_filter(
+        x1, tf.stack([kh, kw, cin, b * cout]), g1, [1] + [int(v) for v in layer.strides] + [1],
+        layer.padding.upper())
+    pe = tf.transpose(tf.reshape(dw, [kh, kw, cin, b, cout]), [3, 0, 1, 2, 4])
+    sq = tf.reduce_sum(tf.square(pe), [1, 2, 3, 4])
+    per_example = [pe] if int(np.prod(kshape)) <= _MATERIALISE_MAX else None
+    if layer.use_bias:
+        bias_g = tf.reduce_sum(g, [1, 2])
+        sq += tf.reduce_sum(tf.square(bias_g), 1)
+        if per_example is not None:
+            per_example.append(bias_g)
+    return sq, per_example
+
+
 def _conv2d_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
+    if (int(layer.groups) == 1 and max(int(v) for v in layer.dilation_rate) == 1
+            and int(np.prod(layer.kernel_size)) > 1
+            and int(a.shape[1]) * int(a.shape[2]) >= _GROUPED_MIN_POSITIONS
+            and _grouped_filter_grad_ok()):
+        return _conv2d_batched_kernels(layer, a, g)
     fast = _conv_fast_norms(layer, a, g)
     if fast is not None:
         return fast
@@ -329,6 +420,43 @@ def _normalized(layer: Any, a: tf.Tensor) -> Optional[tf.Tensor]:
     return None
 
 
+# Up to this many channels, a channels-last GroupNormalization's per-channel sums over
+# positions come from batched C x C matmuls (each input read once, nothing written) rather
+# than elementwise products and reductions (see `_group_norm_scale_grads`).
+_GROUP_NORM_MATMUL_MAX_CHANNELS = 64
+
+
+def _group_norm_scale_grads(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tf.Tensor]:
+    """Per-example gradients of a channels-last GroupNormalization's gamma, [B, C], or None.
+
+    sum_t x_hat_{t,c} g_{t,c} = r_k sum_t d_{t,c} g_{t,c} with d = a - mean_k and
+    r_k = 1 / sqrt(var_k + eps) of channel c's group k, var_k = mean of d^2 over the group
+    (the layer's two-pass moments); the sums over positions t of d*d and d*g are the
+    diagonals of the batched matmuls d^T d and d^T g, so x_hat is never materialised.
+    """
+    axis = layer.axis % len(a.shape)
+    channels = int(a.shape[-1])
+    if axis != len(a.shape) - 1 or channels > _GROUP_NORM_MATMUL_MAX_CHANNELS:
+        return None
+    groups = int(layer.groups)
+    b = tf.shape(a)[0]
+    a3 = tf.reshape(a, [b, -1, channels])
+    g3 = tf.reshape(g, [b, -1, channels])
+    positions = tf.cast(tf.shape(a3)[1], a.dtype)
+
+    def per_channel(group_stat):                              # [B, G] -> [B, C]
+        return tf.reshape(tf.repeat(group_stat[:, :, None], channels // groups, 2),
+                          [b, channels])
+
+    mean = per_channel(tf.reduce_mean(tf.reshape(tf.reduce_mean(a3, 1),
+                                                 [b, groups, channels // groups]), 2))
+    d = a3 - mean[:, None, :]
+    sq = tf.linalg.diag_part(tf.matmul(d, d, transpose_a=True)) / positions       # [B, C]
+    var = per_channel(tf.reduce_mean(tf.reshape(sq, [b, groups, channels // groups]), 2))
+    dg = tf.linalg.diag_part(tf.matmul(d, g3, transpose_a=True))                  # [B, C]
+    return dg * tf.math.rsqrt(var + layer.epsilon)
+
+
 def _affine_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
     """LayerNormalization / GroupNormalization: the output is affine in each parameter P with
     P broadcast along the non-parameter axes, so example i's gradient of P is dz/dP . 1 times
@@ -340,9 +468,17 @@ def _affine_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
     reduce_axes = [ax for ax in range(1, rank) if ax not in keep]
     b = tf.shape(g)[0]
     gamma, beta = getattr(layer, "gamma", None), getattr(layer, "beta", None)
-    x_hat = _normalized(layer, a) if any(v is gamma for v in own) else None
+    scale_grads = None
+    group_norm = type(layer) is keras.layers.GroupNormalization  # pylint: disable=unidiomatic-typecheck
+    if group_norm and gamma is not None:
+        scale_grads = _group_norm_scale_grads(layer, a, g)
+    x_hat = (_normalized(layer, a) if scale_grads is None and any(v is gamma for v in own)
+             else None)
     per_example = []
     for v in own:
+        if v is gamma and scale_grads is not None:
+            per_example.append(scale_grads)
+            continue
         if v is beta and beta is not None:
             direction = None                           # dz/dbeta . 1 = 1
         elif v is gamma and x_hat is not None:
