@@ -49,6 +49,11 @@ def test_pipeline_rejects_missing_flagfile(tmp_path):
         pipeline.main([f"--train_flagfile={tmp_path / 'none.flags'}"])
 
 
+# The committed smoke job that trains exactly the flagfile's defaults (secure_sgd, eps 2, seed 1).
+_COMMITTED = os.path.join(REPO, "results", "reproduce", "smoke", "jobs",
+                          "train.hgm.mnist_secure_sgd.eps2@seed1.json")
+
+
 def test_smoke_flagfile_trains_and_certifies_on_real_mnist(tmp_path, real_data_dir):
     # Issue: certified accuracy at mu_a = 0.1 is > 0 and <= the conventional accuracy.
     run = str(tmp_path / "run")
@@ -56,6 +61,20 @@ def test_smoke_flagfile_trains_and_certifies_on_real_mnist(tmp_path, real_data_d
     subprocess.run([sys.executable, "-m", "tfdp.apps.train",
                     "--flagfile=flags/hgm/mnist_smoke.flags", f"--model_dir={run}",
                     "--verbose=0"], cwd=REPO, env=env, check=True)
+    # The same training as the committed smoke job of HGM's Secure-SGD rows
+    # (tests/reproduce/test_smoke_training.py reruns those rows whole, slow): the same ledger
+    # and the same test accuracy (two points of tolerance for float rounding on another CPU).
+    with open(_COMMITTED, encoding="utf-8") as f:
+        committed = json.load(f)
+    assert committed["command"] == ("tfdp-train --flagfile=flags/hgm/mnist_smoke.flags "
+                                    "--method=secure_sgd --epsilon=2 --seed=1")
+    with open(os.path.join(run, "ledger.json"), encoding="utf-8") as f:
+        ledger = json.load(f)
+    # The job file keeps the ledger's summary fields.
+    assert {k: ledger[k] for k in committed["output"]["ledger"]} == committed["output"]["ledger"]
+    with open(os.path.join(run, "metrics.json"), encoding="utf-8") as f:
+        accuracy = json.load(f)["test_accuracy"]
+    assert accuracy == pytest.approx(committed["output"]["metrics"]["test_accuracy"], abs=0.02)
     subprocess.run([sys.executable, "-m", "tfdp.apps.evaluate", f"--model_dir={run}",
                     "--certify", "--attack_sizes=0.1", "--num_examples=100", "--seed=0"],
                    cwd=REPO, env=env, check=True)
