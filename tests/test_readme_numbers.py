@@ -103,6 +103,10 @@ _RELEASE_NUMBERS = (
     ("secure_sgd_mnist_s3840", ("release_mean", "release_sd", "tfdp_mean", "tfdp_sd", "p")),
     ("stobatch_mnist_e2", ("release_mean", "release_sd", "tfdp_mean", "tfdp_sd", "p",
                            "base_mean", "base_sd", "base_p")),
+    ("adlm_mnist_e40", ("release_mean", "release_sd", "release_n", "tfdp_mean", "tfdp_sd",
+                        "tfdp_n", "p", "scale_gap")),
+    ("stobatch_mnist_e6", ("release_mean", "release_sd", "release_n", "tfdp_mean", "tfdp_sd",
+                           "tfdp_n", "p", "scale_gap")),
 )
 
 
@@ -212,7 +216,8 @@ ROWS = {
     "the authors' own releases beside tfdp at the same budget": (
         "results/releases/adlm_mnist_release_e6_seed1.json",
         [("RELEASES", None)],
-        {"6", "3", "840", "40"}),
+        # budgets (epochs, steps, seeds a side) and the StoBatch paper's published 82.7%
+        {"6", "3", "840", "40", "120", "2", "82.7"}),
 }
 
 # README numbers that differ from, or are absent from, the file their row cites, as of this

@@ -29,6 +29,23 @@ def test_mnist_smoke_reaches_85_percent_with_claimed_budget(real_data_dir, tmp_p
     ledger = json.loads((run / "ledger.json").read_text())
     assert metrics["test_accuracy"] >= 0.85, metrics
     assert metrics["epochs_completed"] == 3
+    # The committed result of this command (README's "AdLM, real MNIST, CI smoke setting" row)
+    # reruns: the same accounting and the same test accuracy (two points of tolerance for float
+    # rounding on another CPU).
+    with open(os.path.join(_ROOT, "results", "adlm", "mnist_smoke_adlm.json"),
+              encoding="utf-8") as f:
+        committed = json.load(f)
+    assert committed["command"] == ("tfdp-train --method=adlm --dataset=mnist "
+                                    "--flagfile=flags/adlm/mnist_smoke.flags "
+                                    "--model_dir=RUN_DIR --verbose=0")
+    # The accounting (the file predates the ledger's later fields: dp_event, reworded notes).
+    def accounting(led):
+        keys = ("name", "mechanism", "epsilon", "delta", "claimed_epsilon", "claimed_delta")
+        return ({k: led[k] for k in ("epsilon", "delta", "claimed_epsilon", "claimed_delta")},
+                [{k: e[k] for k in keys} for e in led["entries"]])
+    assert accounting(ledger) == accounting(committed["ledger"])
+    assert metrics["test_accuracy"] == pytest.approx(committed["metrics"]["test_accuracy"],
+                                                     abs=0.02)
     assert ledger["claimed_epsilon"] == pytest.approx(8.0, rel=1e-12)
     names = [e["name"] for e in ledger["entries"]]
     assert names == ["adlm_eps1_relevance", "adlm_eps2_inputs", "adlm_eps3_functional_mechanism"]
