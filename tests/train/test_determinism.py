@@ -32,7 +32,7 @@ _SWAPPING_HEURISTICS = 4  # RewriterConfig.MemOptType: every memory pass but sch
 _FINGERPRINT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                             "stobatch_fingerprint.json")
 # Float rounding on another CPU of the same kind moves these sums by far less; a change to the
-# noise (epsilon 2 -> 4 moved 24 of the 44 sums), the losses or the optimiser moves them by much
+# noise (a one-off check: epsilon 2 -> 4 moved 24 of the 44 sums), the losses or the optimiser moves them by much
 # more. This tiny run is not sensitive to the training attacks (2 -> 5 iterations moved none):
 # tests/stobatch and the slow smoke row cover those.
 _FINGERPRINT_RTOL = 1e-4
