@@ -156,3 +156,97 @@ def test_adam_epsilons_reach_both_optimizers(tmp_path):
                      stobatch_ae_adam_epsilon=4e-12)
     assert method.make_optimizer("adam", 1e-4).epsilon == pytest.approx(1e-8)
     assert _method(tmp_path).make_optimizer("adam", 1e-4).epsilon == pytest.approx(1e-7)
+
+
+@pytest.mark.parametrize("options,text", [
+    ({"stobatch_bn_affine": "fixed"},
+     r"--stobatch_bn_affine: expected one of \['trained', 'frozen'\], got 'fixed'"),
+    ({"stobatch_attack_net": "release"},
+     r"--stobatch_attack_net: expected one of \['model', 'release_unnormalised'\]"),
+    ({"stobatch_attack_net": "release_unnormalised"},
+     "--stobatch_attack_net: release_unnormalised .* needs --stobatch_adv_source=raw"),
+    ({"stobatch_attack_net": "release_unnormalised", "stobatch_adv_source": "raw"},
+     "--stobatch_attack_net: release_unnormalised exists for the mnist architecture only"),
+])
+def test_release_network_options_refuse_bad_values(tmp_path, options, text):
+    with pytest.raises(ValueError, match=text):
+        _method(tmp_path, **options).validate()
+
+
+def test_frozen_bn_affine_has_no_offset_or_gain_and_is_saved():
+    """--stobatch_bn_affine=frozen: every batch norm normalises with beta = 0, gamma = 1 and
+    has no trainable variable (the MNIST code release trains neither)."""
+    net = models.StoBatchNet(SHAPE, K, architecture="tiny", batch_size=9, hidden_units=8,
+                             bn_affine=False, bn_eval="batch")
+    net.build((None,) + SHAPE)
+    bn_vars = [v.path for v in net.trainable_variables if "bn" in v.path]
+    assert bn_vars == []
+    assert not any("bn" in v.path for v in net.theta1 + net.theta2)
+    x = tf.constant(np.random.default_rng(0).normal(size=(5,) + SHAPE), tf.float32)
+    h = tf.nn.relu(net.encoder_conv(x))
+    mean, var = tf.nn.moments(h, [0, 1, 2])
+    expect = tf.clip_by_value((h - mean) / tf.sqrt(var + 1e-3), -1.0, 1.0)
+    np.testing.assert_allclose(net.encode(x, False).numpy(), expect.numpy(), atol=1e-5)
+    assert net.get_config()["bn_affine"] is False
+    assert models.StoBatchNet(**dict(net.get_config())).bn_affine is False
+    plain = models.StoBatchNet(SHAPE, K, architecture="tiny", batch_size=9, hidden_units=8)
+    assert "bn_affine" not in plain.get_config()  # earlier models are saved as before
+
+
+def _mnist_net(**kwargs):
+    net = models.StoBatchNet((28, 28, 1), 10, architecture="mnist", batch_size=9,
+                             hidden_units=16, bn_eval="batch", **kwargs)
+    net.build((None, 28, 28, 1))
+    return net
+
+
+def test_release_attack_network_normalises_nothing_and_skips_noise_and_clips():
+    """forward_unnormalised is the MNIST code release's attack copy: conv1, ReLU, a batch norm
+    that only divides by sqrt(1 + 1e-3), pool, conv2, the h_pi layer, the same division, the
+    output layer; the latent noise, BN statistics and clips do not enter."""
+    net = _mnist_net()
+    rng = np.random.default_rng(0)
+    net.latent_noise.fixed_noise.assign(rng.normal(size=net.latent_noise.fixed_noise.shape))
+    net.h_pi_bn.moving_mean.assign(rng.normal(size=net.h_pi_bn.moving_mean.shape))
+    x = tf.constant(rng.normal(size=(4, 28, 28, 1)) * 3, tf.float32)
+    s = 1.0 / np.sqrt(1.001)
+    h = tf.nn.relu(net.encoder_conv(x)) * s
+    for layer in net.body:
+        h = layer(h)
+    expect = tf.matmul(h * s, net.output_layer.kernel)
+    got = net.forward_unnormalised(x)
+    np.testing.assert_allclose(got.numpy(), expect.numpy(), rtol=1e-5, atol=1e-5)
+    assert np.abs(expect.numpy()).max() > 0
+    with pytest.raises(ValueError, match="architecture is 'tiny'"):
+        models.StoBatchNet(SHAPE, K, architecture="tiny", batch_size=9,
+                           hidden_units=8).forward_unnormalised(tf.zeros((1,) + SHAPE))
+
+
+def test_release_attack_network_gets_the_fixed_input_noise(tmp_path):
+    method = _method(tmp_path, stobatch_architecture="mnist", stobatch_adv_source="raw",
+                     stobatch_attack_net="release_unnormalised")
+    method.validate()
+    net = _mnist_net()
+    noise = np.random.default_rng(1).normal(size=(1, 28, 28, 1)).astype(np.float32)
+    net.input_noise.fixed_noise.assign(noise)
+    x = tf.constant(np.random.default_rng(2).uniform(-1, 1, (3, 28, 28, 1)), tf.float32)
+    got = method._attack_logits(net)(x)  # pylint: disable=protected-access
+    np.testing.assert_allclose(got.numpy(), net.forward_unnormalised(x + noise).numpy(),
+                               rtol=1e-6)
+
+
+def test_release_network_options_train(tmp_path):
+    """A run with the release's frozen batch-norm affine and attack network trains, and its
+    model has no BN variables."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (36, 28, 28, 1)).astype(np.float32)
+    y = rng.integers(0, 10, 36)
+    method = _method(tmp_path / "run", stobatch_architecture="mnist", stobatch_hidden_units=16,
+                     stobatch_adv_source="raw", stobatch_adv_noise="zero",
+                     stobatch_bn_eval="batch", stobatch_bn_affine="frozen",
+                     stobatch_attack_net="release_unnormalised")
+    data = loop.Data(x.copy(), y.copy(), x[:10].copy(), y[:10].copy(), (28, 28, 1), 10)
+    result = loop.train(method, data, optimizer="sgd", verbose=0)
+    assert not any("bn" in v.path for v in result.model.trainable_variables)
+    for v in result.model.weights:
+        assert np.all(np.isfinite(v.numpy())), v.path

@@ -302,6 +302,12 @@ class StoBatch(Method):
             raise loop.SetupError(
                 f"--stobatch_bn_stats=per_microbatch: m = {self.m} must be divisible by "
                 f"replicas x micro-batches = {groups} (equal micro-batches, docs/stobatch.md)")
+        if self.settings.attack_net == "release_unnormalised" and \
+                self._spec["architecture"] != "mnist":
+            raise loop.SetupError(
+                f"--stobatch_attack_net: release_unnormalised exists for the mnist architecture "
+                f"only (the MNIST code release's attack network), got "
+                f"{self._spec['architecture']!r}")
         b = self.budget
         bound = b.first_layer_norm if (self.settings.enforce_norm_bound and self.settings.norm_mode == "paper_l1") \
             else None
@@ -312,7 +318,7 @@ class StoBatch(Method):
             hidden_units=self.settings.hidden_units, sync_bn=self.settings.bn_stats == "global",
             norm_bound=bound, bn_momentum=self.settings.bn_momentum,
             bn_eval=self.settings.bn_eval, compute_dtype=self.settings.dtype, input_clip=self.settings.input_clip,
-            name="stobatch")
+            bn_affine=self.settings.bn_affine == "trained", name="stobatch")
         model.build((None,) + tuple(input_shape))
         model.encoder_conv.kernel.assign(self._theta1_0)
         model.set_noise(self._noise["chi1"], self._noise["chi2"], self.draw_chi3(num_classes))
@@ -364,6 +370,14 @@ class StoBatch(Method):
     # ------------------------------------------------------------------ one step
 
     def _attack_logits(self, model):
+        if self.settings.attack_net == "release_unnormalised":
+            def release_fn(x):
+                # The MNIST code release: its attack copy of the network gets the raw rows
+                # plus the fixed input noise (validate: --stobatch_adv_source=raw).
+                noise = tf.cast(model.input_noise.fixed_noise, model.compute_dtype)
+                return model.forward_unnormalised(tf.cast(x, model.compute_dtype) + noise)
+            return release_fn
+
         def fn(x):
             # Alg. 1: f with chi2, BN in inference mode, input already x_bar
             return model.forward(x, training=False, input_noise=False, latent_noise=True)

@@ -169,10 +169,17 @@ def upsample_conv(h: tf.Tensor, kernel: tf.Tensor, stride: int, out_hw: Sequence
     return tf.nn.depth_to_space(z, s)
 
 
-def _bn(sync: bool, name: str, momentum: float = 0.99, epsilon: float = 1e-3):
-    """BatchNormalization, synchronized across replicas when `sync`."""
+def _bn(sync: bool, name: str, momentum: float = 0.99, epsilon: float = 1e-3,
+        affine: bool = True):
+    """BatchNormalization, synchronized across replicas when `sync`; without `affine` it has
+    no trained offset or gain (beta = 0, gamma = 1 for good)."""
     return keras.layers.BatchNormalization(synchronized=sync, momentum=momentum,
-                                           epsilon=epsilon, name=name)
+                                           epsilon=epsilon, center=affine, scale=affine,
+                                           name=name)
+
+
+# TF1's batch_norm epsilon (tf.contrib.layers / tf_slim), which the MNIST code release uses.
+RELEASE_BN_EPSILON = 1e-3
 
 
 @keras.saving.register_keras_serializable(package="tfdp")
@@ -202,6 +209,9 @@ class StoBatchNet(keras.Model):
             replica-count equivalence (tests/stobatch) can be checked at large m.
         input_clip: clip the (noisy) inputs to [-c, c] before the first layer (the authors'
             code release: 10), or None (the paper: no clip).
+        bn_affine: BN layers carry a trained offset and gain (default). False: they have
+            none, beta = 0 and gamma = 1 for good (the MNIST code release, whose optimisers'
+            variable lists never hold its batch norms' variables).
         **kwargs: Keras model arguments.
 
     Raises:
@@ -214,7 +224,7 @@ class StoBatchNet(keras.Model):
                  sync_bn: bool = True, norm_bound: Optional[float] = None,
                  bn_momentum: float = 0.99, bn_eval: str = "moving",
                  compute_dtype: str = "float32", input_clip: Optional[float] = None,
-                 **kwargs: Any) -> None:
+                 bn_affine: bool = True, **kwargs: Any) -> None:
         if compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute_dtype: expected one of {COMPUTE_DTYPES}, got "
                              f"{compute_dtype!r}")
@@ -236,6 +246,7 @@ class StoBatchNet(keras.Model):
         self.norm_bound = None if norm_bound is None else float(norm_bound)
         # The authors' code clips the noisy inputs to [-10, 10]; None: no clip (the paper).
         self.input_clip = None if input_clip is None else float(input_clip)
+        self.bn_affine = bool(bn_affine)
         self.spec = encoder_spec(architecture, self.in_shape)
         # Sub-layers take the global dtype policy when they are created.
         previous = keras.config.dtype_policy()
@@ -257,14 +268,15 @@ class StoBatchNet(keras.Model):
             spec["filters"], spec["kernel_size"], strides=spec["strides"], padding="same",
             kernel_constraint=constraint, bias_initializer=keras.initializers.Constant(1e-4),
             name="encoder_conv")
-        self.encoder_bn = _bn(self.sync_bn, "encoder_bn", self.bn_momentum)
+        self.encoder_bn = _bn(self.sync_bn, "encoder_bn", self.bn_momentum,
+                              affine=self.bn_affine)
         self.encoder_clip = Clip(-1.0, 1.0, name="encoder_clip")  # StoBatch: h1 in [-1, 1]
         self.latent_noise = LaplaceNoise(self.latent_scale, noise_mode="once",
                                          batch_divisor=self.batch_size,
                                          inference_fresh_scale=1.0 / self.psi,
                                          name="latent_noise")
         self.body = self._make_body()
-        self.h_pi_bn = _bn(self.sync_bn, "h_pi_bn", self.bn_momentum)
+        self.h_pi_bn = _bn(self.sync_bn, "h_pi_bn", self.bn_momentum, affine=self.bn_affine)
         self.h_pi_clip = Clip(-1.0, 1.0, name="h_pi_clip")  # StoBatch: h_pi in [-1, 1]
         self.output_layer = keras.layers.Dense(self.num_classes, use_bias=False,
                                                name="output")  # the paper has no output bias
@@ -285,10 +297,10 @@ class StoBatchNet(keras.Model):
                     keras.layers.Dense(units, use_bias=False, name="dense_h_pi")]
         if a == "cifar10":  # code release's layers (the concat with n1 is handled in _body)
             return [keras.layers.Conv2D(128, 5, padding="same", activation="relu", name="c2"),
-                    _bn(sync, "bn_concat", self.bn_momentum),
+                    _bn(sync, "bn_concat", self.bn_momentum, affine=self.bn_affine),
                     keras.layers.Conv2D(256, 5, padding="same", activation="relu",
                                         name="conv3"),
-                    _bn(sync, "bn3", self.bn_momentum),
+                    _bn(sync, "bn3", self.bn_momentum, affine=self.bn_affine),
                     keras.layers.AveragePooling2D(2, 2, padding="same", name="pool"),
                     keras.layers.Flatten(name="flatten"),
                     keras.layers.Dense(units, use_bias=False, name="dense_h_pi")]
@@ -300,10 +312,10 @@ class StoBatchNet(keras.Model):
                 s = stride if block == 0 else 1
                 name = f"s{stage + 1}b{block + 1}"
                 body.append({
-                    "bn1": _bn(sync, name + "_bn1", 0.5, 1e-5),
+                    "bn1": _bn(sync, name + "_bn1", 0.5, 1e-5, self.bn_affine),
                     "conv1": keras.layers.Conv2D(filters, 3, strides=s, padding="same",
                                                  use_bias=False, name=name + "_conv1"),
-                    "bn2": _bn(sync, name + "_bn2", 0.5, 1e-5),
+                    "bn2": _bn(sync, name + "_bn2", 0.5, 1e-5, self.bn_affine),
                     "conv2": keras.layers.Conv2D(filters, 3, padding="same", use_bias=False,
                                                  name=name + "_conv2"),
                     "proj": (keras.layers.Conv2D(filters, 1, strides=s, use_bias=False,
@@ -312,7 +324,7 @@ class StoBatchNet(keras.Model):
                 in_filters = filters
         del in_filters
         self.res_blocks = body
-        self.res_bn = _bn(sync, "res_bn", 0.5, 1e-5)
+        self.res_bn = _bn(sync, "res_bn", 0.5, 1e-5, self.bn_affine)
         return [keras.layers.GlobalAveragePooling2D(name="gap"),
                 keras.layers.Dense(units, use_bias=False, name="dense_h_pi")]
 
@@ -453,6 +465,27 @@ class StoBatchNet(keras.Model):
             h = h + tf.cast(self.latent_noise.fixed_noise, h.dtype)
         return self.classify(h, training)
 
+    def forward_unnormalised(self, x: tf.Tensor) -> tf.Tensor:
+        """Logits of the MNIST code release's training-attack network on `x` (as given).
+
+        The release crafts its training attacks on a second copy of the network built with
+        its batch norms in inference mode. Those batch norms create variables of their own
+        that nothing trains or updates (moving mean 0, variance 1, beta 0, gamma 1), so each
+        divides by sqrt(1 + 1e-3) and normalises nothing. The copy also has no latent noise,
+        no input clip and no [-1, 1] clip at h1 or h_pi; it shares the kernels.
+
+        Raises:
+            ValueError: for an architecture other than "mnist" (the only release with it).
+        """
+        if self.architecture != "mnist":
+            raise ValueError(f"forward_unnormalised: the MNIST code release's attack network; "
+                             f"architecture is {self.architecture!r}")
+        scale = tf.cast(1.0 / np.sqrt(1.0 + RELEASE_BN_EPSILON), self.compute_dtype)
+        h = tf.nn.relu(self.encoder_conv(tf.cast(x, self.compute_dtype))) * scale
+        for layer in self.body:
+            h = layer(h)
+        return self.output_layer(h * scale)
+
     def call(self, inputs: Any, training: Optional[bool] = None) -> tf.Tensor:
         x = self.input_noise(inputs, training=training)
         h = self.latent_noise(self.encode(x, bool(training)), training=training)
@@ -468,4 +501,6 @@ class StoBatchNet(keras.Model):
                   "name": self.name}
         if self.input_clip is not None:
             config["input_clip"] = self.input_clip
+        if not self.bn_affine:
+            config["bn_affine"] = False
         return config

@@ -17,6 +17,8 @@ NOISE_TERMS = ("linear", "abs_mean", "linear_broadcast")
 DTYPES = models.COMPUTE_DTYPES
 ADV_SOURCES = ("noisy", "raw")
 ADV_NOISES = ("train", "zero")
+BN_AFFINES = ("trained", "frozen")
+ATTACK_NETS = ("model", "release_unnormalised")
 
 
 @options.declare("stobatch_")
@@ -124,6 +126,18 @@ class StoBatchConfig:
         "in training and at inference (the authors' code: 10); unset: no clip (the paper).",
         check=options.positive)
 
+    bn_affine: str = options.field(
+        "trained", "StoBatch: the batch norms' offset and gain: trained (default) or frozen "
+        "(beta = 0, gamma = 1 for good: the MNIST code release, whose two optimisers' variable "
+        "lists hold none of its batch norms' variables).", choices=BN_AFFINES)
+    attack_net: str = options.field(
+        "model", "StoBatch: the network the training attacks differentiate: model (Alg. 1: "
+        "f with chi2, BN in inference mode) or release_unnormalised (the MNIST code release's "
+        "second copy of the network, whose inference-mode batch norms have never-updated "
+        "statistics and so normalise nothing; no latent noise, no clips; the fixed input "
+        "noise added; needs --stobatch_adv_source=raw and the mnist architecture).",
+        choices=ATTACK_NETS)
+
     def validate(self) -> None:
         """The rules that join settings (pairing and trainers, BN grouping and micro-batches)."""
         if self.pairing == "per_epoch_random" and self.trainers != 1:
@@ -134,6 +148,15 @@ class StoBatchConfig:
             raise ValueError(f"--stobatch_trainers: --stobatch_pairing=release_reader reads one "
                              f"(benign, adversarial-source) pair per step (the code release's "
                              f"N_tr = 1), got {self.trainers}")
+        if self.attack_net == "release_unnormalised" and self.adv_source != "raw":
+            raise ValueError("--stobatch_attack_net: release_unnormalised is the MNIST code "
+                             "release's attack network, which crafts from the raw images; it "
+                             "needs --stobatch_adv_source=raw")
+        if self.attack_net == "release_unnormalised" and self.architecture not in ("auto",
+                                                                                   "mnist"):
+            raise ValueError(f"--stobatch_attack_net: release_unnormalised exists for the "
+                             f"mnist architecture only, got --stobatch_architecture="
+                             f"{self.architecture}")
         if self.bn_stats == "global" and self.micro_batches > 1:
             raise ValueError("--stobatch_micro_batches: gradient accumulation normalises each "
                              "micro-batch alone; use --stobatch_bn_stats=per_microbatch "
