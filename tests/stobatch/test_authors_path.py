@@ -236,17 +236,60 @@ def test_release_attack_network_gets_the_fixed_input_noise(tmp_path):
 
 
 def test_release_network_options_train(tmp_path):
-    """A run with the release's frozen batch-norm affine and attack network trains, and its
-    model has no BN variables."""
+    """A run with the release's frozen batch-norm affine, attack network and classifier path
+    trains, and its model has no BN variables."""
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (36, 28, 28, 1)).astype(np.float32)
     y = rng.integers(0, 10, 36)
     method = _method(tmp_path / "run", stobatch_architecture="mnist", stobatch_hidden_units=16,
                      stobatch_adv_source="raw", stobatch_adv_noise="zero",
                      stobatch_bn_eval="batch", stobatch_bn_affine="frozen",
-                     stobatch_attack_net="release_unnormalised")
+                     stobatch_attack_net="release_unnormalised",
+                     stobatch_classifier_h="release_pre_relu")
     data = loop.Data(x.copy(), y.copy(), x[:10].copy(), y[:10].copy(), (28, 28, 1), 10)
     result = loop.train(method, data, optimizer="sgd", verbose=0)
     assert not any("bn" in v.path for v in result.model.trainable_variables)
     for v in result.model.weights:
         assert np.all(np.isfinite(v.numpy())), v.path
+
+
+def test_release_classifier_path_puts_the_noise_before_relu_and_bn():
+    """--stobatch_classifier_h=release_pre_relu: the classifier sees BN(ReLU(conv x + noise))
+    with the batch's statistics and no clip; the auto-encoder's h_bar is unchanged."""
+    net = _mnist_net(classifier_h="release_pre_relu", bn_affine=False)
+    rng = np.random.default_rng(0)
+    noise = rng.laplace(size=(1, 14, 14, 32)).astype(np.float32) * 5
+    net.latent_noise.fixed_noise.assign(noise)
+    x = tf.constant(rng.uniform(-1, 1, (6, 28, 28, 1)), tf.float32)
+    z = tf.nn.relu(net.encoder_conv(x) + noise)
+    mean, var = tf.nn.moments(z, [0, 1, 2])
+    expect = (z - mean) / tf.sqrt(var + 1e-3)
+    got = net.classifier_hidden(x, True, noise)
+    np.testing.assert_allclose(got.numpy(), expect.numpy(), rtol=1e-4, atol=1e-4)
+    assert np.abs(got.numpy()).max() > 1.0  # no [-1, 1] clip
+    np.testing.assert_allclose(net.forward(x, training=False).numpy(),
+                               net.classify(expect, False).numpy(), rtol=1e-4, atol=1e-4)
+    # the noise-free network (inference, no stored noise) through call()
+    plain = tf.nn.relu(net.encoder_conv(x))
+    mean, var = tf.nn.moments(plain, [0, 1, 2])
+    np.testing.assert_allclose(net(x, training=False).numpy(), net.classify(
+        (plain - mean) / tf.sqrt(var + 1e-3), False).numpy(), rtol=1e-4, atol=1e-4)
+    shared = _mnist_net(bn_affine=False)
+    shared.set_weights(net.get_weights())
+    np.testing.assert_allclose(net.encode(x, True).numpy(), shared.encode(x, True).numpy())
+    assert net.get_config()["classifier_h"] == "release_pre_relu"
+    assert "classifier_h" not in shared.get_config()
+    with pytest.raises(ValueError, match="needs bn_eval='batch'"):
+        models.StoBatchNet((28, 28, 1), 10, architecture="mnist", classifier_h="release_pre_relu")
+
+
+def test_release_classifier_path_is_refused_without_batch_bn_and_claims_its_certificates(
+        tmp_path):
+    from tfdp.certify import registry as certify_registry  # pylint: disable=import-outside-toplevel
+    with pytest.raises(ValueError, match="--stobatch_classifier_h: release_pre_relu .* needs "
+                                         "--stobatch_bn_eval=batch"):
+        _method(tmp_path, stobatch_classifier_h="release_pre_relu").validate()
+    assert certify_registry.unsound_training_options(
+        {"stobatch_classifier_h": "release_pre_relu"}) == [
+            "--stobatch_classifier_h=release_pre_relu"]
+    assert certify_registry.unsound_training_options({"stobatch_classifier_h": "shared"}) == []

@@ -318,7 +318,8 @@ class StoBatch(Method):
             hidden_units=self.settings.hidden_units, sync_bn=self.settings.bn_stats == "global",
             norm_bound=bound, bn_momentum=self.settings.bn_momentum,
             bn_eval=self.settings.bn_eval, compute_dtype=self.settings.dtype, input_clip=self.settings.input_clip,
-            bn_affine=self.settings.bn_affine == "trained", name="stobatch")
+            bn_affine=self.settings.bn_affine == "trained",
+            classifier_h=self.settings.classifier_h, name="stobatch")
         model.build((None,) + tuple(input_shape))
         model.encoder_conv.kernel.assign(self._theta1_0)
         model.set_noise(self._noise["chi1"], self._noise["chi2"], self.draw_chi3(num_classes))
@@ -555,6 +556,9 @@ class StoBatch(Method):
                 r_bar = (losses.taylor_reconstruction_loss(model.reconstruct(hb), xb)
                          + losses.taylor_reconstruction_loss(model.reconstruct(ha), xa))
                 r_bar = r_bar / float(m * n_tr)
+                if model.classifier_h != "shared":  # the release's own classifier path
+                    hb = model.classifier_hidden(xb, True, lat)
+                    ha = model.classifier_hidden(xa, True, lat)
                 # theta2 never back-propagates into theta1
                 zb = model.classify(tf.stop_gradient(hb), True)
                 za = model.classify(tf.stop_gradient(ha), True)

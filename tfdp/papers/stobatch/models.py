@@ -178,6 +178,11 @@ def _bn(sync: bool, name: str, momentum: float = 0.99, epsilon: float = 1e-3,
                                            name=name)
 
 
+# Where the classifier's path adds the latent noise: "shared" (the paper's h_bar, as the
+# auto-encoder's path: after the batch norm and the [-1, 1] clip) or "release_pre_relu" (the
+# MNIST code release's classifier path: before conv1's ReLU and batch norm, no clip).
+CLASSIFIER_H = ("shared", "release_pre_relu")
+
 # TF1's batch_norm epsilon (tf.contrib.layers / tf_slim), which the MNIST code release uses.
 RELEASE_BN_EPSILON = 1e-3
 
@@ -212,6 +217,10 @@ class StoBatchNet(keras.Model):
         bn_affine: BN layers carry a trained offset and gain (default). False: they have
             none, beta = 0 and gamma = 1 for good (the MNIST code release, whose optimisers'
             variable lists never hold its batch norms' variables).
+        classifier_h: the classifier's first hidden layer: "shared" (default: h_bar, the
+            auto-encoder's clip(BN(ReLU(conv))) plus the latent noise) or "release_pre_relu"
+            (the MNIST code release's classifier path: BN(ReLU(conv + latent noise)), no clip;
+            needs bn_eval="batch", whose batch statistics it normalises with).
         **kwargs: Keras model arguments.
 
     Raises:
@@ -224,7 +233,8 @@ class StoBatchNet(keras.Model):
                  sync_bn: bool = True, norm_bound: Optional[float] = None,
                  bn_momentum: float = 0.99, bn_eval: str = "moving",
                  compute_dtype: str = "float32", input_clip: Optional[float] = None,
-                 bn_affine: bool = True, **kwargs: Any) -> None:
+                 bn_affine: bool = True, classifier_h: str = "shared",
+                 **kwargs: Any) -> None:
         if compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute_dtype: expected one of {COMPUTE_DTYPES}, got "
                              f"{compute_dtype!r}")
@@ -247,6 +257,13 @@ class StoBatchNet(keras.Model):
         # The authors' code clips the noisy inputs to [-10, 10]; None: no clip (the paper).
         self.input_clip = None if input_clip is None else float(input_clip)
         self.bn_affine = bool(bn_affine)
+        if classifier_h not in CLASSIFIER_H:
+            raise ValueError(f"classifier_h: expected one of {CLASSIFIER_H}, got "
+                             f"{classifier_h!r}")
+        if classifier_h == "release_pre_relu" and bn_eval != "batch":
+            raise ValueError("classifier_h: release_pre_relu normalises with batch statistics "
+                             f"only; it needs bn_eval='batch', got {bn_eval!r}")
+        self.classifier_h = classifier_h
         self.spec = encoder_spec(architecture, self.in_shape)
         # Sub-layers take the global dtype policy when they are created.
         previous = keras.config.dtype_policy()
@@ -460,10 +477,34 @@ class StoBatchNet(keras.Model):
         x = tf.cast(x, self.compute_dtype)
         if input_noise:
             x = x + tf.cast(self.input_noise.fixed_noise, x.dtype)
-        h = self.encode(x, training)
-        if latent_noise:
-            h = h + tf.cast(self.latent_noise.fixed_noise, h.dtype)
-        return self.classify(h, training)
+        noise = tf.cast(self.latent_noise.fixed_noise, x.dtype) if latent_noise else None
+        return self.classify(self.classifier_hidden(x, training, noise), training)
+
+    def classifier_hidden(self, x: tf.Tensor, training: bool,
+                          noise: Optional[tf.Tensor]) -> tf.Tensor:
+        """The classifier's first hidden layer on `x` with the latent `noise` (or None).
+
+        "shared": the auto-encoder's h = clip(BN(ReLU(conv x))) plus the noise (Alg. 1's
+        h_bar). "release_pre_relu": BN(ReLU(conv x + noise)) with the batch's statistics and
+        no clip (the MNIST code release's classifier path, `inference`).
+        """
+        if self.classifier_h == "shared":
+            h = self.encode(x, training)
+            return h if noise is None else h + tf.cast(noise, h.dtype)
+        if self.input_clip is not None:
+            x = tf.clip_by_value(x, -self.input_clip, self.input_clip)
+        z = self.encoder_conv(x)
+        if noise is not None:
+            z = z + tf.cast(noise, z.dtype)
+        return self._batch_moments_norm(self.encoder_bn, tf.nn.relu(z))
+
+    def _batch_moments_norm(self, layer, h: tf.Tensor) -> tf.Tensor:
+        """`layer`'s normalisation with the statistics of `h`'s batch, its moving statistics
+        untouched (the code release's separate classifier-path batch norm)."""
+        if not layer.built:
+            layer.build(h.shape)
+        mean, var = tf.nn.moments(h, list(range(h.shape.rank - 1)))
+        return tf.nn.batch_normalization(h, mean, var, layer.beta, layer.gamma, layer.epsilon)
 
     def forward_unnormalised(self, x: tf.Tensor) -> tf.Tensor:
         """Logits of the MNIST code release's training-attack network on `x` (as given).
@@ -488,6 +529,12 @@ class StoBatchNet(keras.Model):
 
     def call(self, inputs: Any, training: Optional[bool] = None) -> tf.Tensor:
         x = self.input_noise(inputs, training=training)
+        if self.classifier_h == "release_pre_relu":
+            if self.input_clip is not None:
+                x = tf.clip_by_value(x, -self.input_clip, self.input_clip)
+            z = self.latent_noise(self.encoder_conv(x), training=training)
+            h = self._batch_moments_norm(self.encoder_bn, tf.nn.relu(z))
+            return self.classify(h, bool(training))
         h = self.latent_noise(self.encode(x, bool(training)), training=training)
         return self.classify(h, bool(training))
 
@@ -503,4 +550,6 @@ class StoBatchNet(keras.Model):
             config["input_clip"] = self.input_clip
         if not self.bn_affine:
             config["bn_affine"] = False
+        if self.classifier_h != "shared":
+            config["classifier_h"] = self.classifier_h
         return config

@@ -137,6 +137,12 @@ class StoBatchConfig:
         "statistics and so normalise nothing; no latent noise, no clips; the fixed input "
         "noise added; needs --stobatch_adv_source=raw and the mnist architecture).",
         choices=ATTACK_NETS)
+    classifier_h: str = options.field(
+        "shared", "StoBatch: the classifier's first hidden layer: shared (the paper's h_bar, "
+        "as the auto-encoder's: clip(BN(ReLU(conv))) plus the latent noise) or "
+        "release_pre_relu (the MNIST code release's classifier path: BN(ReLU(conv + latent "
+        "noise)) without the clip; needs --stobatch_bn_eval=batch; its certificates are only "
+        "claimed).", choices=models.CLASSIFIER_H)
 
     def validate(self) -> None:
         """The rules that join settings (pairing and trainers, BN grouping and micro-batches)."""
@@ -157,6 +163,10 @@ class StoBatchConfig:
             raise ValueError(f"--stobatch_attack_net: release_unnormalised exists for the "
                              f"mnist architecture only, got --stobatch_architecture="
                              f"{self.architecture}")
+        if self.classifier_h == "release_pre_relu" and self.bn_eval != "batch":
+            raise ValueError("--stobatch_classifier_h: release_pre_relu normalises with batch "
+                             "statistics only (the code release's); it needs "
+                             "--stobatch_bn_eval=batch")
         if self.bn_stats == "global" and self.micro_batches > 1:
             raise ValueError("--stobatch_micro_batches: gradient accumulation normalises each "
                              "micro-batch alone; use --stobatch_bn_stats=per_microbatch "
