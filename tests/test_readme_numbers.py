@@ -72,7 +72,7 @@ def _release(key, what):
     # lazy: the attribution module reads the committed result files
     import statistics  # pylint: disable=import-outside-toplevel
     from tfdp.reproduce.releases import attribution  # pylint: disable=import-outside-toplevel
-    comp = next(c for c in attribution.COMPARISONS if c.key == key)
+    comp = next(c for c in attribution.comparisons() if c.key == key)
     summ = attribution._summary(comp, attribution.RESULTS_DIR)  # pylint: disable=protected-access
     if what.startswith("base"):  # the toggle without the release options
         glob_ = next(t.tfdp_glob for t in comp.toggles if t.key == "base")

@@ -32,7 +32,7 @@ BUILTIN_PAPERS = ("tfdp.papers.adlm", "tfdp.papers.hgm", "tfdp.papers.stobatch",
                   "tfdp.papers.gpm")
 PLUGINS_ENV = "TFDP_PAPERS"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_EXTENSION_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
+_EXTENSION_NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -90,6 +90,13 @@ EXTENSION_KINDS = {
                    "form): the paper's mechanisms in `tfdp-audit dp`, after the shared ones",
     "benchmark": "module:OPTIONS, in a module with run(**overrides) -> dict (keys at least "
                  "ratio, target, reference, candidate): `tfdp-bench <name>`",
+    "release_job": "module:ATTRIBUTE, a tfdp.reproduce.releases.jobs.ReleaseJob named `name` "
+                   "(`<paper>.<dataset>`): the authors' release `tfdp-release --job=<name>` "
+                   "runs",
+    "release_comparisons": "module:ATTRIBUTE, a tuple of "
+                           "tfdp.reproduce.releases.attribution.Comparison, each with `paper` "
+                           "the declaring paper: its releases beside tfdp in the report (in "
+                           "tuple order; tfdp.reproduce.releases.attribution.comparisons)",
 }
 
 
@@ -99,7 +106,7 @@ class Extension:
 
     Attributes:
       kind: one of EXTENSION_KINDS.
-      name: its name where shared code looks it up (lower case, digits, underscores).
+      name: its name where shared code looks it up (lower case, digits, _, - and .).
       target: "module:attribute", imported only when used.
     """
 
@@ -112,7 +119,8 @@ class Extension:
             raise ValueError(f"extension {self.name!r}: kind {self.kind!r} is not one of "
                              f"{sorted(EXTENSION_KINDS)}")
         if not _EXTENSION_NAME.match(self.name):
-            raise ValueError(f"extension name {self.name!r}: use lower case, digits, _ and -")
+            raise ValueError(f"extension name {self.name!r}: use lower case, digits, _, - and "
+                             ".")
         if not _TARGET.match(self.target):
             raise ValueError(f"extension {self.name!r}: target {self.target!r} is not "
                              "'module:attribute'")

@@ -5,7 +5,7 @@
   tfdp-release --job=adlm.mnist --release_dir=/work/releases/PrivateDeepLearning --seed=1 \\
       --set=epochs=6 --output=results/releases/adlm_mnist_release_e6_seed1.json
 
-The checkout must be at the commit the job names (tfdp.reproduce.releases.jobs); the script
+The checkout must be at the commit the job names (tfdp/papers/<paper>/releases.py); the script
 runs unedited on a temporary copy in which only the job's overrides (run length, evaluation
 interval) are changed, their diff stored in the result file, on the MNIST files tfdp reads,
 through tfdp's tf.compat.v1 shim. docs/reproduce.md, "The authors' releases".
@@ -26,7 +26,7 @@ from tfdp.reproduce.releases import harness, jobs  # noqa: E402
 
 FLAGS = flags.FLAGS
 _BEFORE = set(FLAGS)
-flags.DEFINE_string("job", None, f"One of {sorted(jobs.JOBS)}.")
+flags.DEFINE_string("job", None, f"One of {jobs.names()}.")
 flags.DEFINE_string("release_dir", None, "Git checkout of the job's repository.")
 flags.DEFINE_integer("seed", 1, "Seed for NumPy, Python and TF in the release's process.")
 flags.DEFINE_string("output", None, "Result JSON to write.")

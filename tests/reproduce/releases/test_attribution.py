@@ -31,9 +31,9 @@ def _fill(folder, release, tfdp):
 @pytest.fixture
 def identical(monkeypatch):
     """The AdLM comparison as if its settings were all identical (the rule's full path)."""
-    comps = list(attribution.COMPARISONS)
+    comps = list(attribution.comparisons())
     comps[0] = dataclasses.replace(comps[0], identical=True)
-    monkeypatch.setattr(attribution, "COMPARISONS", tuple(comps))
+    monkeypatch.setattr(attribution, "comparisons", lambda: tuple(comps))
     return comps[0]
 
 
@@ -96,10 +96,10 @@ def test_scale_needs_the_release_gap_beyond_the_whole_interval(identical):
     assert text.startswith("*scale* (mostly)") and "95% interval" in text
 
 
-def test_a_release_metric_other_than_its_own_accuracy_is_compared(tmp_path):
+def test_a_release_metric_other_than_its_own_accuracy_is_compared(tmp_path, monkeypatch):
     """StoBatch: the release's noise-free number is compared; a release file made before the
     job printed it is listed apart and stays out of the test."""
-    comp = dataclasses.replace(attribution.COMPARISONS[0], release_metric="noise_free_accuracy",
+    comp = dataclasses.replace(attribution.comparisons()[0], release_metric="noise_free_accuracy",
                                release_metric_text="noise-free on both sides")
     _fill(tmp_path, [60.0, 61.0, 59.0], [40.5, 39.5, 41.5])
     for i, acc in ((2, 40.0), (3, 41.0)):
@@ -108,12 +108,8 @@ def test_a_release_metric_other_than_its_own_accuracy_is_compared(tmp_path):
         rec["numbers"]["noise_free_accuracy"] = acc
         rec["extra_curves"] = {"noise_free_accuracy": [[198, acc]]}
         path.write_text(json.dumps(rec))
-    old = attribution.COMPARISONS
-    try:
-        attribution.COMPARISONS = (comp,)
-        text = "\n".join(attribution.section(str(tmp_path), str(tmp_path), figures=True))
-    finally:
-        attribution.COMPARISONS = old
+    monkeypatch.setattr(attribution, "comparisons", lambda: (comp,))
+    text = "\n".join(attribution.section(str(tmp_path), str(tmp_path), figures=True))
     assert "Compared: noise-free on both sides." in text
     assert "adlm_mnist_release_e6_seed1.json` (its own number 60.00%)" in text
     assert "| 2, 3 | 40.50% ± 0.71 |" in text

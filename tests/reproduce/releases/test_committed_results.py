@@ -45,7 +45,7 @@ def test_tfdp_side_results_name_their_flagfile_and_seed():
     for path in sides:
         with open(path, encoding="utf-8") as f:
             rec = json.load(f)
-        assert rec["side"] == "tfdp" and rec["job"] in jobs.JOBS
+        assert rec["side"] == "tfdp" and rec["job"] in jobs.names()
         assert f"--seed={rec['seed']}" in rec["command"]
         flagfile = [w.split("=", 1)[1] for w in rec["command"].split()
                     if w.startswith("--flagfile=")]

@@ -144,7 +144,7 @@ def test_parse_output_reads_the_curve_and_the_final_line():
 
 
 def test_every_job_names_a_full_commit_and_overrides_with_known_settings():
-    for job in jobs.JOBS.values():
+    for job in jobs.all_jobs().values():
         assert len(job.commit) == 40 and int(job.commit, 16) >= 0
         for ov in job.overrides:
             ov.new.format(**job.settings)  # every placeholder has a default

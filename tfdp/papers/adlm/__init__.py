@@ -9,6 +9,7 @@ Modules:
   rows       the reproduction rows (Section 5's figures)
   figures    Figure 4a in the reproduction report
   flagfiles  which flagfile trains AdLM in a reproduction row
+  releases   the code release's job for tfdp-release and its comparisons in the report
 """
 
 from tfdp import registry
@@ -33,5 +34,8 @@ PAPER = registry.Paper(
         registry.Extension("figure", "adlm_accuracy_vs_eps",
                            "tfdp.papers.adlm.figures:accuracy_vs_eps"),
         registry.Extension("flagfile_rule", "adlm", "tfdp.papers.adlm.flagfiles:train_command"),
+        registry.Extension("release_job", "adlm.mnist", "tfdp.papers.adlm.releases:MNIST_JOB"),
+        registry.Extension("release_comparisons", "adlm",
+                           "tfdp.papers.adlm.releases:COMPARISONS"),
     ),
 )

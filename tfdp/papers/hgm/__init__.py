@@ -8,6 +8,7 @@ Modules:
   rows            the reproduction rows (Figures 3-5)
   unsound         the sensitivity modes whose certificates are only claimed
   flagfiles       which flagfile trains each method in a reproduction row
+  releases        the Secure-SGD code release's job for tfdp-release and its comparison
 The mechanism itself is shared: `tfdp.mechanisms.heterogeneous`.
 """
 
@@ -40,5 +41,8 @@ PAPER = registry.Paper(
         registry.Extension("card_fields", "hgm", "tfdp.papers.hgm.card:CARD_FIELDS"),
         registry.Extension("noisy_method", "secure_sgd_agm",
                            "tfdp.papers.hgm.method:SecureSGDAGM"),
+        registry.Extension("release_job", "secure_sgd.mnist",
+                           "tfdp.papers.hgm.releases:MNIST_JOB"),
+        registry.Extension("release_comparisons", "hgm", "tfdp.papers.hgm.releases:COMPARISONS"),
     ),
 )

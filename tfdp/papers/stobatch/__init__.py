@@ -10,6 +10,7 @@ Modules:
   unsound      the code release's radius options, whose certificates are only claimed
   bench        tfdp-bench stobatch (a StoBatch step against plain adversarial training)
   flagfiles    which flagfile trains StoBatch in a reproduction row
+  releases     the code release's job for tfdp-release and its comparisons in the report
 """
 
 from tfdp import registry
@@ -34,5 +35,9 @@ PAPER = registry.Paper(
                            "tfdp.papers.stobatch.flagfiles:train_command"),
         registry.Extension("noisy_method", "stobatch", "tfdp.papers.stobatch.method:StoBatch"),
         registry.Extension("card_fields", "stobatch", "tfdp.papers.stobatch.card:CARD_FIELDS"),
+        registry.Extension("release_job", "stobatch.mnist",
+                           "tfdp.papers.stobatch.releases:MNIST_JOB"),
+        registry.Extension("release_comparisons", "stobatch",
+                           "tfdp.papers.stobatch.releases:COMPARISONS"),
     ),
 )

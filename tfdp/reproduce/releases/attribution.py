@@ -4,7 +4,8 @@ results/releases/ (the harness's and tfdp_side's result files).
 Per paper: release and tfdp at the same budget (mean +- sd over seeds, steps, commit), a Welch
 two-sample t-test on the final test accuracies, and an attribution class derived by the rule in
 `attribution_class`, with the files it rests on. Reads result files only; draws nothing unless
-asked.
+asked. The comparisons are the papers' own (tfdp/papers/<paper>/releases.py), declared as
+registry kind "release_comparisons"; this module holds what they are made of and the rule.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ import statistics
 import textwrap
 from typing import Any, Sequence
 
+from tfdp import registry
 from tfdp.reproduce import runner
 
 RESULTS_DIR = os.path.join(runner.REPO_ROOT, "results", "releases")
 FIGURES_DIR = "figures"
 ALPHA = 0.05  # the test's level
 SECTION_HEADING = "## The authors' releases beside tfdp (same budget)"
+KIND = "release_comparisons"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,112 +91,32 @@ class Comparison:
     scale_of: str = ""
 
 
-COMPARISONS = (
-    Comparison(
-        key="adlm_mnist_e6", title="AdLM, MNIST", job="adlm.mnist",
-        release_glob="adlm_mnist_release_e6_seed*.json",
-        tfdp_glob="adlm_mnist_tfdp_closest_adam_e6_seed*.json",
-        budget="6 epochs of |L| = 1,800 (release 201 steps, tfdp 198)", release_steps="201",
-        identical=False,
-        settings_note="the release's own settings on both sides (eps 0.075 + 0.075 + 0.15, "
-                      "Adam 3e-4, batch-shared input noise redrawn every step, batch norm + "
-                      "clip, [-1, 1] pixels; flags/releases/adlm_mnist_release.flags) with its "
-                      "objective exactly (--adlm_fm_mode=ref_code_broadcast), its shipped "
-                      "relevance map (--adlm_relevance_file), its Delta_F "
-                      "(--adlm_delta_f=ref_code) and its Adam (--adlm_adam_epsilon: the "
-                      "release's epsilon on its batch-sum loss). Not identical: tfdp trains on all 60,000 "
-                      "training images (the release's reader on the last 55,000, so 3.4 "
-                      "passes instead of 3.6 at 198 steps) and takes test batch statistics "
-                      "over batches of 1,000 (the release over all 10,000); docs/reproduce.md",
-        published=90.2, published_text="AdLM, eps 0.25, Fig. 4a (the release's setting is eps "
-                                       "0.3)",
-        paper="adlm", rows=("adlm.mnist.adlm.eps0.25", "adlm.mnist.adlm.eps0.5",
-                            "adlm.mnist.adlm.mean_eps"),
-        toggles=(
-            Toggle("base", "adlm_mnist_tfdp_e6_seed*.json",
-                   "without the three (tfdp's --adlm_fm_mode=ref_code adds the noise term "
-                   "once, 18,000 times less than the release; a relevance map computed by "
-                   "tfdp; Delta_F 1,950)"),
-            Toggle("relfile", "adlm_mnist_tfdp_relfile_e6_seed*.json",
-                   "only the relevance file"),
-            Toggle("no_adam", "adlm_mnist_tfdp_closest_e6_seed*.json",
-                   "all but the Adam epsilon"))),
-    Comparison(
-        key="secure_sgd_mnist_s3840", title="Secure-SGD (HGM), MNIST", job="secure_sgd.mnist",
-        release_glob="secure_sgd_mnist_release_s3840_seed*.json",
-        tfdp_glob="secure_sgd_mnist_tfdp_s3840_seed*.json",
-        budget="3,840 steps of 125 after 4,000 pre-training steps", release_steps="3840",
-        identical=True,
-        settings_note="the release's settings on both sides "
-                      "(flags/releases/secure_sgd_mnist_release.flags): its network (FC 25, "
-                      "dropout 0.5) with conv1 trained freely, per-layer clipping of the "
-                      "batch-mean gradient (C = 0.001, noise multiplier 4, SGD 0.1), its "
-                      "(EGM + HGM) / 2 noise drawn once with r and Delta from 4,000 steps of "
-                      "the same training, and the test accuracy with that fixed draw fed; "
-                      "tfdp trains on the first 55,000 training images, the release's reader "
-                      "on the last 55,000 (docs/reproduce.md)",
-        published=None, published_text="the HGM paper publishes no clean MNIST accuracy for "
-                                       "Secure-SGD (only gaps under attack)",
-        paper="hgm", rows=("hgm.mnist.secure_sgd_minus_dpsgd", "hgm.mnist.secure_sgd_rise",
-                           "hgm.mnist.secure_sgd_minus_secure_sgd_agm")),
-    Comparison(
-        key="stobatch_mnist_e2", title="StoBatch, MNIST", job="stobatch.mnist",
-        release_glob="stobatch_mnist_release_e2_seed*.json",
-        tfdp_glob="stobatch_mnist_tfdp_closest_s40_seed*.json",
-        budget="40 steps of |L| = 2,499 (release 2 epochs, tfdp 4), 10-iteration training attacks",
-        release_steps="40 (its last evaluation; it trains one step more)", identical=False,
-        settings_note="the release's settings and data path "
-                      "(flags/releases/stobatch_mnist_release.flags) with its Madry step "
-                      "(--stobatch_madry_eps_iter=0.005), its never-shuffled reader "
-                      "(--stobatch_pairing=release_reader), its output noise term "
-                      "(--stobatch_noise_term=linear_broadcast) and its two Adams "
-                      "(--stobatch_adam_epsilon, --stobatch_ae_adam_epsilon). Not identical: "
-                      "tfdp's reader goes over the first 50,000 training images, the "
-                      "release's over the last 55,000 (docs/reproduce.md)",
-        release_metric="noise_free_accuracy",
-        release_metric_text="both sides: the noise-free network's test accuracy (the release's "
-                            "own benign number feeds its fixed training noise; the harness "
-                            "makes the copy print the noise-free one too, an evaluation-only "
-                            "line, and the release's own number is in its result file)",
-        paper="stobatch", rows=("stobatch.mnist.stobatch.eps0.2",
-                                "stobatch.mnist.stobatch.eps0.2.authors_path"),
-        toggles=(
-            Toggle("base", "stobatch_mnist_tfdp_s40_seed*.json",
-                   "without the five (Madry step mu / T, fixed pairs, the paper's linear "
-                   "term once, Keras' Adam epsilons)"),
-            Toggle("adam", "stobatch_mnist_tfdp_adam_s40_seed*.json", "only the two Adams"),
-            Toggle("madry_reader", "stobatch_mnist_tfdp_madry_reader_s40_seed*.json",
-                   "only the Madry step and the reader")),
-        published=82.7, published_text="StoBatch, eps 0.2: accuracy under attack "
-                                       "(the paper's attack setting), not clean accuracy"),
-    Comparison(
-        key="adlm_mnist_e40", title="AdLM, MNIST, longer", job="adlm.mnist",
-        release_glob="adlm_mnist_release_e40_seed*.json",
-        tfdp_glob="adlm_mnist_tfdp_closest_adam_e40_seed*.json",
-        budget="40 epochs of |L| = 1,800 (release 1,334 steps, tfdp 1,320; the paper runs "
-               "2,400 epochs)", release_steps="1334", identical=False,
-        settings_note="those of the 6-epoch comparison above, run 40 epochs "
-                      "(`--set=epochs=40` and `--epochs=40`): as long as a release run fits "
-                      "in about an hour on 2 cores",
-        published=90.2, published_text="AdLM, eps 0.25, Fig. 4a (the release's setting is eps "
-                                       "0.3)",
-        paper="adlm", rows=("adlm.mnist.adlm.eps0.25",), scale_of="adlm_mnist_e6"),
-    Comparison(
-        key="stobatch_mnist_e6", title="StoBatch, MNIST, longer", job="stobatch.mnist",
-        release_glob="stobatch_mnist_release_e6_seed*.json",
-        tfdp_glob="stobatch_mnist_tfdp_closest_s120_seed*.json",
-        budget="120 steps of |L| = 2,499 (release 6 epochs, tfdp 12; the paper trains "
-               "200 epochs, 4,000 steps), 10-iteration training attacks",
-        release_steps="120 (its last evaluation)", identical=False,
-        settings_note="those of the 40-step comparison above, run three times as long "
-                      "(`--set=epochs=6` and `--epochs=12`)",
-        release_metric="noise_free_accuracy",
-        release_metric_text="both sides: the noise-free network's test accuracy, as above",
-        published=82.7, published_text="StoBatch, eps 0.2: accuracy under attack "
-                                       "(the paper's attack setting), not clean accuracy",
-        paper="stobatch", rows=("stobatch.mnist.stobatch.eps0.2",),
-        scale_of="stobatch_mnist_e2"),
-)
+def comparisons() -> tuple[Comparison, ...]:
+    """Every paper's comparisons (registry kind "release_comparisons"), in report order: those
+    at a paper's first budget, paper by paper, then the longer-budget ones (`scale_of`), which
+    refer to theirs above; within a paper, in its declared order.
+
+    Raises:
+      TypeError: a declaration's target is not a tuple of Comparison of its paper.
+      ValueError: two comparisons share a key, or `scale_of` names no comparison.
+    """
+    found = []
+    for name, declared in registry.extensions(KIND).items():
+        paper = registry.extension_paper(KIND, name)
+        comps = declared.load()
+        if not isinstance(comps, tuple) or not all(
+                isinstance(c, Comparison) and c.paper == paper for c in comps):
+            raise TypeError(f"{KIND} {name!r} of paper {paper!r}: {declared.target} is not a "
+                            f"tuple of Comparison whose paper is {paper!r}")
+        found.extend(comps)
+    keys = [c.key for c in found]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"{KIND}: comparison keys declared twice in {keys}")
+    for c in found:
+        if c.scale_of and c.scale_of not in keys:
+            raise ValueError(f"{KIND}: comparison {c.key!r} is the longer budget of "
+                             f"{c.scale_of!r}, which no paper declares")
+    return tuple(sorted(found, key=lambda c: bool(c.scale_of)))  # stable
 
 
 def _load(results_dir: str, pattern: str) -> list[dict]:
@@ -360,7 +283,7 @@ def paper_lines(paper: str, results_dir: str = RESULTS_DIR) -> list[str]:
     it speaks for and the files it rests on ([] when the paper has no comparison with files).
     """
     out = []
-    for comp in COMPARISONS:
+    for comp in comparisons():
         if comp.paper != paper:
             continue
         summ = _summary(comp, results_dir)
@@ -396,7 +319,7 @@ def scale_sentence(comp: Comparison, summ: dict[str, Any], rel: str, ours: str,
                    files: str, results_dir: str = RESULTS_DIR) -> str:
     """The report's sentence on a longer-budget comparison: how far the release itself still
     is from the published value, against its gap at the shorter budget."""
-    base = next(c for c in COMPARISONS if c.key == comp.scale_of)
+    base = next(c for c in comparisons() if c.key == comp.scale_of)
     short = _summary(base, results_dir)
     gaps = []
     for c, s_ in ((base, short), (comp, summ)):
@@ -434,7 +357,7 @@ def section(results_dir: str = RESULTS_DIR, report_dir: str = runner.REPO_ROOT,
       figures: also draw the learning-curve PNGs into <results_dir>/figures/.
     """
     found = [(c, _load(results_dir, c.release_glob), _load(results_dir, c.tfdp_glob))
-             for c in COMPARISONS]
+             for c in comparisons()]
     found = [f for f in found if f[1] or f[2]]
     if not found:
         return []
