@@ -293,3 +293,26 @@ def test_release_classifier_path_is_refused_without_batch_bn_and_claims_its_cert
         {"stobatch_classifier_h": "release_pre_relu"}) == [
             "--stobatch_classifier_h=release_pre_relu"]
     assert certify_registry.unsound_training_options({"stobatch_classifier_h": "shared"}) == []
+
+
+def test_attack_clip_keeps_every_crafted_row_in_the_value_range(tmp_path):
+    """--stobatch_attack_clip (the code release's clip_min=-1, clip_max=1): every crafted row
+    stays in [-1, 1]; without it the mu-ball alone bounds them (Eq. 8) and rows leave it."""
+    w = tf.constant(np.random.default_rng(0).normal(size=(4, K)), tf.float32)
+
+    def craft(**options):
+        method = _method(tmp_path, **options)
+        method._attack_logits = lambda model: (lambda v: tf.matmul(v, w))  # pylint: disable=protected-access
+        xs = tf.constant(np.random.default_rng(1).uniform(-1, 1, (9, 4)), tf.float32)
+        model = type("M", (), {"compute_dtype": "float32"})()
+        start = tf.constant(np.random.default_rng(2).uniform(-1, 1, (9, 4)), tf.float32)
+        out = method.craft_adversarial(model, xs, tf.constant(0.8), tf.range(9, dtype=tf.int64),
+                                       start)
+        return xs.numpy(), out.numpy()
+
+    xs, free = craft()
+    _, clipped = craft(stobatch_attack_clip=True)
+    assert np.abs(free).max() > 1.0  # rows leave the value range without the option
+    assert clipped.min() >= -1.0 and clipped.max() <= 1.0
+    assert np.abs(clipped - xs).max() <= 0.8 + 1e-6
+    assert np.abs(clipped - xs).max() > 0.1

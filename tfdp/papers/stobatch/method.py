@@ -95,6 +95,7 @@ class StoBatch(Method):
         self._noise: dict | None = None
         self._theta1_0: np.ndarray | None = None
         self._spec: dict | None = None
+        self._attack_range: tuple = (-1.0, 1.0)
 
     # ------------------------------------------------------------------ validation
 
@@ -245,6 +246,8 @@ class StoBatch(Method):
         if lo < -1.0 - 1e-6 or hi > 1.0 + 1e-6:
             raise ValueError(f"--value_range: StoBatch's sensitivities need inputs in [-1, 1], "
                              f"got [{lo}, {hi}]")
+        # --stobatch_attack_clip: the crafted rows stay in the data's value range
+        self._attack_range = tuple(float(v) for v in data_spec.value_range)
         input_shape = tuple(x_train.shape[1:])
         arch = (_default_architecture(input_shape) if self.settings.architecture == "auto"
                 else self.settings.architecture)
@@ -400,7 +403,9 @@ class StoBatch(Method):
             start_noise: uniform [-1, 1] values shaped like xs for Madry's random start.
 
         Returns:
-            Adversarial examples (projected onto the mu-ball around xs, not range-clipped).
+            Adversarial examples, projected onto the mu-ball around xs; range-clipped to the
+            data's value range only with --stobatch_attack_clip (the code release's CleverHans
+            calls).
         """
         ids = attack_graph.ensemble_ids(positions, self.m)
         dtype = tf.as_dtype(model.compute_dtype)
@@ -411,9 +416,10 @@ class StoBatch(Method):
             eps_iter = tf.where(tf.equal(ids, attack_graph.MADRY),
                                 tf.cast(self.settings.madry_eps_iter, dtype),
                                 tf.cast(mu, dtype) / float(nb_iter))
+        low, high = (self._attack_range if self.settings.attack_clip else (None, None))
         return attack_graph.craft(self._attack_logits(model), xs, mu, attack_ids=ids,
                                   nb_iter=nb_iter, eps_iter=eps_iter, start_noise=start_noise,
-                                  dtype=dtype)
+                                  clip_min=low, clip_max=high, dtype=dtype)
 
     def adversarial_source(self, model, xs: tf.Tensor) -> tf.Tensor:
         """The rows the attacks start from: x_bar (paper) or the raw x = x_bar - chi1/m.

@@ -137,6 +137,10 @@ class StoBatchConfig:
         "statistics and so normalise nothing; no latent noise, no clips; the fixed input "
         "noise added; needs --stobatch_adv_source=raw and the mnist architecture).",
         choices=ATTACK_NETS)
+    attack_clip: bool = options.field(
+        False, "StoBatch: clip the training attacks' rows to the data's value range at every "
+        "step (the MNIST code release's CleverHans calls: clip_min=-1, clip_max=1); off: "
+        "projected onto the mu-ball only (Eq. 8).")
     classifier_h: str = options.field(
         "shared", "StoBatch: the classifier's first hidden layer: shared (the paper's h_bar, "
         "as the auto-encoder's: clip(BN(ReLU(conv))) plus the latent noise) or "
