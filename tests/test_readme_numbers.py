@@ -107,6 +107,7 @@ _RELEASE_NUMBERS = (
                         "tfdp_n", "p", "scale_gap")),
     ("stobatch_mnist_e6", ("release_mean", "release_sd", "release_n", "tfdp_mean", "tfdp_sd",
                            "tfdp_n", "p", "scale_gap")),
+    ("stobatch_mnist_e6_net", ("tfdp_mean", "tfdp_sd", "tfdp_n", "p")),
 )
 
 

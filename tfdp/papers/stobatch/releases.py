@@ -108,4 +108,45 @@ COMPARISONS = (
                                        "(the paper's attack setting), not clean accuracy",
         paper="stobatch", rows=("stobatch.mnist.stobatch.eps0.2",),
         scale_of="stobatch_mnist_e2"),
+    # The difference that grew with training (the longer-budget comparison above): the
+    # release's network, read from its graph after that comparison (docs/reproduce.md).
+    Comparison(
+        key="stobatch_mnist_e6_net", title="StoBatch, MNIST, 120 steps, the release's network",
+        job="stobatch.mnist",
+        release_glob="stobatch_mnist_release_e6_seed*.json",
+        tfdp_glob="stobatch_mnist_tfdp_relall_s120_seed*.json",
+        budget="120 steps of |L| = 2,499 (release 6 epochs, tfdp 12), 10-iteration training "
+               "attacks",
+        release_steps="120 (its last evaluation)", identical=False,
+        settings_note="those of the 40-step comparison run 120 steps (`--set=epochs=6` and "
+                      "`--epochs=12`), with the release's network as well: "
+                      "its batch norms' offset and gain never trained "
+                      "(--stobatch_bn_affine=frozen), its training attacks run on its "
+                      "unnormalised second copy of the network "
+                      "(--stobatch_attack_net=release_unnormalised) and its classifier path "
+                      "with the latent noise before conv1's ReLU and batch norm and no clip "
+                      "(--stobatch_classifier_h=release_pre_relu, whose certificates are only "
+                      "claimed: --allow_unsound_certificates). Not identical: tfdp's reader "
+                      "goes over the first 50,000 training images, the release's over the last "
+                      "55,000; the release's dense and output layers have trained biases, "
+                      "tfdp's none; its attacks clip their rows to [-1, 1] "
+                      "(--stobatch_attack_clip, a toggle below) (docs/reproduce.md)",
+        release_metric="noise_free_accuracy",
+        release_metric_text="both sides: the noise-free network's test accuracy, as above",
+        published=82.7, published_text="StoBatch, eps 0.2: accuracy under attack "
+                                       "(the paper's attack setting), not clean accuracy",
+        paper="stobatch", rows=("stobatch.mnist.stobatch.eps0.2",
+                                "stobatch.mnist.stobatch.eps0.2.authors_path"),
+        toggles=(
+            Toggle("closest", "stobatch_mnist_tfdp_closest_s120_seed*.json",
+                   "without the three network options (the tfdp side of the longer-budget "
+                   "comparison)"),
+            Toggle("relnet", "stobatch_mnist_tfdp_relnet_s120_seed*.json",
+                   "with the frozen batch-norm affine and the attack network only (not the "
+                   "classifier path)"),
+            Toggle("prerelu", "stobatch_mnist_tfdp_prerelu_s120_seed*.json",
+                   "with the classifier path only"),
+            Toggle("clip", "stobatch_mnist_tfdp_clip_s120_seed*.json",
+                   "without the three network options, with the attacks' range clip "
+                   "(--stobatch_attack_clip)"))),
 )
