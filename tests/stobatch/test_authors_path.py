@@ -115,23 +115,24 @@ def test_authors_path_flagfiles_are_the_scales_flagfile_plus_the_three_options(s
         "--stobatch_adv_source=raw", "--stobatch_adv_noise=zero", "--stobatch_input_clip=10"]
 
 
+def _craft_linear(tmp_path, xs, mu, start, **options):
+    """The method's training attacks on 9 rows against a fixed linear model (3 per attack)."""
+    w = tf.constant(np.random.default_rng(0).normal(size=(4, K)), tf.float32)
+    method = _method(tmp_path, **options)
+    method._attack_logits = lambda model: (lambda v: tf.matmul(v, w))  # pylint: disable=protected-access
+    model = type("M", (), {"compute_dtype": "float32"})()
+    return method.craft_adversarial(model, tf.constant(xs, tf.float32), tf.constant(mu),
+                                    tf.range(9, dtype=tf.int64),
+                                    tf.constant(start, tf.float32)).numpy()
+
+
 def test_madry_eps_iter_steps_only_the_madry_rows(tmp_path):
     """--stobatch_madry_eps_iter (the code release's Madry step): the Madry third of the
     adversarial-source batch moves by at most T x the step from its start; the I-FGSM and MIM
     thirds are crafted as without the option."""
-    w = tf.constant(np.random.default_rng(0).normal(size=(4, K)), tf.float32)
-
-    def craft(**options):
-        method = _method(tmp_path, **options)
-        method._attack_logits = lambda model: (lambda v: tf.matmul(v, w))  # pylint: disable=protected-access
-        xs = tf.constant(np.random.default_rng(1).uniform(-0.5, 0.5, (9, 4)), tf.float32)
-        model = type("M", (), {"compute_dtype": "float32"})()
-        out = method.craft_adversarial(model, xs, tf.constant(0.5), tf.range(9, dtype=tf.int64),
-                                       tf.zeros_like(xs))  # Madry starts at x
-        return xs.numpy(), out.numpy()
-
-    xs, default = craft()
-    _, released = craft(stobatch_madry_eps_iter=0.01)
+    xs = np.random.default_rng(1).uniform(-0.5, 0.5, (9, 4))
+    default = _craft_linear(tmp_path, xs, 0.5, np.zeros_like(xs))  # Madry starts at x
+    released = _craft_linear(tmp_path, xs, 0.5, np.zeros_like(xs), stobatch_madry_eps_iter=0.01)
     np.testing.assert_array_equal(default[:6], released[:6])  # I-FGSM and MIM rows
     moved = np.abs(released[6:] - xs[6:]).max()
     assert 0 < moved <= 2 * 0.01 + 1e-7  # T_mu = 2 steps of 0.01
@@ -298,20 +299,10 @@ def test_release_classifier_path_is_refused_without_batch_bn_and_claims_its_cert
 def test_attack_clip_keeps_every_crafted_row_in_the_value_range(tmp_path):
     """--stobatch_attack_clip (the code release's clip_min=-1, clip_max=1): every crafted row
     stays in [-1, 1]; without it the mu-ball alone bounds them (Eq. 8) and rows leave it."""
-    w = tf.constant(np.random.default_rng(0).normal(size=(4, K)), tf.float32)
-
-    def craft(**options):
-        method = _method(tmp_path, **options)
-        method._attack_logits = lambda model: (lambda v: tf.matmul(v, w))  # pylint: disable=protected-access
-        xs = tf.constant(np.random.default_rng(1).uniform(-1, 1, (9, 4)), tf.float32)
-        model = type("M", (), {"compute_dtype": "float32"})()
-        start = tf.constant(np.random.default_rng(2).uniform(-1, 1, (9, 4)), tf.float32)
-        out = method.craft_adversarial(model, xs, tf.constant(0.8), tf.range(9, dtype=tf.int64),
-                                       start)
-        return xs.numpy(), out.numpy()
-
-    xs, free = craft()
-    _, clipped = craft(stobatch_attack_clip=True)
+    xs = np.random.default_rng(1).uniform(-1, 1, (9, 4))
+    start = np.random.default_rng(2).uniform(-1, 1, (9, 4))
+    free = _craft_linear(tmp_path, xs, 0.8, start)
+    clipped = _craft_linear(tmp_path, xs, 0.8, start, stobatch_attack_clip=True)
     assert np.abs(free).max() > 1.0  # rows leave the value range without the option
     assert clipped.min() >= -1.0 and clipped.max() <= 1.0
     assert np.abs(clipped - xs).max() <= 0.8 + 1e-6
