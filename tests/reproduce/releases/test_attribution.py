@@ -176,3 +176,27 @@ def test_a_longer_budget_says_how_far_the_release_itself_still_is(tmp_path):
     scale = next(ln for ln in attribution.paper_lines("adlm", str(tmp_path))
                  if ln.startswith("**Scale"))
     assert "10.2 points below the published value after 1334 steps" in scale
+
+
+def test_a_one_seed_toggle_says_it_has_no_test_and_a_longer_budget_lists_its_toggles(
+        tmp_path, monkeypatch):
+    """A toggle with one seed gives its difference to the release without a test; the
+    longer-budget (scale) sentence carries its comparison's toggles too."""
+    _fill(tmp_path, [60.0, 61.0, 59.0], [60.5, 59.5, 61.5])
+    _write(tmp_path, "adlm_mnist_tfdp_e6_seed1.json", 50.0, 1, tfdp=True)
+    lines = attribution.paper_lines("adlm", str(tmp_path))
+    assert "without the three" in lines[0]
+    assert "50.00% (1 seed), − release -10.00 (no test: one seed)" in lines[0]
+    comps = list(attribution.comparisons())
+    longer = next(i for i, c in enumerate(comps) if c.key == "adlm_mnist_e40")
+    comps[longer] = dataclasses.replace(comps[longer], toggles=(attribution.Toggle(
+        "other", "adlm_mnist_tfdp_other_e40_seed*.json", "with another option"),))
+    monkeypatch.setattr(attribution, "comparisons", lambda: tuple(comps))
+    for i, acc in enumerate([70.0, 72.0], 1):
+        _write(tmp_path, f"adlm_mnist_release_e40_seed{i}.json", acc, i)
+        _write(tmp_path, f"adlm_mnist_tfdp_closest_adam_e40_seed{i}.json", acc, i, tfdp=True)
+        _write(tmp_path, f"adlm_mnist_tfdp_other_e40_seed{i}.json", acc - 20, i, tfdp=True)
+    scale = next(ln for ln in attribution.paper_lines("adlm", str(tmp_path))
+                 if ln.startswith("**Scale"))
+    assert "One factor at a time, tfdp with another option: 51.00% ± 1.41, − release -20.00" \
+        in scale

@@ -300,12 +300,15 @@ def paper_lines(paper: str, results_dir: str = RESULTS_DIR) -> list[str]:
         for tog in comp.toggles:
             acc = [r["numbers"]["test_accuracy"] for r in _load(results_dir, tog.tfdp_glob)]
             if acc:
-                toggles.append(f"{tog.text}: {_mean_sd(acc)}, − release "
-                               f"{_p(welch(summ['r_acc'], acc))}")
+                test = welch(summ['r_acc'], acc)
+                versus = (f"− release {_p(test)}" if test is not None else
+                          f"− release {statistics.mean(acc) - statistics.mean(summ['r_acc']):+.2f} "
+                          "(no test: one seed)" if summ['r_acc'] else "no test")
+                toggles.append(f"{tog.text}: {_mean_sd(acc)}, {versus}")
         toggled = (" One factor at a time, tfdp " + "; ".join(toggles) + "."
                    if toggles else "")
         if comp.scale_of:
-            out.append(scale_sentence(comp, summ, rel, ours, files, results_dir))
+            out.append(scale_sentence(comp, summ, rel, ours, files, results_dir, toggled))
             continue
         out.append(f"**Why tfdp misses the paper ({comp.title}), from the authors' release "
                    f"run beside tfdp:** release, same budget ({comp.budget}): {rel}; tfdp: "
@@ -316,9 +319,10 @@ def paper_lines(paper: str, results_dir: str = RESULTS_DIR) -> list[str]:
 
 
 def scale_sentence(comp: Comparison, summ: dict[str, Any], rel: str, ours: str,
-                   files: str, results_dir: str = RESULTS_DIR) -> str:
+                   files: str, results_dir: str = RESULTS_DIR, toggled: str = "") -> str:
     """The report's sentence on a longer-budget comparison: how far the release itself still
-    is from the published value, against its gap at the shorter budget."""
+    is from the published value, against its gap at the shorter budget (and `toggled`, the
+    comparison's one-factor-at-a-time sentence, if any)."""
     base = next(c for c in comparisons() if c.key == comp.scale_of)
     short = _summary(base, results_dir)
     gaps = []
@@ -340,7 +344,8 @@ def scale_sentence(comp: Comparison, summ: dict[str, Any], rel: str, ours: str,
     published = (f" (published {comp.published:g}%: {comp.published_text})"
                  if comp.published is not None else "")
     return (f"**Scale, measured on the release itself ({comp.title}):** at {comp.budget}: "
-            f"release {rel}; tfdp {ours}. The release is {gap}{published}.{moved}{tested} "
+            f"release {rel}; tfdp {ours}.{toggled} The release is {gap}{published}.{moved}"
+            f"{tested} "
             "It speaks for rows "
             + ", ".join(f"`{r}`" for r in comp.rows)
             + f"; it rests on {files} (section \"{SECTION_HEADING[3:]}\", figure "
