@@ -74,11 +74,12 @@ def _release(key, what):
     from tfdp.reproduce.releases import attribution  # pylint: disable=import-outside-toplevel
     comp = next(c for c in attribution.comparisons() if c.key == key)
     summ = attribution._summary(comp, attribution.RESULTS_DIR)  # pylint: disable=protected-access
-    if what.startswith("base"):  # the toggle without the release options
-        glob_ = next(t.tfdp_glob for t in comp.toggles if t.key == "base")
+    toggle = what.rsplit("_", 1)[0]
+    if toggle in {t.key for t in comp.toggles}:  # a toggle: "<key>_mean", "<key>_p", ...
+        glob_ = next(t.tfdp_glob for t in comp.toggles if t.key == toggle)
         side = [r["numbers"]["test_accuracy"]
                 for r in attribution._load(attribution.RESULTS_DIR, glob_)]  # pylint: disable=protected-access
-        if what == "base_p":
+        if what.endswith("_p"):
             return attribution.welch(summ["r_acc"], side)["p"]
     else:
         side = summ["r_acc"] if what.startswith("release") else summ["t_acc"]
@@ -102,12 +103,13 @@ _RELEASE_NUMBERS = (
                        "tfdp_n", "p", "scale_gap")),
     ("secure_sgd_mnist_s3840", ("release_mean", "release_sd", "tfdp_mean", "tfdp_sd", "p")),
     ("stobatch_mnist_e2", ("release_mean", "release_sd", "tfdp_mean", "tfdp_sd", "p",
-                           "base_mean", "base_sd", "base_p")),
+                           "closest_mean", "closest_sd", "closest_p", "base_mean", "base_sd",
+                           "base_p")),
     ("adlm_mnist_e40", ("release_mean", "release_sd", "release_n", "tfdp_mean", "tfdp_sd",
                         "tfdp_n", "p", "scale_gap")),
     ("stobatch_mnist_e6", ("release_mean", "release_sd", "release_n", "tfdp_mean", "tfdp_sd",
                            "tfdp_n", "p", "scale_gap")),
-    ("stobatch_mnist_e6_net", ("tfdp_mean", "tfdp_sd", "tfdp_n", "p")),
+    ("stobatch_mnist_e6", ("closest_mean", "closest_sd", "closest_p", "prerelu_mean")),
 )
 
 
@@ -118,7 +120,7 @@ def _release_checks():
             value = _release(key, what)
             if what.endswith("_n"):
                 printed = str(value)
-            elif what in ("p", "base_p"):
+            elif what == "p" or what.endswith("_p"):
                 printed = f"{value:.2g}"
             elif what == "scale_gap":
                 printed = f"{value:.1f}"
