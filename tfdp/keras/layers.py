@@ -295,7 +295,86 @@ def _conv2d_batched_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
     return sq, per_example
 
 
+def _space_to_depth_stride(layer: Any) -> int:
+    """The stride s of an ungrouped, undilated 2-D convolution with equal strides s > 1 and a
+    kernel whose sides are multiples of s (then it is a stride-1 convolution of the input
+    rearranged by `tf.nn.space_to_depth(., s)`), else 0."""
+    strides = [int(v) for v in layer.strides]
+    if (int(layer.groups) != 1 or max(int(v) for v in layer.dilation_rate) != 1
+            or strides[0] != strides[1] or strides[0] < 2):
+        return 0
+    s = strides[0]
+    return s if all(int(k) % s == 0 for k in layer.kernel_size) else 0
+
+
+def _space_to_depth_input(layer: Any, a: tf.Tensor, s: int) -> tuple[tf.Tensor, list]:
+    """The input padded as the convolution pads it, cut to the rows / columns the kernel reads
+    and rearranged by space_to_depth(s), [B, oh - 1 + kh/s, ow - 1 + kw/s, s*s*C] (depth
+    ordered by row in block, column in block, channel), and the output sizes [oh, ow]."""
+    spatial = [int(d) for d in a.shape[1:3]]
+    ksize = [int(k) for k in layer.kernel_size]
+    outs, pads = _pads(layer, spatial, ksize)
+    # The rows / columns read: (o - 1) s + k <= the padded size, a multiple of s.
+    need = [(o - 1) * s + k for o, k in zip(outs, ksize)]
+    if any(p for pair in pads for p in pair):
+        a = tf.pad(a, [[0, 0]] + pads + [[0, 0]])
+    return tf.nn.space_to_depth(a[:, :need[0], :need[1], :], s), outs
+
+
+def _conv2d_space_to_depth_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor, s: int) -> tuple:
+    """Every example's kernel gradient of a strided convolution from ONE grouped filter-gradient
+    op of the equivalent stride-1 convolution on the space-to-depth input (as
+    `_conv2d_batched_kernels`, on s*s times fewer positions and no stride)."""
+    kh, kw, cin, cout = (int(d) for d in ghost._kernel_var(layer).shape)  # pylint: disable=protected-access
+    a2, (oh, ow) = _space_to_depth_input(layer, a, s)
+    b = tf.shape(g)[0]
+    c2 = s * s * cin
+    x1 = tf.reshape(tf.transpose(a2, [1, 2, 0, 3]), [1, int(a2.shape[1]), int(a2.shape[2]), -1])
+    g1 = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [1, oh, ow, -1])
+    dw = tf.compat.v1.nn.conv2d_backprop_filter(
+        x1, tf.stack([kh // s, kw // s, c2, b * cout]), g1, [1, 1, 1, 1], "VALID")
+    # [p, q, (di, dj, c), (b, o)] -> kernel entry [s p + di, s q + dj, c, o] of example b.
+    pe = tf.reshape(dw, [kh // s, kw // s, s, s, cin, b, cout])
+    pe = tf.reshape(tf.transpose(pe, [5, 0, 2, 1, 3, 4, 6]), [b, kh, kw, cin, cout])
+    sq = tf.reduce_sum(tf.square(pe), [1, 2, 3, 4])
+    per_example = [pe] if kh * kw * cin * cout <= _MATERIALISE_MAX else None
+    if layer.use_bias:
+        bias_g = tf.reduce_sum(g, [1, 2])
+        sq += tf.reduce_sum(tf.square(bias_g), 1)
+        if per_example is not None:
+            per_example.append(bias_g)
+    return sq, per_example
+
+
+def _conv2d_space_to_depth_ghost(layer: Any, a: tf.Tensor, g: tf.Tensor, s: int) -> tuple:
+    """Ghost norms <A_i A_i^T, G_i G_i^T> of a strided convolution, with the patch Gram
+    A_i A_i^T summed over the (kh/s) * (kw/s) offsets of the space-to-depth input (contiguous
+    slices; no patch tensor is built)."""
+    kh, kw, _, cout = (int(d) for d in ghost._kernel_var(layer).shape)  # pylint: disable=protected-access
+    a2, (oh, ow) = _space_to_depth_input(layer, a, s)
+    b = tf.shape(g)[0]
+    t, c2 = oh * ow, int(a2.shape[-1])
+    gg = tf.reshape(g, [b, t, cout])
+    gram = None
+    for p, q in np.ndindex(kh // s, kw // s):
+        block = tf.reshape(a2[:, p:p + oh, q:q + ow, :], [b, t, c2])
+        term = tf.matmul(block, block, transpose_b=True)
+        gram = term if gram is None else gram + term
+    sq = tf.reduce_sum(gram * tf.matmul(gg, gg, transpose_b=True), [1, 2])
+    if layer.use_bias:
+        sq += tf.reduce_sum(tf.square(tf.reduce_sum(gg, 1)), 1)
+    return sq, None
+
+
 def _conv2d_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
+    s = _space_to_depth_stride(layer)
+    if s:
+        kh, kw, cin, cout = (int(d) for d in ghost._kernel_var(layer).shape)  # pylint: disable=protected-access
+        outs, _ = _pads(layer, [int(d) for d in a.shape[1:3]], [kh, kw])
+        if _cheaper(outs[0] * outs[1], kh * kw * cin, cout) == "ghost":
+            return _conv2d_space_to_depth_ghost(layer, a, g, s)
+        if _grouped_filter_grad_ok():
+            return _conv2d_space_to_depth_kernels(layer, a, g, s)
     if (int(layer.groups) == 1 and max(int(v) for v in layer.dilation_rate) == 1
             and int(np.prod(layer.kernel_size)) > 1
             and int(a.shape[1]) * int(a.shape[2]) >= _GROUPED_MIN_POSITIONS

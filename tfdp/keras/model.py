@@ -73,13 +73,18 @@ def _as_arrays(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def _padded(x: np.ndarray, y: np.ndarray, lot: np.ndarray, size: int) -> tuple:
-    """(x, y, record positions) of `lot`, padded with zero rows of position -1 to `size`."""
-    xb = np.zeros((size,) + x.shape[1:], x.dtype)
-    yb = np.zeros((size,) + y.shape[1:], y.dtype)
+def _padded_positions(lot: np.ndarray, size: int) -> np.ndarray:
+    """The record positions of `lot`, padded with -1 (a padding row) to `size`."""
     ib = np.full([size], -1, np.int64)
-    xb[:len(lot)], yb[:len(lot)], ib[:len(lot)] = x[lot], y[lot], lot
-    return xb, yb, ib
+    ib[:len(lot)] = lot
+    return ib
+
+
+def _gather_rows(table: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
+    """Rows of `table` at `positions`; rows of position -1 (padding) are zeros."""
+    rows = tf.gather(table, tf.maximum(positions, 0))
+    keep = tf.reshape(positions >= 0, [-1] + [1] * (len(table.shape) - 1))
+    return tf.where(keep, rows, tf.zeros_like(rows))
 
 
 class DPModel(keras.Model):
@@ -277,7 +282,12 @@ class DPModel(keras.Model):
                            clip.plan(self.inner, self.inner.trainable_variables))
 
     def _lots(self, x: np.ndarray, y: np.ndarray) -> tf.data.Dataset:
-        """Each iteration (Keras starts one per epoch) yields one epoch of padded Poisson lots."""
+        """Each iteration (Keras starts one per epoch) yields one epoch of padded Poisson lots.
+
+        The Python generator yields only each lot's record positions (padded with -1); the
+        rows are gathered by tf.data (in its own thread, ahead of the step), so no lot's data
+        passes through Python.
+        """
         n, m = len(x), self.batch_size
 
         def epoch_lots():
@@ -285,12 +295,12 @@ class DPModel(keras.Model):
             object.__setattr__(self, "_lot_epoch", epoch + 1)
             rng = np.random.default_rng(base.derive_seed(self._run_key, _STREAM_LOTS, epoch))
             for lot in base.poisson_lots(n, m, rng):
-                yield _padded(x, y, lot, base.lot_bucket(len(lot), m))
+                yield _padded_positions(lot, base.lot_bucket(len(lot), m))
 
-        signature = (tf.TensorSpec((None,) + x.shape[1:], tf.as_dtype(x.dtype)),
-                     tf.TensorSpec((None,) + y.shape[1:], tf.as_dtype(y.dtype)),
-                     tf.TensorSpec((None,), tf.int64))
-        ds = tf.data.Dataset.from_generator(epoch_lots, output_signature=signature)
+        xs, ys = tf.convert_to_tensor(x), tf.convert_to_tensor(y)
+        ds = tf.data.Dataset.from_generator(
+            epoch_lots, output_signature=tf.TensorSpec((None,), tf.int64))
+        ds = ds.map(lambda ib: (_gather_rows(xs, ib), _gather_rows(ys, ib), ib))
         # floor(n / m) lots per epoch (tells Keras the epoch's length).
         return ds.apply(tf.data.experimental.assert_cardinality(n // m)).prefetch(2)
 
