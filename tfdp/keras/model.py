@@ -131,6 +131,8 @@ class DPModel(keras.Model):
             base.derive_seed(key, _STREAM_NOISE)))
         object.__setattr__(self, "_steps", tf.Variable(0, dtype=tf.int64, trainable=False))
         object.__setattr__(self, "_lot_epoch", 0)
+        object.__setattr__(self, "_epoch_lots", None)
+        object.__setattr__(self, "_train_arrays", None)
         object.__setattr__(self, "_num_examples", None)
         object.__setattr__(self, "_planned_steps", None)
         object.__setattr__(self, "_entries", None)
@@ -282,43 +284,55 @@ class DPModel(keras.Model):
                            clip.plan(self.inner, self.inner.trainable_variables))
 
     def _lots(self, x: np.ndarray, y: np.ndarray) -> tf.data.Dataset:
-        """Each iteration (Keras starts one per epoch) yields one epoch of padded Poisson lots.
+        """What Keras' `fit` iterates: floor(n / m) placeholder elements per epoch.
 
-        The Python generator yields only each lot's record positions (padded with -1); the
-        rows are gathered by tf.data (in its own thread, ahead of the step), so no lot's data
-        passes through Python.
+        Keras only counts the epoch's steps on it (and, under a distribution strategy's
+        scope, builds from its first element); the lots themselves are drawn by
+        `_next_lot`, and their rows gathered inside the step graph from the training arrays,
+        so no lot passes through tf.data or Python.
         """
-        n, m = len(x), self.batch_size
+        object.__setattr__(self, "_train_arrays", (tf.convert_to_tensor(x),
+                                                   tf.convert_to_tensor(y)))
+        object.__setattr__(self, "_epoch_lots", None)
+        return tf.data.Dataset.from_tensors((x[:1], y[:1])).repeat(len(x) // self.batch_size)
 
-        def epoch_lots():
-            epoch = self._lot_epoch
-            object.__setattr__(self, "_lot_epoch", epoch + 1)
-            rng = np.random.default_rng(base.derive_seed(self._run_key, _STREAM_LOTS, epoch))
-            for lot in base.poisson_lots(n, m, rng):
-                yield _padded_positions(lot, base.lot_bucket(len(lot), m))
+    def _start_epoch(self) -> None:
+        """Draws the next epoch's lots (each record joins each of the floor(n / m) lots
+        independently with probability m / n, from the run key and the epoch's index)."""
+        n, m = int(self._train_arrays[0].shape[0]), self.batch_size
+        epoch = self._lot_epoch
+        object.__setattr__(self, "_lot_epoch", epoch + 1)
+        rng = np.random.default_rng(base.derive_seed(self._run_key, _STREAM_LOTS, epoch))
+        object.__setattr__(self, "_epoch_lots", iter(base.poisson_lots(n, m, rng)))
 
-        xs, ys = tf.convert_to_tensor(x), tf.convert_to_tensor(y)
-        ds = tf.data.Dataset.from_generator(
-            epoch_lots, output_signature=tf.TensorSpec((None,), tf.int64))
-        ds = ds.map(lambda ib: (_gather_rows(xs, ib), _gather_rows(ys, ib), ib))
-        # floor(n / m) lots per epoch (tells Keras the epoch's length).
-        return ds.apply(tf.data.experimental.assert_cardinality(n // m)).prefetch(2)
+    def _next_lot(self) -> np.ndarray:
+        """The next lot's record positions, padded with -1 to its bucket size."""
+        lot = next(self._epoch_lots)
+        return _padded_positions(lot, base.lot_bucket(len(lot), self.batch_size))
 
     def make_train_function(self, force: bool = False):
-        """One traced step graph per padded lot size (a few buckets), fed eagerly.
+        """One traced step graph per padded lot size (a few buckets), fed the lot's positions.
 
         Keras' own train function traces one graph over a dataset whose batch size is
         unknown; the clipping pass runs several times faster in graphs with a static batch
-        size (as tfdp-train's padded lots), so each lot is fetched eagerly and handed to a
-        tf.function that keeps one concrete graph per lot shape.
+        size (as tfdp-train's padded lots), so each lot's positions are handed to a
+        tf.function that keeps one concrete graph per lot size and gathers the lot's rows.
         """
         if self.train_function is not None and not force:
             return self.train_function
-        step = tf.function(self.train_step, reduce_retracing=False,
-                           jit_compile=bool(self.jit_compile))
+
+        def lot_step(xs, ys, positions):
+            return self.train_step((_gather_rows(xs, positions), _gather_rows(ys, positions),
+                                    positions))
+
+        step = tf.function(lot_step, reduce_retracing=False, jit_compile=bool(self.jit_compile))
 
         def function(iterator):
-            return step(next(iterator))  # StopIteration at the end of the epoch
+            del iterator  # Keras' placeholder elements count the steps; the lots are ours
+            if self._epoch_lots is None:
+                self._start_epoch()
+            xs, ys = self._train_arrays
+            return step(xs, ys, self._next_lot())
 
         self.train_function = function
         return function
@@ -419,8 +433,9 @@ class DPModel(keras.Model):
 
 
 class PrivacyCallback(keras.callbacks.Callback):
-    """Puts the epsilon spent so far into each epoch's logs and, with a run directory,
-    rewrites ledger.json and writes the epoch's logs as TensorBoard scalars.
+    """Draws each epoch's Poisson lots as it begins; puts the epsilon spent so far into each
+    epoch's logs and, with a run directory, rewrites ledger.json and writes the epoch's logs as
+    TensorBoard scalars.
 
     DPModel.fit runs it first, so the progress bar, History and any later callback (e.g.
     keras.callbacks.TensorBoard) see "epsilon". The logged value is the sound epsilon rounded
@@ -432,6 +447,10 @@ class PrivacyCallback(keras.callbacks.Callback):
         super().__init__()
         self.dp_model = dp_model
         self._writer = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        del epoch, logs
+        self.dp_model._start_epoch()  # pylint: disable=protected-access
 
     def on_epoch_end(self, epoch, logs=None):
         eps = self.dp_model.epsilon()
