@@ -305,6 +305,11 @@ class DPModel(keras.Model):
         rng = np.random.default_rng(base.derive_seed(self._run_key, _STREAM_LOTS, epoch))
         object.__setattr__(self, "_epoch_lots", iter(base.poisson_lots(n, m, rng)))
 
+    def _end_training(self) -> None:
+        """Drops the references to the training arrays and the epoch's lots."""
+        object.__setattr__(self, "_train_arrays", None)
+        object.__setattr__(self, "_epoch_lots", None)
+
     def _next_lot(self) -> np.ndarray:
         """The next lot's record positions, padded with -1 to its bucket size."""
         lot = next(self._epoch_lots)
@@ -475,6 +480,7 @@ class PrivacyCallback(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         del logs
         self.dp_model.write_ledger()
+        self.dp_model._end_training()  # pylint: disable=protected-access
 
 
 def make_private(model: Any, *, batch_size: int, epsilon: Optional[float] = None,
