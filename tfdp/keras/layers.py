@@ -153,11 +153,11 @@ _EXTRACT_MAX = 1 << 17
 # Per-example kernel gradients are kept for the clipped sum (c-weighted sum, no second
 # vector-Jacobian product) up to this many values per example.
 _MATERIALISE_MAX = 1 << 14
-# From this many input positions (height * width) on, an ungrouped 2-D convolution's
+# From this many output positions (height * width) on, an ungrouped 2-D convolution's
 # per-example kernel gradients come from one grouped filter-gradient op
 # (`_conv2d_batched_kernels`); below it the per-offset blocks / patches are faster (measured
-# on CPU with oneDNN, 264 examples, 3x3 kernels: 1.3-2.3x faster at 12x12 to 32x32 inputs of
-# 8 to 32 channels, 2x slower at 8x8 inputs of 64 channels).
+# on CPU with oneDNN, 264 examples, 3x3 kernels: 1.3-2.3x faster at 12x12 to 32x32 outputs of
+# 8 to 32 channels, 1.1-2x slower at 8x8 outputs of 64 channels).
 _GROUPED_MIN_POSITIONS = 128
 _GROUPED_OK: dict = {}
 
@@ -378,7 +378,7 @@ def _conv2d_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
             return _conv2d_space_to_depth_kernels(layer, a, g, s)
     if (int(layer.groups) == 1 and max(int(v) for v in layer.dilation_rate) == 1
             and int(np.prod(layer.kernel_size)) > 1
-            and int(a.shape[1]) * int(a.shape[2]) >= _GROUPED_MIN_POSITIONS
+            and int(g.shape[1]) * int(g.shape[2]) >= _GROUPED_MIN_POSITIONS
             and _grouped_filter_grad_ok()):
         return _conv2d_batched_kernels(layer, a, g)
     fast = _conv_fast_norms(layer, a, g)
