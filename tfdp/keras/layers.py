@@ -325,15 +325,27 @@ def _space_to_depth_input(layer: Any, a: tf.Tensor, s: int) -> tuple[tf.Tensor, 
 def _conv2d_space_to_depth_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor, s: int) -> tuple:
     """Every example's kernel gradient of a strided convolution from ONE grouped filter-gradient
     op of the equivalent stride-1 convolution on the space-to-depth input (as
-    `_conv2d_batched_kernels`, on s*s times fewer positions and no stride)."""
+    `_conv2d_batched_kernels`, on s*s times fewer positions and no stride).
+
+    The batch is moved next to the channels first ([H, W, B, C]), so the padding and the
+    space-to-depth rearrangement copy runs of B*C values rather than C.
+    """
     kh, kw, cin, cout = (int(d) for d in ghost._kernel_var(layer).shape)  # pylint: disable=protected-access
-    a2, (oh, ow) = _space_to_depth_input(layer, a, s)
+    outs, pads = _pads(layer, [int(d) for d in a.shape[1:3]], [kh, kw])
+    # The rows / columns read: (o - 1) s + k <= the padded size, a multiple of s.
+    need = [(o - 1) * s + k for o, k in zip(outs, [kh, kw])]
     b = tf.shape(g)[0]
-    c2 = s * s * cin
-    x1 = tf.reshape(tf.transpose(a2, [1, 2, 0, 3]), [1, int(a2.shape[1]), int(a2.shape[2]), -1])
-    g1 = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [1, oh, ow, -1])
+    x = tf.transpose(a, [1, 2, 0, 3])                                    # [H, W, B, C]
+    if any(p for pair in pads for p in pair):
+        x = tf.pad(x, pads + [[0, 0], [0, 0]])
+    h2, w2 = need[0] // s, need[1] // s
+    x = tf.reshape(x[:need[0], :need[1]], [h2, s, w2, s, b, cin])
+    # Group i (example i) of the channels holds its space-to-depth block (row in block,
+    # column in block, channel).
+    x = tf.reshape(tf.transpose(x, [0, 2, 4, 1, 3, 5]), [1, h2, w2, -1])
+    g1 = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [1, outs[0], outs[1], -1])
     dw = tf.compat.v1.nn.conv2d_backprop_filter(
-        x1, tf.stack([kh // s, kw // s, c2, b * cout]), g1, [1, 1, 1, 1], "VALID")
+        x, tf.stack([kh // s, kw // s, s * s * cin, b * cout]), g1, [1, 1, 1, 1], "VALID")
     # [p, q, (di, dj, c), (b, o)] -> kernel entry [s p + di, s q + dj, c, o] of example b.
     pe = tf.reshape(dw, [kh // s, kw // s, s, s, cin, b, cout])
     pe = tf.reshape(tf.transpose(pe, [5, 0, 2, 1, 3, 4, 6]), [b, kh, kw, cin, cout])
