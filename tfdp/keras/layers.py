@@ -360,20 +360,26 @@ def _conv2d_space_to_depth_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor, s: in
 
 
 def _conv2d_space_to_depth_ghost(layer: Any, a: tf.Tensor, g: tf.Tensor, s: int) -> tuple:
-    """Ghost norms <A_i A_i^T, G_i G_i^T> of a strided convolution, with the patch Gram
-    A_i A_i^T summed over the (kh/s) * (kw/s) offsets of the space-to-depth input (contiguous
-    slices; no patch tensor is built)."""
+    """Ghost norms <A_i A_i^T, G_i G_i^T> of a strided convolution without a patch tensor.
+
+    On the space-to-depth input M_i (positions u x depth), the patch Gram is the sum over the
+    (kh/s) * (kw/s) kernel offsets d of (M_i M_i^T)[t + d, t' + d]: one batched Gram of all
+    positions, then shifted blocks of it (the patch Gram is only used where the ghost norm is
+    cheaper, i.e. over few output positions).
+    """
     kh, kw, _, cout = (int(d) for d in ghost._kernel_var(layer).shape)  # pylint: disable=protected-access
     a2, (oh, ow) = _space_to_depth_input(layer, a, s)
     b = tf.shape(g)[0]
-    t, c2 = oh * ow, int(a2.shape[-1])
-    gg = tf.reshape(g, [b, t, cout])
+    h2, w2, c2 = (int(d) for d in a2.shape[1:])
+    m = tf.reshape(a2, [b, h2 * w2, c2])
+    full = tf.reshape(tf.matmul(m, m, transpose_b=True), [b, h2, w2, h2, w2])
     gram = None
     for p, q in np.ndindex(kh // s, kw // s):
-        block = tf.reshape(a2[:, p:p + oh, q:q + ow, :], [b, t, c2])
-        term = tf.matmul(block, block, transpose_b=True)
-        gram = term if gram is None else gram + term
-    sq = tf.reduce_sum(gram * tf.matmul(gg, gg, transpose_b=True), [1, 2])
+        block = full[:, p:p + oh, q:q + ow, p:p + oh, q:q + ow]
+        gram = block if gram is None else gram + block
+    gg = tf.reshape(g, [b, oh * ow, cout])
+    sq = tf.reduce_sum(tf.reshape(gram, [b, oh * ow, oh * ow])
+                       * tf.matmul(gg, gg, transpose_b=True), [1, 2])
     if layer.use_bias:
         sq += tf.reduce_sum(tf.square(tf.reduce_sum(gg, 1)), 1)
     return sq, None
