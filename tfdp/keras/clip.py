@@ -238,8 +238,11 @@ def _recorded(model, entries, variables, x, y, loss_fn, l2_clip, mask, training)
     sums: list = [None] * len(variables)
     for e, g, z in zip(entries, out_grads, outs):
         if id(e.layer) in materialised:
-            for i, pe in zip(e.var_index, materialised[id(e.layer)]):
-                sums[i] = tf.tensordot(factors, pe, axes=1)
+            per_example = materialised[id(e.layer)]
+            weighted_sums = (per_example(factors) if callable(per_example) else
+                             [tf.tensordot(factors, pe, axes=1) for pe in per_example])
+            for i, total in zip(e.var_index, weighted_sums):
+                sums[i] = total
             continue
         weighted = g * tf.reshape(factors, [-1] + [1] * (len(g.shape) - 1))
         own = [variables[i] for i in e.var_index]

@@ -44,6 +44,10 @@ class LayerRule:
       name: short description for logs and `describe`.
       sq_norms: `f(layer, a, g) -> (sq [B], per_example or None)`; `a` is the layer's input,
         `g` the gradient of the summed loss with respect to its pre-activation output.
+        per_example is a list of per-example gradients ([B, *shape] per variable), or a
+        callable mapping the clip factors c [B] to the clipped sums sum_i c_i grad_i (one per
+        variable) when the per-example gradients exist in another layout; None: the clipped
+        sum is one batched vector-Jacobian product with output gradient c g.
       supports: `f(layer) -> bool`; False sends this layer to the vectorized fallback
         (e.g. an unusual padding or data format).
       pre_activation: True when the layer has an `activation` applied last in its `call`
@@ -245,6 +249,41 @@ def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
     return sq, per_example
 
 
+def _kernel_major_sums(dw: tf.Tensor, b: Any, kshape: list, g: tf.Tensor,
+                       use_bias: bool, order: Optional[tuple] = None) -> tuple:
+    """(sq [B], clipped-sum callable) of per-example kernels in a grouped filter-gradient
+    op's layout [K, B, O] (kernel rows K, examples B, output channels O), without moving the
+    batch axis first: sum_i c_i dW_i is a c-weighted reduction over the middle axis.
+
+    Args:
+      dw: the op's output, reshapeable to [K, B, O].
+      b: the batch size (tensor).
+      kshape: the kernel's shape.
+      g: the output gradient [B, ..., O] (for the bias).
+      use_bias: whether the layer has a bias.
+      order: (shape, permutation) taking the reduced [K, O] to the kernel's shape, when K is
+        not in kernel order; None: it is.
+    """
+    cout = kshape[-1]
+    d3 = tf.reshape(dw, [-1, b, cout])
+    sq = tf.reduce_sum(tf.square(d3), [0, 2])
+    bias_g = None
+    if use_bias:
+        bias_g = tf.reduce_sum(tf.reshape(g, [b, -1, cout]), 1)
+        sq += tf.reduce_sum(tf.square(bias_g), 1)
+
+    def sums(factors: tf.Tensor) -> list:
+        kernel = tf.reduce_sum(d3 * factors[None, :, None], 1)          # [K, O]
+        if order is not None:
+            kernel = tf.transpose(tf.reshape(kernel, order[0]), order[1])
+        out = [tf.reshape(kernel, kshape)]
+        if bias_g is not None:
+            out.append(tf.tensordot(factors, bias_g, axes=1))
+        return out
+
+    return sq, sums
+
+
 def _grouped_filter_grad_ok() -> bool:
     """Whether this TensorFlow build's Conv2DBackpropFilter computes grouped filter gradients
     (filter depth < input depth) exactly: checked once, eagerly, on a tiny case against the
@@ -285,15 +324,7 @@ def _conv2d_batched_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
     dw = tf.compat.v1.nn.conv2d_backprop_filter(
         x1, tf.stack([kh, kw, cin, b * cout]), g1, [1] + [int(v) for v in layer.strides] + [1],
         layer.padding.upper())
-    pe = tf.transpose(tf.reshape(dw, [kh, kw, cin, b, cout]), [3, 0, 1, 2, 4])
-    sq = tf.reduce_sum(tf.square(pe), [1, 2, 3, 4])
-    per_example = [pe] if int(np.prod(kshape)) <= _MATERIALISE_MAX else None
-    if layer.use_bias:
-        bias_g = tf.reduce_sum(g, [1, 2])
-        sq += tf.reduce_sum(tf.square(bias_g), 1)
-        if per_example is not None:
-            per_example.append(bias_g)
-    return sq, per_example
+    return _kernel_major_sums(dw, b, kshape, g, layer.use_bias)
 
 
 def _space_to_depth_stride(layer: Any) -> int:
@@ -346,17 +377,9 @@ def _conv2d_space_to_depth_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor, s: in
     g1 = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [1, outs[0], outs[1], -1])
     dw = tf.compat.v1.nn.conv2d_backprop_filter(
         x, tf.stack([kh // s, kw // s, s * s * cin, b * cout]), g1, [1, 1, 1, 1], "VALID")
-    # [p, q, (di, dj, c), (b, o)] -> kernel entry [s p + di, s q + dj, c, o] of example b.
-    pe = tf.reshape(dw, [kh // s, kw // s, s, s, cin, b, cout])
-    pe = tf.reshape(tf.transpose(pe, [5, 0, 2, 1, 3, 4, 6]), [b, kh, kw, cin, cout])
-    sq = tf.reduce_sum(tf.square(pe), [1, 2, 3, 4])
-    per_example = [pe] if kh * kw * cin * cout <= _MATERIALISE_MAX else None
-    if layer.use_bias:
-        bias_g = tf.reduce_sum(g, [1, 2])
-        sq += tf.reduce_sum(tf.square(bias_g), 1)
-        if per_example is not None:
-            per_example.append(bias_g)
-    return sq, per_example
+    # Rows (p, q, di, dj, c) hold kernel entry [s p + di, s q + dj, c] of each example.
+    order = ([kh // s, kw // s, s, s, cin, cout], [0, 2, 1, 3, 4, 5])
+    return _kernel_major_sums(dw, b, [kh, kw, cin, cout], g, layer.use_bias, order)
 
 
 def _conv2d_space_to_depth_ghost(layer: Any, a: tf.Tensor, g: tf.Tensor, s: int) -> tuple:
