@@ -6,7 +6,8 @@ per-example squared gradient norms come from its registered rule (`tfdp.keras.la
 unregistered layers, from per-example gradients of that layer alone (`tf.vectorized_map`).
 With c_i = min(1, C / ||g_i||) (Abadi et al. 2016, Alg. 1) every layer's clipped sum
 sum_i c_i grad_W <g_i, z_i> is ONE batched vector-Jacobian product of z with output gradient
-c g (or, where per-example gradients were materialised anyway, their c-weighted sum).
+c g (or, where per-example gradients were materialised anyway, their c-weighted sum, which a
+rule may compute in its own layout).
 
 A model on which this is not exact - a layer called more than once, a layer taking several
 inputs, variables outside every layer (a subclassed model's own weights) - takes the

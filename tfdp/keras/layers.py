@@ -7,7 +7,10 @@ backward pass. A `LayerRule` computes it for one layer type (as Opacus registers
 
 * Dense and Conv2D reuse tfdp's ghost-clipping norms (`tfdp.train.ghost`): the product of norms,
   the Gram-matrix "ghost norm" or per-example kernel gradients from image patches, whichever
-  is cheaper.
+  is cheaper. An ungrouped Conv2D over 128 output positions or more gets every example's
+  kernel from one grouped filter-gradient op; a strided one whose kernel sides are multiples
+  of the stride s is a stride-1 convolution of the space-to-depth(s) input, whose grouped op
+  or position Gram needs no patch tensor.
 * Conv1D / Conv3D: per-example kernel gradients from N-d patches (the same construction).
 * DepthwiseConv2D: per-channel patches (each output channel sees one input channel).
 * Embedding: ||sum_t e_{a_t} g_t||^2 = sum_{t,s} [a_t = a_s] <g_t, g_s> (no table materialised).
