@@ -631,7 +631,8 @@ def _install_defaults() -> None:
         "dense: product of norms / ghost norm / per-example kernel (ghost.py)", _dense_norms,
         ghost._is_plain_dense, pre_activation=True))  # pylint: disable=protected-access
     register(keras.layers.Conv2D, LayerRule(
-        "conv2d: identity-convolution patches or per-offset blocks (grouped: ghost.py)", _conv2d_norms,
+        "conv2d: space-to-depth or grouped filter-gradient kernels, patches or per-offset "
+        "blocks (grouped layers: ghost.py)", _conv2d_norms,
         ghost._is_plain_conv2d, pre_activation=True))  # pylint: disable=protected-access
     for conv in (keras.layers.Conv1D, keras.layers.Conv3D):
         register(conv, LayerRule("conv: identity-convolution patches or per-offset blocks", _conv_nd_norms,
