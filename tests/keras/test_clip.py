@@ -181,9 +181,10 @@ def test_registry_lists_required_types():
 
 @pytest.mark.parametrize("grouped", [True, False])
 def test_conv2d_paths_match_naive_loop(grouped, monkeypatch):
-    """Each Conv2D construction (one grouped filter-gradient op over >= 1024 positions, per-offset
-    blocks kept or only accumulated, extracted patches of a wide strided convolution) gives the
-    naive loop's clipped sum, with and without the grouped op (a backend refusing it)."""
+    """Each Conv2D construction (one grouped filter-gradient op over >= 128 output positions,
+    per-offset blocks kept or only accumulated, extracted patches of a wide strided
+    convolution) gives the naive loop's clipped sum, with and without the grouped op (a
+    backend refusing it)."""
     if grouped and not layers._grouped_filter_grad_ok():  # pylint: disable=protected-access
         pytest.skip("this TensorFlow build has no exact grouped filter gradient")
     monkeypatch.setitem(layers._GROUPED_OK, "ok", grouped)  # pylint: disable=protected-access
@@ -215,3 +216,34 @@ def test_grouped_filter_grad_probe_is_cached_bool():
     ok = layers._grouped_filter_grad_ok()  # pylint: disable=protected-access
     assert isinstance(ok, bool)
     assert layers._GROUPED_OK["ok"] is ok  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_conv2d_space_to_depth_paths_match_naive_loop(grouped, monkeypatch):
+    """Strided convolutions whose kernel sides are multiples of the stride take the
+    space-to-depth constructions (one grouped filter-gradient op where per-example kernels are
+    cheaper, Gram sums over offsets where the ghost norm is), same and valid padding, strides
+    2 and 3; the naive loop's clipped sum either way, and the other paths without the grouped
+    op."""
+    if grouped and not layers._grouped_filter_grad_ok():  # pylint: disable=protected-access
+        pytest.skip("this TensorFlow build has no exact grouped filter gradient")
+    monkeypatch.setitem(layers._GROUPED_OK, "ok", grouped)  # pylint: disable=protected-access
+    calls = []
+    for fn in ("_conv2d_space_to_depth_kernels", "_conv2d_space_to_depth_ghost"):
+        def counted(layer, a, g, s, _fn=getattr(layers, fn), _name=fn):
+            calls.append((layer.name, _name))
+            return _fn(layer, a, g, s)
+        monkeypatch.setattr(layers, fn, counted)
+    inp = keras.Input((13, 13, 1))
+    h = L.Conv2D(4, 4, strides=2, padding="same", activation="relu", name="s2d_kernels")(inp)
+    h = L.Conv2D(12, (4, 2), strides=2, name="s2d_ghost")(h)    # 7x7 -> 2x3: T^2 (k + o) < T k o
+    side = L.Conv2D(3, 6, strides=3, padding="same", use_bias=False, name="s3_kernels")(inp)
+    flat = L.Concatenate()([L.Flatten()(h), L.Flatten()(side)])
+    model = keras.Model(inp, L.Dense(3)(flat))
+    x, y = _images((13, 13, 1))
+    _check(model, x, y)
+    want = {("s2d_ghost", "_conv2d_space_to_depth_ghost")}
+    if grouped:
+        want |= {("s2d_kernels", "_conv2d_space_to_depth_kernels"),
+                 ("s3_kernels", "_conv2d_space_to_depth_kernels")}
+    assert set(calls) == want

@@ -11,6 +11,8 @@ import tensorflow as tf
 
 import tfdp.keras as tk
 from tfdp import accounting
+from tfdp.keras import model as model_lib
+from tfdp.train import base
 
 L = keras.layers
 RNG = np.random.default_rng(0)
@@ -82,6 +84,35 @@ def test_same_seed_same_weights_other_seed_differs():
     for u, v in zip(a, b):
         np.testing.assert_array_equal(u, v)
     assert any(not np.array_equal(u, w) for u, w in zip(a, c))
+
+
+def test_each_step_trains_on_its_keyed_poisson_lot_gathered_by_position():
+    """Every step's rows are the training rows at the lot's positions (the lots of epoch e
+    drawn from the run key and e), padded with zero rows of position -1."""
+    dp = _compile(tk.make_private(_cnn(), noise_multiplier=1.0, epochs=2, batch_size=50,
+                                  seed=5))
+    seen, original = [], dp.train_step
+
+    def spy(data):
+        def record(xv, yv, pv):
+            seen.append((xv.copy(), yv.copy(), pv.copy()))
+            return np.int64(0)
+        tf.numpy_function(record, list(data), tf.int64)
+        return original(data)
+
+    object.__setattr__(dp, "train_step", spy)
+    dp.fit(X, Y, verbose=0)
+    assert len(seen) == 2 * 8
+    stream = model_lib._STREAM_LOTS  # pylint: disable=protected-access
+    for epoch in range(2):
+        rng = np.random.default_rng(base.derive_seed(dp._run_key, stream, epoch))  # pylint: disable=protected-access
+        for lot, (xv, yv, pv) in zip(base.poisson_lots(400, 50, rng), seen[8 * epoch:]):
+            k = len(lot)
+            assert len(pv) == base.lot_bucket(k, 50)
+            np.testing.assert_array_equal(pv[:k], lot)
+            np.testing.assert_array_equal(xv[:k], X[lot])
+            np.testing.assert_array_equal(yv[:k], Y[lot])
+            assert (pv[k:] == -1).all() and not xv[k:].any() and not yv[k:].any()
 
 
 def test_noise_has_the_calibrated_scale():

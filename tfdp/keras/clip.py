@@ -6,7 +6,8 @@ per-example squared gradient norms come from its registered rule (`tfdp.keras.la
 unregistered layers, from per-example gradients of that layer alone (`tf.vectorized_map`).
 With c_i = min(1, C / ||g_i||) (Abadi et al. 2016, Alg. 1) every layer's clipped sum
 sum_i c_i grad_W <g_i, z_i> is ONE batched vector-Jacobian product of z with output gradient
-c g (or, where per-example gradients were materialised anyway, their c-weighted sum).
+c g (or, where per-example gradients were materialised anyway, their c-weighted sum, which a
+rule may compute in its own layout).
 
 A model on which this is not exact - a layer called more than once, a layer taking several
 inputs, variables outside every layer (a subclassed model's own weights) - takes the
@@ -238,8 +239,11 @@ def _recorded(model, entries, variables, x, y, loss_fn, l2_clip, mask, training)
     sums: list = [None] * len(variables)
     for e, g, z in zip(entries, out_grads, outs):
         if id(e.layer) in materialised:
-            for i, pe in zip(e.var_index, materialised[id(e.layer)]):
-                sums[i] = tf.tensordot(factors, pe, axes=1)
+            per_example = materialised[id(e.layer)]
+            weighted_sums = (per_example(factors) if callable(per_example) else
+                             [tf.tensordot(factors, pe, axes=1) for pe in per_example])
+            for i, total in zip(e.var_index, weighted_sums):
+                sums[i] = total
             continue
         weighted = g * tf.reshape(factors, [-1] + [1] * (len(g.shape) - 1))
         own = [variables[i] for i in e.var_index]

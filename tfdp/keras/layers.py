@@ -7,7 +7,10 @@ backward pass. A `LayerRule` computes it for one layer type (as Opacus registers
 
 * Dense and Conv2D reuse tfdp's ghost-clipping norms (`tfdp.train.ghost`): the product of norms,
   the Gram-matrix "ghost norm" or per-example kernel gradients from image patches, whichever
-  is cheaper.
+  is cheaper. An ungrouped Conv2D over 128 output positions or more gets every example's
+  kernel from one grouped filter-gradient op; a strided one whose kernel sides are multiples
+  of the stride s is a stride-1 convolution of the space-to-depth(s) input, whose grouped op
+  or position Gram needs no patch tensor.
 * Conv1D / Conv3D: per-example kernel gradients from N-d patches (the same construction).
 * DepthwiseConv2D: per-channel patches (each output channel sees one input channel).
 * Embedding: ||sum_t e_{a_t} g_t||^2 = sum_{t,s} [a_t = a_s] <g_t, g_s> (no table materialised).
@@ -44,6 +47,10 @@ class LayerRule:
       name: short description for logs and `describe`.
       sq_norms: `f(layer, a, g) -> (sq [B], per_example or None)`; `a` is the layer's input,
         `g` the gradient of the summed loss with respect to its pre-activation output.
+        per_example is a list of per-example gradients ([B, *shape] per variable), or a
+        callable mapping the clip factors c [B] to the clipped sums sum_i c_i grad_i (one per
+        variable) when the per-example gradients exist in another layout; None: the clipped
+        sum is one batched vector-Jacobian product with output gradient c g.
       supports: `f(layer) -> bool`; False sends this layer to the vectorized fallback
         (e.g. an unusual padding or data format).
       pre_activation: True when the layer has an `activation` applied last in its `call`
@@ -153,11 +160,12 @@ _EXTRACT_MAX = 1 << 17
 # Per-example kernel gradients are kept for the clipped sum (c-weighted sum, no second
 # vector-Jacobian product) up to this many values per example.
 _MATERIALISE_MAX = 1 << 14
-# From this many input positions (height * width) on, an ungrouped 2-D convolution's
+# From this many output positions (height * width) on, an ungrouped 2-D convolution's
 # per-example kernel gradients come from one grouped filter-gradient op
 # (`_conv2d_batched_kernels`); below it the per-offset blocks / patches are faster (measured
-# on CPU with oneDNN, see docs/keras.md).
-_GROUPED_MIN_POSITIONS = 1024
+# on CPU with oneDNN, 264 examples, 3x3 kernels: 1.3-2.3x faster at 12x12 to 32x32 outputs of
+# 8 to 32 channels, 1.1-2x slower at 8x8 outputs of 64 channels).
+_GROUPED_MIN_POSITIONS = 128
 _GROUPED_OK: dict = {}
 
 
@@ -244,6 +252,43 @@ def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
     return sq, per_example
 
 
+def _kernel_major_sums(dw: tf.Tensor, b: Any, kshape: list, g: tf.Tensor,
+                       use_bias: bool, order: Optional[tuple] = None) -> tuple:
+    """(sq [B], clipped-sum callable) of per-example kernels in a grouped filter-gradient
+    op's layout [K, B, O] (kernel rows K, examples B, output channels O), without moving the
+    batch axis first: sum_i c_i dW_i is a c-weighted reduction over the middle axis.
+
+    Args:
+      dw: the op's output, reshapeable to [K, B, O].
+      b: the batch size (tensor).
+      kshape: the kernel's shape.
+      g: the output gradient [B, ..., O] (for the bias).
+      use_bias: whether the layer has a bias.
+      order: (shape, permutation) taking the reduced [K, O] to the kernel's shape, when K is
+        not in kernel order; None: it is.
+    """
+    cout = kshape[-1]
+    d3 = tf.reshape(dw, [-1, b, cout])
+    # Reduced over the contiguous axis first (measured 1.3-2.5x faster than over both at once).
+    sq = tf.reduce_sum(tf.reduce_sum(tf.square(d3), 2), 0)
+    bias_g = None
+    if use_bias:
+        bias_g = tf.reduce_sum(tf.reshape(g, [b, -1, cout]), 1)
+        sq += tf.reduce_sum(tf.square(bias_g), 1)
+
+    def sums(factors: tf.Tensor) -> list:
+        # [1, 1, B] x [K, B, O]: one broadcast batched matmul, no [K, B, O] temporary.
+        kernel = tf.reshape(tf.matmul(tf.reshape(factors, [1, 1, -1]), d3), [-1, cout])
+        if order is not None:
+            kernel = tf.transpose(tf.reshape(kernel, order[0]), order[1])
+        out = [tf.reshape(kernel, kshape)]
+        if bias_g is not None:
+            out.append(tf.tensordot(factors, bias_g, axes=1))
+        return out
+
+    return sq, sums
+
+
 def _grouped_filter_grad_ok() -> bool:
     """Whether this TensorFlow build's Conv2DBackpropFilter computes grouped filter gradients
     (filter depth < input depth) exactly: checked once, eagerly, on a tiny case against the
@@ -284,21 +329,102 @@ def _conv2d_batched_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
     dw = tf.compat.v1.nn.conv2d_backprop_filter(
         x1, tf.stack([kh, kw, cin, b * cout]), g1, [1] + [int(v) for v in layer.strides] + [1],
         layer.padding.upper())
-    pe = tf.transpose(tf.reshape(dw, [kh, kw, cin, b, cout]), [3, 0, 1, 2, 4])
-    sq = tf.reduce_sum(tf.square(pe), [1, 2, 3, 4])
-    per_example = [pe] if int(np.prod(kshape)) <= _MATERIALISE_MAX else None
+    return _kernel_major_sums(dw, b, kshape, g, layer.use_bias)
+
+
+def _space_to_depth_stride(layer: Any) -> int:
+    """The stride s of an ungrouped, undilated 2-D convolution with equal strides s > 1 and a
+    kernel whose sides are multiples of s (then it is a stride-1 convolution of the input
+    rearranged by `tf.nn.space_to_depth(., s)`), else 0."""
+    strides = [int(v) for v in layer.strides]
+    if (int(layer.groups) != 1 or max(int(v) for v in layer.dilation_rate) != 1
+            or strides[0] != strides[1] or strides[0] < 2):
+        return 0
+    s = strides[0]
+    return s if all(int(k) % s == 0 for k in layer.kernel_size) else 0
+
+
+def _space_to_depth_input(layer: Any, a: tf.Tensor, s: int) -> tuple[tf.Tensor, list]:
+    """The input padded as the convolution pads it, cut to the rows / columns the kernel reads
+    and rearranged by space_to_depth(s), [B, oh - 1 + kh/s, ow - 1 + kw/s, s*s*C] (depth
+    ordered by row in block, column in block, channel), and the output sizes [oh, ow]."""
+    spatial = [int(d) for d in a.shape[1:3]]
+    ksize = [int(k) for k in layer.kernel_size]
+    outs, pads = _pads(layer, spatial, ksize)
+    # The rows / columns read: (o - 1) s + k <= the padded size, a multiple of s.
+    need = [(o - 1) * s + k for o, k in zip(outs, ksize)]
+    if any(p for pair in pads for p in pair):
+        a = tf.pad(a, [[0, 0]] + pads + [[0, 0]])
+    return tf.nn.space_to_depth(a[:, :need[0], :need[1], :], s), outs
+
+
+def _conv2d_space_to_depth_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor, s: int) -> tuple:
+    """Every example's kernel gradient of a strided convolution from ONE grouped filter-gradient
+    op of the equivalent stride-1 convolution on the space-to-depth input (as
+    `_conv2d_batched_kernels`, on s*s times fewer positions and no stride).
+
+    The batch is moved next to the channels first ([H, W, B, C]), so the padding and the
+    space-to-depth rearrangement copy runs of B*C values rather than C.
+    """
+    kh, kw, cin, cout = (int(d) for d in ghost._kernel_var(layer).shape)  # pylint: disable=protected-access
+    outs, pads = _pads(layer, [int(d) for d in a.shape[1:3]], [kh, kw])
+    # The rows / columns read: (o - 1) s + k <= the padded size, a multiple of s.
+    need = [(o - 1) * s + k for o, k in zip(outs, [kh, kw])]
+    b = tf.shape(g)[0]
+    x = tf.transpose(a, [1, 2, 0, 3])                                    # [H, W, B, C]
+    if any(p for pair in pads for p in pair):
+        x = tf.pad(x, pads + [[0, 0], [0, 0]])
+    h2, w2 = need[0] // s, need[1] // s
+    x = tf.reshape(x[:need[0], :need[1]], [h2, s, w2, s, b, cin])
+    # Group i (example i) of the channels holds its space-to-depth block (row in block,
+    # column in block, channel).
+    x = tf.reshape(tf.transpose(x, [0, 2, 4, 1, 3, 5]), [1, h2, w2, -1])
+    g1 = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [1, outs[0], outs[1], -1])
+    dw = tf.compat.v1.nn.conv2d_backprop_filter(
+        x, tf.stack([kh // s, kw // s, s * s * cin, b * cout]), g1, [1, 1, 1, 1], "VALID")
+    # Rows (p, q, di, dj, c) hold kernel entry [s p + di, s q + dj, c] of each example.
+    order = ([kh // s, kw // s, s, s, cin, cout], [0, 2, 1, 3, 4, 5])
+    return _kernel_major_sums(dw, b, [kh, kw, cin, cout], g, layer.use_bias, order)
+
+
+def _conv2d_space_to_depth_ghost(layer: Any, a: tf.Tensor, g: tf.Tensor, s: int) -> tuple:
+    """Ghost norms <A_i A_i^T, G_i G_i^T> of a strided convolution without a patch tensor.
+
+    On the space-to-depth input M_i (positions u x depth), the patch Gram is the sum over the
+    (kh/s) * (kw/s) kernel offsets d of (M_i M_i^T)[t + d, t' + d]: one batched Gram of all
+    positions, then shifted blocks of it (the patch Gram is only used where the ghost norm is
+    cheaper, i.e. over few output positions).
+    """
+    kh, kw, _, cout = (int(d) for d in ghost._kernel_var(layer).shape)  # pylint: disable=protected-access
+    a2, (oh, ow) = _space_to_depth_input(layer, a, s)
+    b = tf.shape(g)[0]
+    h2, w2, c2 = (int(d) for d in a2.shape[1:])
+    m = tf.reshape(a2, [b, h2 * w2, c2])
+    full = tf.reshape(tf.matmul(m, m, transpose_b=True), [b, h2, w2, h2, w2])
+    gram = None
+    for p, q in np.ndindex(kh // s, kw // s):
+        block = full[:, p:p + oh, q:q + ow, p:p + oh, q:q + ow]
+        gram = block if gram is None else gram + block
+    gg = tf.reshape(g, [b, oh * ow, cout])
+    sq = tf.reduce_sum(tf.reshape(gram, [b, oh * ow, oh * ow])
+                       * tf.matmul(gg, gg, transpose_b=True), [1, 2])
     if layer.use_bias:
-        bias_g = tf.reduce_sum(g, [1, 2])
-        sq += tf.reduce_sum(tf.square(bias_g), 1)
-        if per_example is not None:
-            per_example.append(bias_g)
-    return sq, per_example
+        sq += tf.reduce_sum(tf.square(tf.reduce_sum(gg, 1)), 1)
+    return sq, None
 
 
 def _conv2d_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
+    s = _space_to_depth_stride(layer)
+    if s:
+        kh, kw, cin, cout = (int(d) for d in ghost._kernel_var(layer).shape)  # pylint: disable=protected-access
+        outs, _ = _pads(layer, [int(d) for d in a.shape[1:3]], [kh, kw])
+        if _cheaper(outs[0] * outs[1], kh * kw * cin, cout) == "ghost":
+            return _conv2d_space_to_depth_ghost(layer, a, g, s)
+        if _grouped_filter_grad_ok():
+            return _conv2d_space_to_depth_kernels(layer, a, g, s)
     if (int(layer.groups) == 1 and max(int(v) for v in layer.dilation_rate) == 1
             and int(np.prod(layer.kernel_size)) > 1
-            and int(a.shape[1]) * int(a.shape[2]) >= _GROUPED_MIN_POSITIONS
+            and int(g.shape[1]) * int(g.shape[2]) >= _GROUPED_MIN_POSITIONS
             and _grouped_filter_grad_ok()):
         return _conv2d_batched_kernels(layer, a, g)
     fast = _conv_fast_norms(layer, a, g)
@@ -505,7 +631,8 @@ def _install_defaults() -> None:
         "dense: product of norms / ghost norm / per-example kernel (ghost.py)", _dense_norms,
         ghost._is_plain_dense, pre_activation=True))  # pylint: disable=protected-access
     register(keras.layers.Conv2D, LayerRule(
-        "conv2d: identity-convolution patches or per-offset blocks (grouped: ghost.py)", _conv2d_norms,
+        "conv2d: space-to-depth or grouped filter-gradient kernels, patches or per-offset "
+        "blocks (grouped layers: ghost.py)", _conv2d_norms,
         ghost._is_plain_conv2d, pre_activation=True))  # pylint: disable=protected-access
     for conv in (keras.layers.Conv1D, keras.layers.Conv3D):
         register(conv, LayerRule("conv: identity-convolution patches or per-offset blocks", _conv_nd_norms,

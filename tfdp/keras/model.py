@@ -73,13 +73,18 @@ def _as_arrays(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def _padded(x: np.ndarray, y: np.ndarray, lot: np.ndarray, size: int) -> tuple:
-    """(x, y, record positions) of `lot`, padded with zero rows of position -1 to `size`."""
-    xb = np.zeros((size,) + x.shape[1:], x.dtype)
-    yb = np.zeros((size,) + y.shape[1:], y.dtype)
+def _padded_positions(lot: np.ndarray, size: int) -> np.ndarray:
+    """The record positions of `lot`, padded with -1 (a padding row) to `size`."""
     ib = np.full([size], -1, np.int64)
-    xb[:len(lot)], yb[:len(lot)], ib[:len(lot)] = x[lot], y[lot], lot
-    return xb, yb, ib
+    ib[:len(lot)] = lot
+    return ib
+
+
+def _gather_rows(table: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
+    """Rows of `table` at `positions`; rows of position -1 (padding) are zeros."""
+    rows = tf.gather(table, tf.maximum(positions, 0))
+    keep = tf.reshape(positions >= 0, [-1] + [1] * (len(table.shape) - 1))
+    return tf.where(keep, rows, tf.zeros_like(rows))
 
 
 class DPModel(keras.Model):
@@ -126,6 +131,8 @@ class DPModel(keras.Model):
             base.derive_seed(key, _STREAM_NOISE)))
         object.__setattr__(self, "_steps", tf.Variable(0, dtype=tf.int64, trainable=False))
         object.__setattr__(self, "_lot_epoch", 0)
+        object.__setattr__(self, "_epoch_lots", None)
+        object.__setattr__(self, "_train_arrays", None)
         object.__setattr__(self, "_num_examples", None)
         object.__setattr__(self, "_planned_steps", None)
         object.__setattr__(self, "_entries", None)
@@ -277,38 +284,60 @@ class DPModel(keras.Model):
                            clip.plan(self.inner, self.inner.trainable_variables))
 
     def _lots(self, x: np.ndarray, y: np.ndarray) -> tf.data.Dataset:
-        """Each iteration (Keras starts one per epoch) yields one epoch of padded Poisson lots."""
-        n, m = len(x), self.batch_size
+        """What Keras' `fit` iterates: floor(n / m) placeholder elements per epoch.
 
-        def epoch_lots():
-            epoch = self._lot_epoch
-            object.__setattr__(self, "_lot_epoch", epoch + 1)
-            rng = np.random.default_rng(base.derive_seed(self._run_key, _STREAM_LOTS, epoch))
-            for lot in base.poisson_lots(n, m, rng):
-                yield _padded(x, y, lot, base.lot_bucket(len(lot), m))
+        Keras only counts the epoch's steps on it (and, under a distribution strategy's
+        scope, builds from its first element); the lots themselves are drawn by
+        `_next_lot`, and their rows gathered inside the step graph from the training arrays,
+        so no lot passes through tf.data or Python.
+        """
+        object.__setattr__(self, "_train_arrays", (tf.convert_to_tensor(x),
+                                                   tf.convert_to_tensor(y)))
+        object.__setattr__(self, "_epoch_lots", None)
+        return tf.data.Dataset.from_tensors((x[:1], y[:1])).repeat(len(x) // self.batch_size)
 
-        signature = (tf.TensorSpec((None,) + x.shape[1:], tf.as_dtype(x.dtype)),
-                     tf.TensorSpec((None,) + y.shape[1:], tf.as_dtype(y.dtype)),
-                     tf.TensorSpec((None,), tf.int64))
-        ds = tf.data.Dataset.from_generator(epoch_lots, output_signature=signature)
-        # floor(n / m) lots per epoch (tells Keras the epoch's length).
-        return ds.apply(tf.data.experimental.assert_cardinality(n // m)).prefetch(2)
+    def _start_epoch(self) -> None:
+        """Draws the next epoch's lots (each record joins each of the floor(n / m) lots
+        independently with probability m / n, from the run key and the epoch's index)."""
+        n, m = int(self._train_arrays[0].shape[0]), self.batch_size
+        epoch = self._lot_epoch
+        object.__setattr__(self, "_lot_epoch", epoch + 1)
+        rng = np.random.default_rng(base.derive_seed(self._run_key, _STREAM_LOTS, epoch))
+        object.__setattr__(self, "_epoch_lots", iter(base.poisson_lots(n, m, rng)))
+
+    def _end_training(self) -> None:
+        """Drops the references to the training arrays and the epoch's lots."""
+        object.__setattr__(self, "_train_arrays", None)
+        object.__setattr__(self, "_epoch_lots", None)
+
+    def _next_lot(self) -> np.ndarray:
+        """The next lot's record positions, padded with -1 to its bucket size."""
+        lot = next(self._epoch_lots)
+        return _padded_positions(lot, base.lot_bucket(len(lot), self.batch_size))
 
     def make_train_function(self, force: bool = False):
-        """One traced step graph per padded lot size (a few buckets), fed eagerly.
+        """One traced step graph per padded lot size (a few buckets), fed the lot's positions.
 
         Keras' own train function traces one graph over a dataset whose batch size is
         unknown; the clipping pass runs several times faster in graphs with a static batch
-        size (as tfdp-train's padded lots), so each lot is fetched eagerly and handed to a
-        tf.function that keeps one concrete graph per lot shape.
+        size (as tfdp-train's padded lots), so each lot's positions are handed to a
+        tf.function that keeps one concrete graph per lot size and gathers the lot's rows.
         """
         if self.train_function is not None and not force:
             return self.train_function
-        step = tf.function(self.train_step, reduce_retracing=False,
-                           jit_compile=bool(self.jit_compile))
+
+        def lot_step(xs, ys, positions):
+            return self.train_step((_gather_rows(xs, positions), _gather_rows(ys, positions),
+                                    positions))
+
+        step = tf.function(lot_step, reduce_retracing=False, jit_compile=bool(self.jit_compile))
 
         def function(iterator):
-            return step(next(iterator))  # StopIteration at the end of the epoch
+            del iterator  # Keras' placeholder elements count the steps; the lots are ours
+            if self._epoch_lots is None:
+                self._start_epoch()
+            xs, ys = self._train_arrays
+            return step(xs, ys, self._next_lot())
 
         self.train_function = function
         return function
@@ -409,8 +438,9 @@ class DPModel(keras.Model):
 
 
 class PrivacyCallback(keras.callbacks.Callback):
-    """Puts the epsilon spent so far into each epoch's logs and, with a run directory,
-    rewrites ledger.json and writes the epoch's logs as TensorBoard scalars.
+    """Draws each epoch's Poisson lots as it begins; puts the epsilon spent so far into each
+    epoch's logs and, with a run directory, rewrites ledger.json and writes the epoch's logs as
+    TensorBoard scalars.
 
     DPModel.fit runs it first, so the progress bar, History and any later callback (e.g.
     keras.callbacks.TensorBoard) see "epsilon". The logged value is the sound epsilon rounded
@@ -422,6 +452,10 @@ class PrivacyCallback(keras.callbacks.Callback):
         super().__init__()
         self.dp_model = dp_model
         self._writer = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        del epoch, logs
+        self.dp_model._start_epoch()  # pylint: disable=protected-access
 
     def on_epoch_end(self, epoch, logs=None):
         eps = self.dp_model.epsilon()
@@ -446,6 +480,7 @@ class PrivacyCallback(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         del logs
         self.dp_model.write_ledger()
+        self.dp_model._end_training()  # pylint: disable=protected-access
 
 
 def make_private(model: Any, *, batch_size: int, epsilon: Optional[float] = None,
