@@ -109,7 +109,8 @@ _RELEASE_NUMBERS = (
                         "tfdp_n", "p", "scale_gap")),
     ("stobatch_mnist_e6", ("release_mean", "release_sd", "release_n", "tfdp_mean", "tfdp_sd",
                            "tfdp_n", "p", "scale_gap")),
-    ("stobatch_mnist_e6", ("closest_mean", "closest_sd", "closest_p", "prerelu_mean")),
+    ("stobatch_mnist_e6", ("closest_mean", "closest_sd", "closest_p", "prerelu_mean",
+                           "prerelu_sd", "prerelu_p")),
 )
 
 
