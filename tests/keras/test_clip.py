@@ -238,12 +238,51 @@ def test_conv2d_space_to_depth_paths_match_naive_loop(grouped, monkeypatch):
     h = L.Conv2D(4, 4, strides=2, padding="same", activation="relu", name="s2d_kernels")(inp)
     h = L.Conv2D(12, (4, 2), strides=2, name="s2d_ghost")(h)    # 7x7 -> 2x3: T^2 (k + o) < T k o
     side = L.Conv2D(3, 6, strides=3, padding="same", use_bias=False, name="s3_kernels")(inp)
-    flat = L.Concatenate()([L.Flatten()(h), L.Flatten()(side)])
+    # valid: the kernel reads 12 of the 13 rows and columns (the input is cut first)
+    cut = L.Conv2D(2, 4, strides=2, name="s2d_kernels_valid")(inp)
+    flat = L.Concatenate()([L.Flatten()(h), L.Flatten()(side), L.Flatten()(cut)])
     model = keras.Model(inp, L.Dense(3)(flat))
     x, y = _images((13, 13, 1))
     _check(model, x, y)
     want = {("s2d_ghost", "_conv2d_space_to_depth_ghost")}
     if grouped:
         want |= {("s2d_kernels", "_conv2d_space_to_depth_kernels"),
-                 ("s3_kernels", "_conv2d_space_to_depth_kernels")}
+                 ("s3_kernels", "_conv2d_space_to_depth_kernels"),
+                 ("s2d_kernels_valid", "_conv2d_space_to_depth_kernels")}
     assert set(calls) == want
+
+
+@pytest.mark.parametrize("gamma_floor", [None, 0.0])
+def test_group_norm_gamma_from_output_and_from_input_match_naive_loop(gamma_floor, monkeypatch):
+    """A channels-last GroupNormalization's gamma gradients come from its recorded output,
+    (sum z g - beta sum g) / gamma, while every |gamma| >= 1e-2, and from the recomputed
+    moments otherwise (one gamma at 0 here): the naive loop's clipped sum either way, with
+    trained-looking gamma (both signs) and beta (large, so the subtraction cancels)."""
+    calls = []
+    original = layers._group_norm_scale_from_input  # pylint: disable=protected-access
+
+    def counted(*args):
+        calls.append("input")
+        return original(*args)
+
+    monkeypatch.setattr(layers, "_group_norm_scale_from_input", counted)
+    model = keras.Sequential([keras.Input((6, 6, 2)), L.Conv2D(4, 3, name="c"),
+                              L.GroupNormalization(groups=2, name="gn"),
+                              L.Activation("relu"), L.Flatten(), L.Dense(3)])
+    model(np.zeros((1, 6, 6, 2), np.float32))
+    gn = model.get_layer("gn")
+    gamma = np.array([1.7, -0.4, 0.05, 2.5], np.float32)
+    if gamma_floor is not None:
+        gamma[2] = gamma_floor
+    gn.gamma.assign(gamma)
+    gn.beta.assign(np.array([3.0, -5.0, 0.5, 8.0], np.float32))
+    x, y = _images((6, 6, 2), n=8)
+    sums = _check(model, x, y)
+    assert all(np.all(np.isfinite(s.numpy())) for s in sums)
+    # Eagerly, tf.cond runs one branch: the input's only when a gamma is below the floor.
+    calls.clear()
+    t = tf.constant(RNG.normal(size=(2, 4, 4, 4)).astype(np.float32))
+    layers._group_norm_affine_grads(gn, t, t, t)  # pylint: disable=protected-access
+    assert calls == ([] if gamma_floor is None else ["input"])
+    entries = clip.plan(model, model.trainable_variables)
+    assert next(e for e in entries if e.layer is gn).rule.uses_output

@@ -221,13 +221,15 @@ def _recorded(model, entries, variables, x, y, loss_fn, l2_clip, mask, training)
 
     sq = tf.zeros_like(losses)
     materialised: dict[int, list] = {}
-    for e, g in zip(entries, out_grads):
+    for e, g, z in zip(entries, out_grads, outs):
         args, kwargs, _ = recorder.records[id(e.layer)][0]
         a = tf.stop_gradient(args[0])
         if e.rule is None:
             per_example = _fallback_per_example(e, variables, a, g, kwargs)
             layer_sq = tf.add_n([tf.reduce_sum(tf.reshape(tf.square(pe), [tf.shape(pe)[0], -1]), 1)
                                  for pe in per_example])
+        elif e.rule.uses_output:
+            layer_sq, per_example = e.rule.sq_norms(e.layer, a, g, z=tf.stop_gradient(z))
         else:
             layer_sq, per_example = e.rule.sq_norms(e.layer, a, g)
         sq += layer_sq

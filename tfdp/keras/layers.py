@@ -55,12 +55,15 @@ class LayerRule:
         (e.g. an unusual padding or data format).
       pre_activation: True when the layer has an `activation` applied last in its `call`
         (the recorded output is taken before it).
+      uses_output: True when `sq_norms` also takes the layer's recorded (pre-activation)
+        output as the keyword argument `z`.
     """
 
     name: str
     sq_norms: NormFn
     supports: Callable[[Any], bool] = lambda layer: True
     pre_activation: bool = False
+    uses_output: bool = False
 
 
 _RULES: dict[type, LayerRule] = {}
@@ -363,22 +366,25 @@ def _conv2d_space_to_depth_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor, s: in
     op of the equivalent stride-1 convolution on the space-to-depth input (as
     `_conv2d_batched_kernels`, on s*s times fewer positions and no stride).
 
-    The batch is moved next to the channels first ([H, W, B, C]), so the padding and the
-    space-to-depth rearrangement copy runs of B*C values rather than C.
+    The padded input is rearranged by one transpose, [B, h2, s, w2, s, C] to
+    [h2, w2, B, s, s, C] (measured about 1% of the MNIST CNN's DP step faster than moving the
+    batch first and rearranging after).
     """
     kh, kw, cin, cout = (int(d) for d in ghost._kernel_var(layer).shape)  # pylint: disable=protected-access
     outs, pads = _pads(layer, [int(d) for d in a.shape[1:3]], [kh, kw])
     # The rows / columns read: (o - 1) s + k <= the padded size, a multiple of s.
     need = [(o - 1) * s + k for o, k in zip(outs, [kh, kw])]
     b = tf.shape(g)[0]
-    x = tf.transpose(a, [1, 2, 0, 3])                                    # [H, W, B, C]
-    if any(p for pair in pads for p in pair):
-        x = tf.pad(x, pads + [[0, 0], [0, 0]])
     h2, w2 = need[0] // s, need[1] // s
-    x = tf.reshape(x[:need[0], :need[1]], [h2, s, w2, s, b, cin])
-    # Group i (example i) of the channels holds its space-to-depth block (row in block,
-    # column in block, channel).
-    x = tf.reshape(tf.transpose(x, [0, 2, 4, 1, 3, 5]), [1, h2, w2, -1])
+    x = a
+    if any(p for pair in pads for p in pair):
+        x = tf.pad(x, [[0, 0]] + pads + [[0, 0]])
+    if int(x.shape[1]) != need[0] or int(x.shape[2]) != need[1]:
+        x = x[:, :need[0], :need[1]]
+    # One transpose [B, h2, s, w2, s, C] -> [h2, w2, B, s, s, C]: group i (example i) of the
+    # channels holds its space-to-depth block (row in block, column in block, channel).
+    x = tf.reshape(tf.transpose(tf.reshape(x, [b, h2, s, w2, s, cin]), [1, 3, 0, 2, 4, 5]),
+                   [1, h2, w2, -1])
     g1 = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [1, outs[0], outs[1], -1])
     dw = tf.compat.v1.nn.conv2d_backprop_filter(
         x, tf.stack([kh // s, kw // s, s * s * cin, b * cout]), g1, [1, 1, 1, 1], "VALID")
@@ -400,14 +406,17 @@ def _conv2d_space_to_depth_ghost(layer: Any, a: tf.Tensor, g: tf.Tensor, s: int)
     b = tf.shape(g)[0]
     h2, w2, c2 = (int(d) for d in a2.shape[1:])
     m = tf.reshape(a2, [b, h2 * w2, c2])
-    full = tf.reshape(tf.matmul(m, m, transpose_b=True), [b, h2, w2, h2, w2])
+    # The batch last, so each shifted block is a copy of contiguous runs of oh * B values
+    # rather than oh (measured about 2% of the MNIST CNN's DP step faster).
+    full = tf.transpose(tf.reshape(tf.matmul(m, m, transpose_b=True), [b, h2, w2, h2, w2]),
+                        [1, 2, 3, 4, 0])
     gram = None
     for p, q in np.ndindex(kh // s, kw // s):
-        block = full[:, p:p + oh, q:q + ow, p:p + oh, q:q + ow]
+        block = full[p:p + oh, q:q + ow, p:p + oh, q:q + ow]
         gram = block if gram is None else gram + block
     gg = tf.reshape(g, [b, oh * ow, cout])
-    sq = tf.reduce_sum(tf.reshape(gram, [b, oh * ow, oh * ow])
-                       * tf.matmul(gg, gg, transpose_b=True), [1, 2])
+    output_gram = tf.transpose(tf.matmul(gg, gg, transpose_b=True), [1, 2, 0])
+    sq = tf.reduce_sum(tf.reshape(gram, [oh * ow, oh * ow, b]) * output_gram, [0, 1])
     if layer.use_bias:
         sq += tf.reduce_sum(tf.square(tf.reduce_sum(gg, 1)), 1)
     return sq, None
@@ -548,26 +557,22 @@ def _normalized(layer: Any, a: tf.Tensor) -> Optional[tf.Tensor]:
 
 # Up to this many channels, a channels-last GroupNormalization's per-channel sums over
 # positions come from batched C x C matmuls (each input read once, nothing written) rather
-# than elementwise products and reductions (see `_group_norm_scale_grads`).
+# than elementwise products and reductions (see `_group_norm_scale_from_input`, `_group_norm_affine_grads`).
 _GROUP_NORM_MATMUL_MAX_CHANNELS = 64
 
 
-def _group_norm_scale_grads(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tf.Tensor]:
-    """Per-example gradients of a channels-last GroupNormalization's gamma, [B, C], or None.
+def _group_norm_scale_from_input(layer: Any, a: tf.Tensor, g3: tf.Tensor) -> tf.Tensor:
+    """Per-example gradients of a channels-last GroupNormalization's gamma, [B, C], from its
+    input.
 
     sum_t x_hat_{t,c} g_{t,c} = r_k sum_t d_{t,c} g_{t,c} with d = a - mean_k and
     r_k = 1 / sqrt(var_k + eps) of channel c's group k, var_k = mean of d^2 over the group
     (the layer's two-pass moments); the sums over positions t of d*d and d*g are the
     diagonals of the batched matmuls d^T d and d^T g, so x_hat is never materialised.
     """
-    axis = layer.axis % len(a.shape)
-    channels = int(a.shape[-1])
-    if axis != len(a.shape) - 1 or channels > _GROUP_NORM_MATMUL_MAX_CHANNELS:
-        return None
-    groups = int(layer.groups)
+    channels, groups = int(a.shape[-1]), int(layer.groups)
     b = tf.shape(a)[0]
     a3 = tf.reshape(a, [b, -1, channels])
-    g3 = tf.reshape(g, [b, -1, channels])
     positions = tf.cast(tf.shape(a3)[1], a.dtype)
 
     def per_channel(group_stat):                              # [B, G] -> [B, C]
@@ -583,27 +588,77 @@ def _group_norm_scale_grads(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[
     return dg * tf.math.rsqrt(var + layer.epsilon)
 
 
-def _affine_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
+# A GroupNormalization's gamma gradients come from its recorded output z while every |gamma|
+# is at least this; below it, from its input (x_hat = (z - beta) / gamma loses precision as
+# gamma nears 0, and is undefined at 0).
+_GROUP_NORM_OUTPUT_MIN_GAMMA = 1e-2
+
+
+def _group_norm_affine_grads(layer: Any, a: tf.Tensor, g: tf.Tensor,
+                             z: Optional[tf.Tensor]) -> Optional[tuple]:
+    """Per-example gradients (gamma's, beta's) of a channels-last GroupNormalization, [B, C]
+    each (None for an absent parameter), or None for another layout (the x_hat path).
+
+    The output is z = gamma * x_hat + beta, so sum_t x_hat_{t,c} g_{t,c} =
+    (sum_t z_{t,c} g_{t,c} - beta_c sum_t g_{t,c}) / gamma_c: one batched matmul diagonal
+    over the recorded output, and the sums of g that are beta's gradients (measured 2-3% of
+    the CIFAR-10 GroupNorm network's DP step faster than recomputing the moments). While some
+    |gamma_c| < `_GROUP_NORM_OUTPUT_MIN_GAMMA`, the moments are recomputed from the input
+    instead. Either way the gradients of example i depend on example i alone, and its clip
+    factor is computed from exactly these gradients.
+    """
+    axis = layer.axis % len(a.shape)
+    channels = int(a.shape[-1])
+    if axis != len(a.shape) - 1 or channels > _GROUP_NORM_MATMUL_MAX_CHANNELS:
+        return None
+    b = tf.shape(a)[0]
+    g3 = tf.reshape(g, [b, -1, channels])
+    g_sum = tf.reduce_sum(g3, 1)                                   # beta's gradients
+    beta_grads = g_sum if layer.beta is not None else None
+    if layer.gamma is None:
+        return None, beta_grads
+    if z is None or z.dtype != g.dtype:
+        return _group_norm_scale_from_input(layer, a, g3), beta_grads
+    gamma = tf.convert_to_tensor(layer.gamma)
+
+    def from_output():
+        zg = tf.linalg.diag_part(tf.matmul(tf.reshape(z, [b, -1, channels]), g3,
+                                           transpose_a=True))
+        if layer.beta is not None:
+            zg -= tf.convert_to_tensor(layer.beta) * g_sum
+        return zg / gamma
+
+    usable = tf.reduce_min(tf.abs(gamma)) >= _GROUP_NORM_OUTPUT_MIN_GAMMA
+    return tf.cond(usable, from_output,
+                   lambda: _group_norm_scale_from_input(layer, a, g3)), beta_grads
+
+
+def _affine_norms(layer: Any, a: tf.Tensor, g: tf.Tensor,
+                  z: Optional[tf.Tensor] = None) -> tuple:
     """LayerNormalization / GroupNormalization: the output is affine in each parameter P with
     P broadcast along the non-parameter axes, so example i's gradient of P is dz/dP . 1 times
     g, summed over those axes: x_hat * g for the scale gamma, g for the offset beta; for other
-    parameters, dz/dP . 1 is a forward derivative."""
+    parameters, dz/dP . 1 is a forward derivative. `z`: the recorded output (used by a
+    channels-last GroupNormalization, `_group_norm_affine_grads`)."""
     own = list(layer._trainable_variables)  # pylint: disable=protected-access
     rank = len(g.shape)
     keep = _param_axes(layer, rank)
     reduce_axes = [ax for ax in range(1, rank) if ax not in keep]
     b = tf.shape(g)[0]
     gamma, beta = getattr(layer, "gamma", None), getattr(layer, "beta", None)
-    scale_grads = None
-    group_norm = type(layer) is keras.layers.GroupNormalization  # pylint: disable=unidiomatic-typecheck
-    if group_norm and gamma is not None:
-        scale_grads = _group_norm_scale_grads(layer, a, g)
-    x_hat = (_normalized(layer, a) if scale_grads is None and any(v is gamma for v in own)
-             else None)
+    given: dict = {}
+    if type(layer) is keras.layers.GroupNormalization:  # pylint: disable=unidiomatic-typecheck
+        grads = _group_norm_affine_grads(layer, a, g, z)
+        if grads is not None:
+            for v, pe in zip((gamma, beta), grads):
+                if v is not None and pe is not None:
+                    given[id(v)] = pe
+    x_hat = (_normalized(layer, a) if gamma is not None and id(gamma) not in given
+             and any(v is gamma for v in own) else None)
     per_example = []
     for v in own:
-        if v is gamma and scale_grads is not None:
-            per_example.append(scale_grads)
+        if id(v) in given:
+            per_example.append(given[id(v)])
             continue
         if v is beta and beta is not None:
             direction = None                           # dz/dbeta . 1 = 1
@@ -612,8 +667,8 @@ def _affine_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:
         else:
             tv = getattr(v, "value", v)  # the backend tf.Variable of a Keras variable
             with tf.autodiff.ForwardAccumulator(tv, tf.ones_like(tv)) as acc:
-                z = type(layer).call(layer, a)
-            direction = acc.jvp(z, unconnected_gradients="zero")
+                out = type(layer).call(layer, a)
+            direction = acc.jvp(out, unconnected_gradients="zero")
         prod = g if direction is None else direction * g
         pe = tf.reduce_sum(prod, reduce_axes) if reduce_axes else prod
         per_example.append(tf.reshape(pe, [b] + [int(d) for d in v.shape]))
@@ -644,9 +699,11 @@ def _install_defaults() -> None:
     register(keras.layers.Embedding, LayerRule(
         "embedding: Gram of output gradients over equal ids", _embedding_norms,
         lambda layer: _plain(layer) and type(layer).call is keras.layers.Embedding.call))
-    for norm in (keras.layers.LayerNormalization, keras.layers.GroupNormalization):
-        register(norm, LayerRule("normalisation: forward derivative of the affine parameters",
-                                 _affine_norms, _plain))
+    register(keras.layers.LayerNormalization, LayerRule(
+        "normalisation: forward derivative of the affine parameters", _affine_norms, _plain))
+    register(keras.layers.GroupNormalization, LayerRule(
+        "normalisation: forward derivative of the affine parameters (gamma's from the "
+        "recorded output)", _affine_norms, _plain, uses_output=True))
     register_batch_mixing(keras.layers.BatchNormalization,
                           "keras.layers.GroupNormalization or keras.layers.LayerNormalization")
 
