@@ -20,10 +20,10 @@ def test_verdict(ratio, reference, passed, words):
 
 def test_a_committed_file_is_judged_by_the_rule():
     """The report recomputes the verdict from the file's rounds: in the committed file (idle
-    machine, steady references) CIFAR-10 (1.57x) and MNIST (1.54x) both miss the 1.5x target,
-    so the file does not pass; with MNIST's DP step at 1.2x its reference the model passes,
-    and with its reference slowed in two of three rounds (as at load 24 before) it gets no
-    verdict."""
+    machine, steady references) CIFAR-10 (1.43x) meets the 1.5x target and MNIST (1.58x)
+    misses it, so the file does not pass; with MNIST's DP step at 1.2x its reference the
+    model passes, and with its reference slowed in two of three rounds (as at load 24 before)
+    it gets no verdict."""
     import copy  # pylint: disable=import-outside-toplevel
     import json  # pylint: disable=import-outside-toplevel
     import os  # pylint: disable=import-outside-toplevel
@@ -31,13 +31,14 @@ def test_a_committed_file_is_judged_by_the_rule():
     with open(os.path.join(root, "results", "bench", "keras_fit.json"), encoding="utf-8") as f:
         committed = json.load(f)
     result = keras_fit.with_verdicts(copy.deepcopy(committed))
-    assert result["verdict_by_model"]["cifar10"]["passed"] is False
+    assert result["verdict_by_model"]["cifar10"]["passed"] is True
     assert result["verdict_by_model"]["mnist"]["passed"] is False
     assert result["passed"] is False
     fast = copy.deepcopy(committed)
     fast["models"]["mnist"]["systems"]["tfdp-keras"]["ratio_to_nonprivate"]["median"] = 1.2
     result = keras_fit.with_verdicts(fast)
     assert result["verdict_by_model"]["mnist"]["passed"] is True
+    assert result["passed"] is True
     slowed = copy.deepcopy(committed)
     slowed["models"]["mnist"]["systems"]["nonprivate"]["ms_per_round"] = [11.5, 42.8, 50.4]
     result = keras_fit.with_verdicts(slowed)
