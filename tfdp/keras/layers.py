@@ -611,8 +611,8 @@ def _group_norm_affine_grads(layer: Any, a: tf.Tensor, g: tf.Tensor,
     over the recorded output, and the sums of g that are beta's gradients (measured 2-3% of
     the CIFAR-10 GroupNorm network's DP step faster than recomputing the moments). While some
     |gamma_c| < `_GROUP_NORM_OUTPUT_MIN_GAMMA`, the moments are recomputed from the input
-    instead. Either way the gradients of example i depend on example i alone, and its clip
-    factor is computed from exactly these gradients.
+    instead, as for a half-precision output. Either way the gradients of example i depend on
+    example i alone, and its clip factor is computed from exactly these gradients.
     """
     axis = layer.axis % len(a.shape)
     channels = int(a.shape[-1])
@@ -624,7 +624,7 @@ def _group_norm_affine_grads(layer: Any, a: tf.Tensor, g: tf.Tensor,
     beta_grads = g_sum if layer.beta is not None else None
     if layer.gamma is None:
         return None, beta_grads
-    if z is None or z.dtype != g.dtype:
+    if z is None or z.dtype != g.dtype or z.dtype not in (tf.float32, tf.float64):
         return _group_norm_scale_from_input(layer, a, g3), beta_grads
     gamma = tf.convert_to_tensor(layer.gamma)
 
