@@ -36,7 +36,8 @@ from tfdp.train import ghost
 
 # Per-example squared norms [B] and, when computed anyway, per-example gradients of the layer's
 # own trainable variables ([B, *shape] each, in `layer._trainable_variables` order).
-NormFn = Callable[[Any, tf.Tensor, tf.Tensor], tuple]
+# A rule with `uses_output` also gets the recorded output as the keyword argument `z`.
+NormFn = Callable[..., tuple]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,14 +357,22 @@ def _space_to_depth_input(layer: Any, a: tf.Tensor, s: int) -> tuple[tf.Tensor, 
     outs, pads = _pads(layer, spatial, ksize)
     # The rows / columns read: (o - 1) s + k <= the padded size, a multiple of s.
     need = [(o - 1) * s + k for o, k in zip(outs, ksize)]
-    b, (h, w, c) = tf.shape(a)[0], (int(d) for d in a.shape[1:])
-    # Padded and cut with the columns and channels merged (runs of W * C values, not C).
-    x = tf.reshape(a, [b, h, w * c])
+    x = _padded_rows(a, pads, need)
+    return tf.nn.space_to_depth(tf.reshape(x, [-1, need[0], need[1], int(a.shape[3])]), s), outs
+
+
+def _padded_rows(a: tf.Tensor, pads: list, need: list) -> tf.Tensor:
+    """The 2-D input [B, H, W, C] padded as the convolution pads it and cut to the `need`
+    rows and columns the kernel reads, as [B, need_h, need_w * C]: padded and cut with the
+    columns and channels merged, so the copies move runs of W * C values rather than C
+    (measured 2x faster than padding [B, H, W, C] at C = 1)."""
+    h, w, c = (int(d) for d in a.shape[1:])
+    x = tf.reshape(a, [-1, h, w * c])
     if any(p for pair in pads for p in pair):
         x = tf.pad(x, [[0, 0], pads[0], [pads[1][0] * c, pads[1][1] * c]])
     if int(x.shape[1]) != need[0] or int(x.shape[2]) != need[1] * c:
         x = x[:, :need[0], :need[1] * c]
-    return tf.nn.space_to_depth(tf.reshape(x, [b, need[0], need[1], c]), s), outs
+    return x
 
 
 def _conv2d_space_to_depth_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor, s: int) -> tuple:
@@ -381,13 +390,7 @@ def _conv2d_space_to_depth_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor, s: in
     need = [(o - 1) * s + k for o, k in zip(outs, [kh, kw])]
     b = tf.shape(g)[0]
     h2, w2 = need[0] // s, need[1] // s
-    # Padded and cut with the columns and channels merged ([B, H, W * C]: runs of W * C
-    # values rather than C; measured 2x faster than padding [B, H, W, C] at C = 1).
-    x = tf.reshape(a, [b, int(a.shape[1]), int(a.shape[2]) * cin])
-    if any(p for pair in pads for p in pair):
-        x = tf.pad(x, [[0, 0], pads[0], [pads[1][0] * cin, pads[1][1] * cin]])
-    if int(x.shape[1]) != need[0] or int(x.shape[2]) != need[1] * cin:
-        x = x[:, :need[0], :need[1] * cin]
+    x = _padded_rows(a, pads, need)
     # One transpose [B, h2, s, w2, s, C] -> [h2, w2, B, s, s, C]: group i (example i) of the
     # channels holds its space-to-depth block (row in block, column in block, channel).
     x = tf.reshape(tf.transpose(tf.reshape(x, [b, h2, s, w2, s, cin]), [1, 3, 0, 2, 4, 5]),
@@ -564,7 +567,8 @@ def _normalized(layer: Any, a: tf.Tensor) -> Optional[tf.Tensor]:
 
 # Up to this many channels, a channels-last GroupNormalization's per-channel sums over
 # positions come from batched C x C matmuls (each input read once, nothing written) rather
-# than elementwise products and reductions (see `_group_norm_scale_from_input`, `_group_norm_affine_grads`).
+# than elementwise products and reductions (`_group_norm_scale_from_input`,
+# `_group_norm_affine_grads`).
 _GROUP_NORM_MATMUL_MAX_CHANNELS = 64
 
 
