@@ -36,6 +36,31 @@ def test_citations_are_filled_in_from_the_cited_files(tmp_path):
     assert len(cite.citations(text)) == 8
 
 
+def test_seed_citations_average_the_runs_made_once_per_seed(tmp_path):
+    """`seeds` / `seeds_attack_mean` read every run whose "*" is a seed number, in seed order
+    (10 after 2), and ignore names where it is not; a run added for a seed changes the text."""
+    def run(name, acc, attack):
+        os.makedirs(tmp_path / "d" / name)
+        (tmp_path / "d" / name / "m.json").write_text(json.dumps(
+            {"test_accuracy": acc, "attacks": {"fgsm": {"0.1": {"accuracy": attack}},
+                                               "mim": {"0.1": {"accuracy": attack + 0.02}}}}))
+    run("x_seed1", 0.60, 0.50)
+    run("x_seed1_old", 0.10, 0.10)      # not a seed number: ignored
+    run("x_seedling", 0.10, 0.10)       # not a seed number: ignored
+    text = ("{{seeds:d/x_seed*/m.json:test_accuracy:pct.1f}} | "
+            "{{seeds_attack_mean:d/x_seed*/m.json:0.1:pct.2f}}")
+    assert cite.expand(text, _rows(), str(tmp_path)) == "60.0% (1 seed) | 51.00% (1 seed)"
+    run("x_seed10", 0.66, 0.54)
+    run("x_seed2", 0.63, 0.52)
+    assert cite.expand(text, _rows(), str(tmp_path)) == (
+        "63.0% ± 3.0 (3 seeds: 60.0, 63.0, 66.0) | "
+        "53.00% ± 2.00 (3 seeds: 51.00, 53.00, 55.00)")
+    assert cite.expand("{{seeds:d/y_seed*/m.json:test_accuracy}}", _rows(), str(tmp_path)) == (
+        "[not in this results directory: d/y_seed*/m.json]")
+    with pytest.raises(ValueError, match="exactly one"):
+        cite.expand("{{seeds:d/x_seed1/m.json:test_accuracy}}", _rows(), str(tmp_path))
+
+
 def test_a_row_or_file_this_results_directory_lacks_is_named_not_invented(tmp_path):
     out = cite.expand("{{row:reduced/no.such:value}} {{file:missing.json:x}}", _rows(),
                       str(tmp_path))

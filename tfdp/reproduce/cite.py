@@ -20,6 +20,14 @@ edited or rerun result changes the text with it (issue 39) and no number is type
                                           the attacks of an evaluation.json under
                                           results/reproduce/
 
+  {{seeds:PATH:KEY[:FORMAT]}}            as `file`, over the seeds of a run made once per
+                                          seed: PATH holds one "*" standing for the seed
+                                          number (".../name_seed*/metrics.json"); prints
+                                          "mean ± sd (N seeds: v1, v2, ...)" in seed order,
+                                          or "v (1 seed)"
+  {{seeds_attack_mean:PATH:SIZE[:FORMAT]}}
+                                          as `attack_mean`, over the seeds as `seeds`
+
 FORMAT is a Python format spec for numbers (".2f", "+.1f"); a leading "pct" multiplies by
 100 first ("pct.1f": 0.7655 -> 76.5). A list is printed item by item, joined by ", ". A row
 without a value (stale) prints "—". A row or file the results directory does not have (a
@@ -46,7 +54,10 @@ class _Missing(Exception):
     """The cited row or file is not in this results directory."""
 
 
-_CITATION = re.compile(r"\{\{(row|file|csv|attack_mean):([^{}]*)\}\}")
+_CITATION = re.compile(
+    r"\{\{(row|file|csv|attack_mean|seeds_attack_mean|seeds):([^{}]*)\}\}")
+# The seed number standing for "*" in a `seeds` path: a positive integer.
+_SEED = re.compile(r"[1-9][0-9]*")
 
 
 def _format(value: Any, spec: str) -> str:
@@ -138,11 +149,52 @@ def _attack_mean(results_dir: str, path: str, size: str, cache: dict[str, Any]) 
     return sum(float(v) for v in vals) / len(vals)
 
 
+def _seed_paths(results_dir: str, pattern: str) -> list[str]:
+    """The paths matching `pattern` (one "*" standing for a seed number), in seed order."""
+    if pattern.count("*") != 1:
+        raise ValueError(f"seeds path {pattern!r}: needs exactly one '*' for the seed")
+    root = tasks.REPO_ROOT if pattern.startswith("/") else results_dir
+    prefix, _, suffix = pattern.lstrip("/").partition("*")
+    parent = os.path.join(root, os.path.dirname(prefix))
+    stem = os.path.basename(prefix)
+    found = []
+    if os.path.isdir(parent):
+        for name in os.listdir(parent):
+            # The seed is what stands between the stem and the rest of the first component.
+            rest = suffix.split("/", 1)[0]
+            if not (name.startswith(stem) and name.endswith(rest)):
+                continue
+            seed = name[len(stem):len(name) - len(rest)] if rest else name[len(stem):]
+            if not _SEED.fullmatch(seed):
+                continue
+            path = ("/" if pattern.startswith("/") else "") + prefix + seed + suffix
+            if os.path.isfile(os.path.join(root, prefix + seed + suffix)):
+                found.append((int(seed), path))
+    if not found:
+        raise _Missing(pattern)
+    return [path for _, path in sorted(found)]
+
+
+def _over_seeds(values: list[float], spec: str) -> str:
+    """ "mean ± sd (N seeds: v1, ...)" (sample sd), or "v (1 seed)"; a "pct" FORMAT puts "%"
+    after the first number ("62.50% ± 1.20 (3 seeds: 61.20, 62.70, 63.60)")."""
+    unit = "%" if spec.startswith("pct") else ""
+    if len(values) == 1:
+        return f"{_format(values[0], spec)}{unit} (1 seed)"
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    scale = 100.0 if spec.startswith("pct") else 1.0
+    sd_text = format(sd * scale, spec[3:] if spec.startswith("pct") else spec) if spec else str(sd)
+    return (f"{_format(mean, spec)}{unit} ± {sd_text.lstrip('+')} ({len(values)} seeds: "
+            f"{_format(values, spec)})")
+
+
 def expand(text: str, rows_by_key: dict, results_dir: str) -> str:
     """The text with every citation replaced by the cited value.
 
     Args:
-      text: Markdown with {{row:...}}, {{file:...}} and {{attack_mean:...}} citations.
+      text: Markdown with {{row:...}}, {{file:...}}, {{csv:...}}, {{attack_mean:...}},
+        {{seeds:...}} and {{seeds_attack_mean:...}} citations.
       rows_by_key: (scale, row id) -> row JSON (`jobfiles.load_rows`).
       results_dir: the results/reproduce/ directory the file citations are relative to.
 
@@ -167,6 +219,14 @@ def expand(text: str, rows_by_key: dict, results_dir: str) -> str:
                 value = _csv_cell(results_dir, parts[0], parts[1], parts[2], cache)
                 parts = parts[:2] + parts[3:]  # the format follows the column
                 value = float(value) if parts[2:] else value
+            elif kind == "seeds":
+                values = [float(_lookup(_json(results_dir, path, cache), parts[1], path))
+                          for path in _seed_paths(results_dir, parts[0])]
+                return _over_seeds(values, parts[2] if len(parts) > 2 else "")
+            elif kind == "seeds_attack_mean":
+                values = [_attack_mean(results_dir, path, parts[1], cache)
+                          for path in _seed_paths(results_dir, parts[0])]
+                return _over_seeds(values, parts[2] if len(parts) > 2 else "")
             else:
                 value = _attack_mean(results_dir, parts[0], parts[1], cache)
             return _format(value, parts[2] if len(parts) > 2 else "")

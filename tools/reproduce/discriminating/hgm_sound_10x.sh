@@ -6,16 +6,19 @@
 # for the reduced 5 epochs with the sound l2 bound instead (l2_fourier, uniform r). About 17,
 # 3 and 5 minutes on 2 shared CPU cores. Run from the repository root with real MNIST and
 # CIFAR-10 in TFDP_DATA_DIR:
-#   bash tools/reproduce/discriminating/hgm_sound_10x.sh
-# Each run directory's record files (config, flags, ledger, metrics, log) are copied to
-# results/reproduce/discriminating/<name>/.
+#   bash tools/reproduce/discriminating/hgm_sound_10x.sh [SEED]
+# SEED (default 1, the flagfiles' own) is passed as --seed. Each run directory's record files
+# (config, flags, ledger, metrics, log) are copied to
+# results/reproduce/discriminating/<name>_seed<SEED>/; the report averages the seeds found.
 set -euo pipefail
+seed=${1:-1}
+[[ $seed =~ ^[1-9][0-9]*$ ]] || { echo "hgm_sound_10x.sh: SEED must be a positive integer, got '$seed'" >&2; exit 2; }
 mkdir -p runs/discriminating
 run_one() {  # name flagfile args...
-  local name=$1 flagfile=$2
+  local name=${1}_seed$seed flagfile=$2
   shift 2
   local run=runs/discriminating/$name out=results/reproduce/discriminating/$name
-  tfdp-train --flagfile="$flagfile" "$@" --model_dir="$run" > "$run.log" 2>&1
+  tfdp-train --flagfile="$flagfile" "$@" --seed="$seed" --model_dir="$run" > "$run.log" 2>&1
   mkdir -p "$out"
   cp "$run"/{config.json,flags.txt,ledger.json,metrics.json} "$out"/
   cp "$run.log" "$out/train.log"

@@ -8,13 +8,18 @@
 # TFDP_DATA_DIR, after
 #   tfdp-reproduce --scale=reduced --only=hgm.mnist.secure_sgd_minus_dpsgd.sound_l2
 # (its run directory is under runs/reproduce/reduced/ unless WORK says otherwise):
-#   bash tools/reproduce/discriminating/hgm_sound_l2_eot.sh
-# The model is copied first, so the row's own evaluation.json is left alone; evaluation.json
-# and the log are copied to results/reproduce/discriminating/hgm_mnist_sound_l2_eps2_eot8/.
+#   bash tools/reproduce/discriminating/hgm_sound_l2_eot.sh [SEED]
+# SEED (default 1): the training seed of the row's model to attack (its run directory
+# train.hgm.mnist_secure_sgd.eps2.sound_l2@seed<SEED>, made by the row with --seeds); the
+# evaluation's own seed stays 1, as in the row's evaluations. The model is copied first, so
+# the row's own evaluation.json is left alone; evaluation.json and the log are copied to
+# results/reproduce/discriminating/hgm_mnist_sound_l2_eps2_eot8_seed<SEED>/.
 set -euo pipefail
-src=${WORK:-runs/reproduce}/reduced/train.hgm.mnist_secure_sgd.eps2.sound_l2@seed1
-run=runs/discriminating/hgm_mnist_sound_l2_eps2_eot8
-out=results/reproduce/discriminating/hgm_mnist_sound_l2_eps2_eot8
+seed=${1:-1}
+[[ $seed =~ ^[1-9][0-9]*$ ]] || { echo "hgm_sound_l2_eot.sh: SEED must be a positive integer, got '$seed'" >&2; exit 2; }
+src=${WORK:-runs/reproduce}/reduced/train.hgm.mnist_secure_sgd.eps2.sound_l2@seed$seed
+run=runs/discriminating/hgm_mnist_sound_l2_eps2_eot8_seed$seed
+out=results/reproduce/discriminating/hgm_mnist_sound_l2_eps2_eot8_seed$seed
 [ -d "$src" ] || { echo "hgm_sound_l2_eot.sh: $src is missing: run the row first" >&2; exit 2; }
 mkdir -p runs/discriminating "$out"
 rm -rf "$run" && cp -r "$src" "$run"
