@@ -120,12 +120,12 @@ def test_editing_a_row_changes_the_conclusions_and_the_appendix(tmp_path):
 
 def test_a_number_in_a_cited_run_file_changes_the_text(tmp_path):
     res = _copy_results(tmp_path)
-    path = res / "discriminating" / "sb_eps2_authors" / "metrics.json"
+    path = res / "discriminating" / "sb_eps2_authors_seed1" / "metrics.json"
     metrics = json.loads(path.read_text())
     metrics["test_accuracy"] = 0.1234
     path.write_text(json.dumps(metrics))
     text = report.generate(str(res), report_path="", figures=False)
-    assert "| 2 | authors' code | 12.3% |" in text
+    assert "| 2 | authors' code | 12.3% (1 seed) |" in text
 
 
 # Numbers and statements the issue found superseded or refuted; none may come back.
