@@ -33,6 +33,21 @@ def test_seeds_are_averaged_and_reported():
     assert "2 seeds" in v.text
 
 
+def test_a_grid_mean_over_seeds_reports_each_seeds_grid_mean():
+    row = registry.ROWS_BY_ID["adlm.mnist.adlm.mean_eps"]
+    one = extract.extract(row, {"eps0.2": [_train(0.80)], "eps0.5": [_train(0.90)]})
+    assert one.value == pytest.approx(85.0) and one.per_seed == pytest.approx([85.0])
+    assert one.text == "85.00%"
+    three = extract.extract(row, {"eps0.2": [_train(0.80), _train(0.82), _train(0.78)],
+                                  "eps0.5": [_train(0.90), _train(0.92), _train(0.94)]})
+    assert three.value == pytest.approx(86.0)
+    assert three.per_seed == pytest.approx([85.0, 87.0, 86.0])   # seed k: mean over the grid
+    assert three.text == "86.00% ± 1.00 (3 seeds)"
+    uneven = extract.extract(row, {"eps0.2": [_train(0.80), _train(0.82)],
+                                   "eps0.5": [_train(0.90)]})
+    assert uneven.per_seed == pytest.approx([85.5]) and "seeds" not in uneven.text
+
+
 def test_relerr_range_positive_verdicts():
     rel = _row(criterion=registry.Criterion("relerr", tol=1e-3), published=100.0)
     assert verdicts.verdict(rel, extract.Value(100.05, ""))[0] == "reproduced"

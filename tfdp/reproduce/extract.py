@@ -54,10 +54,20 @@ def accuracy_recorded(outs, row: Row) -> Value:
 
 
 def accuracy_mean(outs, row: Row) -> Value:
-    """Mean over roles (an eps grid) of each role's mean accuracy."""
-    means = {r: _mean([_acc(o) for o in os]) for r, os in sorted(outs.items())}
+    """Mean over roles (an eps grid) of each role's mean accuracy.
+
+    With the same number (> 1) of seeds in every role, `per_seed` holds each seed's mean over
+    the grid (the runs of a role are in seed order), so the row shows its spread over seeds
+    like any other row; else the one grid mean.
+    """
+    accs = {r: [_acc(o) for o in os] for r, os in sorted(outs.items())}
+    means = {r: _mean(v) for r, v in accs.items()}
     m = _mean(list(means.values()))
     detail = ", ".join(f"{r}: {v:.2f}" for r, v in means.items())
+    counts = {len(v) for v in accs.values()}
+    if len(counts) == 1 and min(counts) > 1:
+        per = [_mean([v[i] for v in accs.values()]) for i in range(min(counts))]
+        return Value(m, _seed_text(per, "%"), per, detail=detail)
     return Value(m, f"{m:.2f}%", [m], detail=detail)
 
 
