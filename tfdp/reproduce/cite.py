@@ -39,10 +39,12 @@ error, as is any citation of the committed report that cannot be filled in (test
 from __future__ import annotations
 
 import csv
+import glob
 import json
 import math
 import os
 import re
+import statistics
 from typing import Any
 
 from tfdp.reproduce import tasks
@@ -154,22 +156,14 @@ def _seed_paths(results_dir: str, pattern: str) -> list[str]:
     if pattern.count("*") != 1:
         raise ValueError(f"seeds path {pattern!r}: needs exactly one '*' for the seed")
     root = tasks.REPO_ROOT if pattern.startswith("/") else results_dir
+    lead = "/" if pattern.startswith("/") else ""
     prefix, _, suffix = pattern.lstrip("/").partition("*")
-    parent = os.path.join(root, os.path.dirname(prefix))
-    stem = os.path.basename(prefix)
     found = []
-    if os.path.isdir(parent):
-        for name in os.listdir(parent):
-            # The seed is what stands between the stem and the rest of the first component.
-            rest = suffix.split("/", 1)[0]
-            if not (name.startswith(stem) and name.endswith(rest)):
-                continue
-            seed = name[len(stem):len(name) - len(rest)] if rest else name[len(stem):]
-            if not _SEED.fullmatch(seed):
-                continue
-            path = ("/" if pattern.startswith("/") else "") + prefix + seed + suffix
-            if os.path.isfile(os.path.join(root, prefix + seed + suffix)):
-                found.append((int(seed), path))
+    for full in glob.glob(os.path.join(root, glob.escape(prefix)) + "*" + glob.escape(suffix)):
+        rel = os.path.relpath(full, root)
+        seed = rel[len(prefix):len(rel) - len(suffix)]
+        if _SEED.fullmatch(seed) and os.path.isfile(full):
+            found.append((int(seed), lead + rel))
     if not found:
         raise _Missing(pattern)
     return [path for _, path in sorted(found)]
@@ -181,11 +175,8 @@ def _over_seeds(values: list[float], spec: str) -> str:
     unit = "%" if spec.startswith("pct") else ""
     if len(values) == 1:
         return f"{_format(values[0], spec)}{unit} (1 seed)"
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    scale = 100.0 if spec.startswith("pct") else 1.0
-    sd_text = format(sd * scale, spec[3:] if spec.startswith("pct") else spec) if spec else str(sd)
-    return (f"{_format(mean, spec)}{unit} ± {sd_text.lstrip('+')} ({len(values)} seeds: "
+    sd = _format(statistics.stdev(values), spec).lstrip("+")
+    return (f"{_format(statistics.fmean(values), spec)}{unit} ± {sd} ({len(values)} seeds: "
             f"{_format(values, spec)})")
 
 
