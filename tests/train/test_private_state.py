@@ -80,3 +80,36 @@ def test_a_run_with_the_hash_in_config_json_resumes_and_moves_it(tmp_path, tiny_
     assert "data_sha256" not in rd.read_json(rundir.CONFIG_FILE)
     assert rundir.read_json(str(run / rundir.CHECKPOINT_DIR / rundir.PRIVATE_STATE_FILE)
                             )["data_sha256"] == digest
+
+
+def test_no_committed_file_holds_a_training_data_hash():
+    """Run files committed as records (results/, tests/) were copied before the data hash moved
+    to the private state; none may carry it (a hash of private training arrays is a membership
+    test). Every JSON file in the checkout outside run folders is read and searched by key."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def keys(obj):
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                yield k
+                yield from keys(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                yield from keys(v)
+
+    checked, found = 0, []
+    for top in ("results", "tests", "flags", "docs"):
+        for dirpath, dirnames, files in os.walk(os.path.join(root, top)):
+            dirnames[:] = [d for d in dirnames if d not in (rundir.CHECKPOINT_DIR, "__pycache__")]
+            for name in files:
+                if name.endswith(".json"):
+                    path = os.path.join(dirpath, name)
+                    with open(path, encoding="utf-8") as f:
+                        try:
+                            data = json.load(f)
+                        except ValueError:
+                            continue
+                    checked += 1
+                    if "data_sha256" in set(keys(data)):
+                        found.append(os.path.relpath(path, root))
+    assert checked > 100 and found == []
