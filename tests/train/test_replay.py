@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from tfdp import rundir
 from tfdp.apps import train as train_app
-from tfdp.train import loop
+from tfdp.train import integrity, loop
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _BASE = {"dataset": "sample", "num_train": 100, "num_test": 20, "epochs": 3, "seed": 5,
@@ -178,6 +178,62 @@ def test_a_resume_that_does_not_replay_bit_for_bit_charges_again(tmp_path, monke
     assert segs[0]["steps"] == charged  # the stopped process's charge is kept
     assert sum(s["steps"] for s in segs) > res.steps  # and the replayed steps charged again
     assert res.ledger["epsilon"] <= _RUNS[method][0]["epsilon"] * (1 + 1e-9)  # within budget
+
+
+def _resume_verbose(model_dir):
+    values = {"model_dir": str(model_dir), "resume": True, "verbose": 1, "method": "dpsgd"}
+    return train_app.execute(train_app.resolve(values, {}, present=set(values)))
+
+
+def test_a_resume_on_another_platform_charges_the_replayed_steps_again(tmp_path, monkeypatch,
+                                                                       capsys):
+    """The stopped process's platform (CPU model and features, logical CPUs, TensorFlow
+    build, oneDNN switch, threads, accelerators) is in config.json; a resume whose platform
+    differs is not known to recompute the replayed steps bit for bit, so it keeps their
+    charge and charges its own steps again; on the same platform they are charged once."""
+    real = _kill_at_step(monkeypatch, 6)
+    with pytest.raises(_Killed):
+        _train(tmp_path / "p", "dpsgd")
+    monkeypatch.setattr(loop.Run, "run_step", real)
+    config = json.load(open(tmp_path / "p" / rundir.CONFIG_FILE))
+    recorded = config[integrity.PLATFORM_KEY]
+    assert recorded == integrity.platform_record() and recorded["cpu"] and recorded["tensorflow"]
+    charged = sum(s["steps"] for s in [e for e in _ledger(tmp_path / "p")["entries"]
+                                       if e["name"] == "dpsgd"][0]["segments"])
+    backup = tmp_path / "copy"
+    shutil.copytree(tmp_path / "p", backup)
+
+    other = dict(recorded, cpu=recorded["cpu"] + " (another model)")
+    monkeypatch.setattr(integrity, "platform_record", lambda: other)
+    capsys.readouterr()
+    res = _resume_verbose(tmp_path / "p")
+    out = capsys.readouterr().out
+    assert f"the {charged - 4} steps after the checkpoint" in out and "charged again" in out
+    assert "another platform: platform.cpu" in out
+    segs = [e for e in res.ledger["entries"] if e["name"] == "dpsgd"][0]["segments"]
+    assert segs[0]["steps"] == charged and sum(s["steps"] for s in segs) > res.steps
+    # The resume's platform is recorded for the next one.
+    assert json.load(open(tmp_path / "p" / rundir.CONFIG_FILE))[integrity.PLATFORM_KEY] == other
+
+    monkeypatch.setattr(integrity, "platform_record", lambda: dict(recorded))
+    res = _resume_verbose(backup)  # the same platform: replayed, charged once
+    out = capsys.readouterr().out
+    assert "charged once" in out and "charged again" not in out
+    assert sum(s["steps"] for s in [e for e in res.ledger["entries"] if e["name"] == "dpsgd"][0]
+               ["segments"]) == res.steps
+
+
+def test_a_stopped_process_without_a_platform_record_counts_as_another_platform():
+    """config.json written by an older tfdp names no platform: its replay is not trusted."""
+    current = {"method": "dpsgd", integrity.PLATFORM_KEY: integrity.platform_record()}
+    assert integrity.replay_differences(current, current) == []
+    old = {"method": "dpsgd"}
+    assert integrity.replay_differences(old, current) == [
+        "the platform that ran them is not recorded (a run from an older tfdp)"]
+    other = dict(current, platform=dict(current["platform"], logical_cpus=64))
+    assert integrity.replay_differences(other, current) == [
+        "another platform: platform.logical_cpus 64 then, "
+        f"{current['platform']['logical_cpus']} now"]
 
 
 def _checkpoint_number(model_dir):

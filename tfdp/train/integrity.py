@@ -14,13 +14,14 @@ import hashlib
 import json
 import math
 import os
+import platform
 import re
 import shutil
 from typing import Any, Iterable, Mapping, Optional
 
 import tensorflow as tf
 
-__all__ = ["CONFIG_STATE", "config_record", "read_config_record", "first_difference",
+__all__ = ["CONFIG_STATE", "PLATFORM_KEY", "platform_record", "config_record", "read_config_record", "first_difference",
            "config_edit", "replay_differences", "readable_checkpoints", "remove_temp_files",
            "clean_error_text", "checkpoint_names", "first_line", "choose_checkpoint",
            "check_config_against_checkpoint"]
@@ -31,7 +32,16 @@ CONFIG_STATE = "run_config"
 # config.json keys a resume rewrites (besides the method's resume-mutable flags): the resume
 # history, the device split and the flags of the latest segment (checked key by key below).
 _RESUME_WRITTEN = ("resumes", "num_replicas", "cpu_replicas", "strategy",
-                   "noise_kernel_fallback")
+                   "noise_kernel_fallback", "platform")
+# config.json's record of the machine and TensorFlow build of the process that last trained
+# (`platform_record`); a resume on another platform charges the replayed steps again.
+PLATFORM_KEY = "platform"
+# CPU features that select different arithmetic kernels in oneDNN / Eigen (vector widths,
+# fused multiply-add, reduced-precision units): two CPUs that differ in one of them may
+# round differently.
+_CPU_FEATURES = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw",
+                 "avx512dq", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                 "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2")
 # Entries the run rewrites after every epoch from the model's state (a method's
 # `epoch_config_updates`, e.g. StoBatch's certification), also between checkpoints; they do
 # not enter the accounting.
@@ -47,6 +57,54 @@ _REPLAY_NEUTRAL = ("epochs", "resumes", "data_dir", "data_dir_source", "num_test
                    "certification", "noise_seed", "noise_kernel_fallback", "flags.epochs",
                    "flags.checkpoint_every", "flags.data_dir", "flags.num_test",
                    "flags.model_dir", "flags.stop_after_epochs", "flags.verbose")
+
+
+def _cpu_info() -> tuple[str, list[str]]:
+    """(CPU model name, the `_CPU_FEATURES` it has) from /proc/cpuinfo, else `platform`."""
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip().lower()
+                if key in ("model name", "cpu model", "hardware") and not model:
+                    model = value.strip()
+                elif key in ("flags", "features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return model or platform.processor() or platform.machine(), sorted(
+        f for f in _CPU_FEATURES if f in flags)
+
+
+def platform_record() -> dict:
+    """What decides the training step's floating-point arithmetic besides the run's settings:
+    the CPU model and vector features, the logical CPUs this process may use (the kernels'
+    parallel splits), TensorFlow's version and build, the oneDNN switch, the thread-pool
+    settings and the accelerators. Two processes with the same record replay a step bit for
+    bit (tests/train/test_determinism.py); one that differs is not known to
+    (docs/ledger.md, "Resume, replay and charging each step once")."""
+    model, features = _cpu_info()
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 0
+    accelerators = []
+    for device in tf.config.list_physical_devices():
+        if device.device_type == "CPU":
+            continue
+        try:
+            details = tf.config.experimental.get_device_details(device)
+        except (ValueError, RuntimeError):
+            details = {}
+        accelerators.append(f"{device.device_type}:{details.get('device_name', '?')}:"
+                            f"{details.get('compute_capability', '')}")
+    return {"cpu": model, "cpu_features": features, "logical_cpus": int(cpus),
+            "tensorflow": tf.__version__, "tensorflow_build": tf.version.GIT_VERSION,
+            "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
+            "intra_op_threads": int(tf.config.threading.get_intra_op_parallelism_threads()),
+            "inter_op_threads": int(tf.config.threading.get_inter_op_parallelism_threads()),
+            "accelerators": accelerators}
 
 
 def _canonical(obj: Any) -> str:
@@ -180,7 +238,9 @@ def replay_differences(previous: Mapping[str, Any], current: Mapping[str, Any]) 
 
     `previous` is config.json as that process wrote it, `current` the resume's configuration.
     An empty list means every step after the checkpoint is recomputed with the same lots,
-    noise, devices and hyperparameters.
+    noise, devices and hyperparameters, on the same platform (`platform_record`); a
+    platform difference is named with both values, and a stopped process that recorded no
+    platform (a run from before it was recorded) counts as a difference.
     """
     out = []
     ignore = list(_REPLAY_NEUTRAL)
@@ -189,8 +249,14 @@ def replay_differences(previous: Mapping[str, Any], current: Mapping[str, Any]) 
         diff = first_difference(prev, cur, ignore=ignore)
         if diff is None:
             return out
-        out.append(diff[0])
-        ignore.append(diff[0])
+        field, then, now = diff
+        if field == PLATFORM_KEY and PLATFORM_KEY not in prev:
+            out.append("the platform that ran them is not recorded (a run from an older tfdp)")
+        elif field.split(".")[0] == PLATFORM_KEY:
+            out.append(f"another platform: {field} {short(then, 60)} then, {short(now, 60)} now")
+        else:
+            out.append(field)
+        ignore.append(field)
 
 
 def readable_checkpoints(ckpt_dir: str) -> tuple[Optional[str], list[tuple[str, str]]]:

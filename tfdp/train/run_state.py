@@ -132,6 +132,9 @@ class RunState:
         config = _config_dict(self.method, self.data, self.strategy, spec.num_train,
                               self.num_public)
         config.update(self.config_extra)
+        # The machine and TensorFlow build that run this process's steps: a later resume on
+        # another platform charges the steps it replays again (docs/ledger.md).
+        config[integrity.PLATFORM_KEY] = integrity.platform_record()
         self._check_resume(dict(config, data_sha256=fingerprint))
         self._setup(spec)
         self.spend = self.method.step_spend()
@@ -304,7 +307,7 @@ class RunState:
             new_flags = self.config_extra.get("flags")
             if new_flags:  # the flags of the latest segment; a later resume starts from them
                 updated["flags"] = new_flags
-            for key in ("cpu_replicas", "num_replicas", "strategy"):
+            for key in ("cpu_replicas", "num_replicas", "strategy", integrity.PLATFORM_KEY):
                 if key in config:
                     updated[key] = config[key]
             updated.setdefault("resumes", []).append(
