@@ -4,6 +4,7 @@
 # from 2,400 to 100 epochs, one seed each. About an hour of training per method on 2 CPU
 # cores when run alone. Run from the repository root with real MNIST in TFDP_DATA_DIR:
 #   bash tools/reproduce/discriminating/adlm_vs_ilm_100_epochs.sh [SEED]
+# Run again after an interruption, it resumes each unfinished training from its last checkpoint.
 # Each run directory's record files (config, flags, ledger, metrics, log) are copied to
 # results/reproduce/discriminating/<method>_eps0.25_100ep_seed<SEED>/.
 set -euo pipefail
@@ -11,9 +12,16 @@ seed=${1:-1}
 mkdir -p runs/discriminating
 for method in adlm ilm; do
   run=runs/discriminating/${method}_eps0.25_100ep_seed$seed
-  tfdp-train --flagfile=flags/adlm/mnist_full.flags --method=$method --dataset=mnist \
-    --epsilon=0.25 --epochs=100 --seed=$seed --noise_kernel=auto --model_dir=$run \
-    > "$run.log" 2>&1 &
+  if [ -e "$run/model.keras" ]; then
+    continue
+  elif [ -e "$run/checkpoints" ]; then
+    # Interrupted: resumed from its last checkpoint (same lots and noise, docs/ledger.md).
+    tfdp-train --resume --model_dir=$run >> "$run.log" 2>&1 &
+  else
+    tfdp-train --flagfile=flags/adlm/mnist_full.flags --method=$method --dataset=mnist \
+      --epsilon=0.25 --epochs=100 --seed=$seed --noise_kernel=auto --model_dir=$run \
+      > "$run.log" 2>&1 &
+  fi
 done
 wait
 for method in adlm ilm; do

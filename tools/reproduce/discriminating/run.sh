@@ -5,7 +5,9 @@
 # at mu_a = 0.2. Run from the repository root with real MNIST in TFDP_DATA_DIR:
 #   SEED=<N> bash tools/reproduce/discriminating/run.sh [EPSILON [PATH ...]]
 # EPSILON defaults to 0.2; PATH is paper and/or authors (default both, one after the other);
-# SEED (default 1) is the training seed (the evaluation's own seed stays 1). The runs go to
+# SEED (default 1) is the training seed (the evaluation's own seed stays 1). Run again after an
+# interruption, it resumes the training from its last checkpoint and skips what finished. The
+# runs go to
 # ${RUNS:-runs/discriminating}/sb_eps<EPSILON>_<PATH>_seed<SEED>, and their record files
 # (config, flags, ledger, metrics, evaluation, log) to
 # results/reproduce/discriminating/sb_eps<EPSILON>_<PATH>_seed<SEED>/; the report averages
@@ -26,10 +28,19 @@ for path in "${paths[@]}"; do
   name=sb_eps${eps}_${path}_seed$seed
   run=${RUNS:-runs/discriminating}/$name out=results/reproduce/discriminating/$name
   mkdir -p "$(dirname "$run")"
-  tfdp-train --flagfile=$ff --method=stobatch --dataset=mnist --epsilon=$eps --seed=$seed \
-    --epochs=100 --noise_kernel=auto --model_dir=$run 2>&1 | tee "$run.log"
-  tfdp-evaluate --attacks=fgsm,ifgsm,mim,madry --attack_sizes=0.2 --nb_iter=10 --seed=1 \
-    --attack_preset=strong --certify --num_examples=500 --model_dir=$run
+  if [ -e "$run/model.keras" ]; then
+    echo "run.sh: $run has finished training; evaluating it"
+  elif [ -e "$run/checkpoints" ]; then
+    # An interrupted run: resumed from its last checkpoint (the same lots and noise; on the
+    # same platform the replayed steps are charged once, docs/ledger.md).
+    tfdp-train --resume --model_dir=$run 2>&1 | tee -a "$run.log"
+  else
+    tfdp-train --flagfile=$ff --method=stobatch --dataset=mnist --epsilon=$eps --seed=$seed \
+      --epochs=100 --noise_kernel=auto --model_dir=$run 2>&1 | tee "$run.log"
+  fi
+  [ -e "$run/evaluation.json" ] || tfdp-evaluate --attacks=fgsm,ifgsm,mim,madry \
+    --attack_sizes=0.2 --nb_iter=10 --seed=1 --attack_preset=strong --certify \
+    --num_examples=500 --model_dir=$run
   mkdir -p "$out"
   cp "$run"/{config.json,flags.txt,ledger.json,metrics.json,evaluation.json} "$out"/
   cp "$run.log" "$out/train.log"
