@@ -190,7 +190,7 @@ def test_a_resume_on_another_platform_charges_the_replayed_steps_again(tmp_path,
     """The stopped process's platform (CPU model and features, logical CPUs, TensorFlow
     build, oneDNN switch, threads, accelerators) is in config.json; a resume whose platform
     differs is not known to recompute the replayed steps bit for bit, so it keeps their
-    charge and charges its own steps again; on the same platform they are charged once."""
+    charge and charges its own steps again."""
     real = _kill_at_step(monkeypatch, 6)
     with pytest.raises(_Killed):
         _train(tmp_path / "p", "dpsgd")
@@ -200,9 +200,6 @@ def test_a_resume_on_another_platform_charges_the_replayed_steps_again(tmp_path,
     assert recorded == integrity.platform_record() and recorded["cpu"] and recorded["tensorflow"]
     charged = sum(s["steps"] for s in [e for e in _ledger(tmp_path / "p")["entries"]
                                        if e["name"] == "dpsgd"][0]["segments"])
-    backup = tmp_path / "copy"
-    shutil.copytree(tmp_path / "p", backup)
-
     other = dict(recorded, cpu=recorded["cpu"] + " (another model)")
     monkeypatch.setattr(integrity, "platform_record", lambda: other)
     capsys.readouterr()
@@ -215,12 +212,8 @@ def test_a_resume_on_another_platform_charges_the_replayed_steps_again(tmp_path,
     # The resume's platform is recorded for the next one.
     assert json.load(open(tmp_path / "p" / rundir.CONFIG_FILE))[integrity.PLATFORM_KEY] == other
 
-    monkeypatch.setattr(integrity, "platform_record", lambda: dict(recorded))
-    res = _resume_verbose(backup)  # the same platform: replayed, charged once
-    out = capsys.readouterr().out
-    assert "charged once" in out and "charged again" not in out
-    assert sum(s["steps"] for s in [e for e in res.ledger["entries"] if e["name"] == "dpsgd"][0]
-               ["segments"]) == res.steps
+    # (On the same platform the replayed steps are charged once: the kill-and-resume test
+    # above ends with the uninterrupted run's ledger.)
 
 
 def test_a_stopped_process_without_a_platform_record_counts_as_another_platform():
