@@ -21,21 +21,23 @@ from typing import Any, Iterable, Mapping, Optional
 
 import tensorflow as tf
 
-__all__ = ["CONFIG_STATE", "PLATFORM_KEY", "platform_record", "config_record", "read_config_record", "first_difference",
-           "config_edit", "replay_differences", "readable_checkpoints", "remove_temp_files",
-           "clean_error_text", "checkpoint_names", "first_line", "choose_checkpoint",
+__all__ = ["CONFIG_STATE", "PLATFORM_KEY", "platform_record", "config_record",
+           "read_config_record", "first_difference", "config_edit", "replay_differences",
+           "readable_checkpoints", "remove_temp_files", "clean_error_text",
+           "checkpoint_names", "first_line", "choose_checkpoint",
            "check_config_against_checkpoint"]
 
 # Checkpoint name of the run's configuration record.
 CONFIG_STATE = "run_config"
 
-# config.json keys a resume rewrites (besides the method's resume-mutable flags): the resume
-# history, the device split and the flags of the latest segment (checked key by key below).
-_RESUME_WRITTEN = ("resumes", "num_replicas", "cpu_replicas", "strategy",
-                   "noise_kernel_fallback", "platform")
 # config.json's record of the machine and TensorFlow build of the process that last trained
 # (`platform_record`); a resume on another platform charges the replayed steps again.
 PLATFORM_KEY = "platform"
+# config.json keys a resume rewrites (besides the method's resume-mutable flags): the resume
+# history, the device split, the platform and the flags of the latest segment (checked key by
+# key below).
+_RESUME_WRITTEN = ("resumes", "num_replicas", "cpu_replicas", "strategy",
+                   "noise_kernel_fallback", PLATFORM_KEY)
 # CPU features that select different arithmetic kernels in oneDNN / Eigen (vector widths,
 # fused multiply-add, reduced-precision units): two CPUs that differ in one of them may
 # round differently.
