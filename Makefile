@@ -30,7 +30,7 @@ run: $(STAMP)
 # `make test ARGS="-n 0"` runs them in pytest's own process (docs/testing.md). test-all runs in
 # one process (the slow tests have not been checked under xdist).
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile tests $(ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25 tests $(ARGS)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m "slow or not slow" tests $(ARGS)
