@@ -60,6 +60,20 @@ def test_the_section_follows_the_files(tmp_path, identical):
     assert "+20.17 points" in text
 
 
+def test_the_table_names_every_commit_its_seeds_ran(tmp_path, identical):
+    """Seeds run on different tfdp commits are each shown with their commit, never under the
+    first seed's commit alone."""
+    del identical
+    _fill(tmp_path, [60.0, 61.0, 59.0], [60.5, 59.5, 61.5])
+    text = "\n".join(attribution.section(str(tmp_path), str(tmp_path)))
+    assert "| tfdp abc1234 |" in text and "seeds 1, 2" not in text
+    rec = json.loads((tmp_path / "adlm_mnist_tfdp_closest_adam_e6_seed3.json").read_text())
+    rec["versions"]["git_commit"] = "def5678"
+    (tmp_path / "adlm_mnist_tfdp_closest_adam_e6_seed3.json").write_text(json.dumps(rec))
+    text = "\n".join(attribution.section(str(tmp_path), str(tmp_path)))
+    assert "| tfdp abc1234 (seeds 1, 2), def5678 (seed 3) |" in text
+
+
 def test_the_rule_needs_identical_settings_and_two_seeds_a_side(identical):
     comp = identical
     test = attribution.welch([60.0, 61.0], [60.0, 61.0])

@@ -162,6 +162,25 @@ def welch(a: Sequence[float], b: Sequence[float]) -> dict[str, float] | None:
             "ci_high": diff + half}
 
 
+def _tfdp_version(result: dict) -> str:
+    """The tfdp commit (else version) a tfdp-side result file ran."""
+    versions = result.get("versions", {})
+    return str(versions.get("git_commit", versions.get("tfdp", "")))[:12]
+
+
+def _code_versions(results: list, version) -> str:
+    """Each distinct code version of `results`, in seed order; with more than one, each names
+    its seeds (e.g. "d8e84b1 (seeds 1, 2), 00b52a7 (seed 3)"): a table never shows one commit
+    for seeds that ran another."""
+    seeds: dict = {}
+    for r in results:
+        seeds.setdefault(version(r), []).append(str(r["seed"]))
+    if len(seeds) == 1:
+        return next(iter(seeds))
+    return ", ".join(f"{v} (seed{'s' if len(ss) > 1 else ''} {', '.join(ss)})"
+                     for v, ss in seeds.items())
+
+
 def attribution_class(comp: Comparison, release: Sequence[float], tfdp: Sequence[float],
                       test: dict[str, float] | None) -> str:
     """The attribution this comparison supports, by an explicit rule.
@@ -397,7 +416,7 @@ def section(results_dir: str = RESULTS_DIR, report_dir: str = runner.REPO_ROOT,
         out.append("| side | seeds | final test accuracy | steps | code | mean seconds |")
         out.append("|---|---|---|---|---|---|")
         if release:
-            commit = release[0]["release"]["commit"][:7]
+            commit = _code_versions(release, lambda r: str(r["release"]["commit"])[:7])
             out.append(f"| release ({release[0]['release']['repo']} "
                        f"`{release[0]['release']['script']}`) | "
                        f"{', '.join(str(r['seed']) for r in release)} | {_mean_sd(r_acc)} | "
@@ -407,7 +426,7 @@ def section(results_dir: str = RESULTS_DIR, report_dir: str = runner.REPO_ROOT,
             steps = sorted({r["numbers"]["steps"] for r in tfdp})
             out.append(f"| tfdp | {', '.join(str(r['seed']) for r in tfdp)} | "
                        f"{_mean_sd(t_acc)} | {', '.join(map(str, steps))} | "
-                       f"tfdp {str(tfdp[0]['versions'].get('git_commit', tfdp[0]['versions'].get('tfdp', '')))[:12]} | "
+                       f"tfdp {_code_versions(tfdp, _tfdp_version)} | "
                        f"{statistics.mean(r['seconds'] for r in tfdp):.0f} |")
         pub = (f"{comp.published:g}% ({comp.published_text})" if comp.published is not None
                else comp.published_text)
