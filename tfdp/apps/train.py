@@ -80,6 +80,11 @@ flags.DEFINE_integer("checkpoint_every", 1, "Epochs between checkpoints.")
 flags.DEFINE_integer("stop_after_epochs", None,
                      "Exit after checkpointing this many epochs (a deterministic interruption; "
                      "continue with --resume).")
+if "verbose" in flags.FLAGS:
+    # Another app imported first in this process (e.g. tests, a notebook) defined its boolean
+    # --verbose (`cli.define_verbose`, which defers to an existing flag): tfdp-train's is a
+    # level, so it takes the name, as when tfdp-train is imported first.
+    delattr(flags.FLAGS, "verbose")
 flags.DEFINE_integer("verbose", 1,
                      "0: quiet; 1: progress (a bar on a terminal, one line per epoch "
                      "otherwise) and summary; 2: also TensorFlow's start-up log and library "
