@@ -214,6 +214,13 @@ ROWS = {
          ("0.99", lambda: _json("results/bench/tf_options.json")["ratio_by_method"]["adlm"]),
          ("0.99", lambda: _json("results/bench/tf_options.json")["ratio_by_method"]["stobatch"])],
         {"1.10"}),
+    "`tfdp-bench allocator`": (
+        "results/bench/allocator.json",
+        [("0.61", lambda: _json("results/bench/allocator.json")["ratio_by_case"]["stobatch"]),
+         ("0.53", lambda: _json("results/bench/allocator.json")["ratio_by_case"]["dpsgd"]),
+         ("1.30", lambda: _json("results/bench/allocator.json")["ratio_by_case"]["adlm"]),
+         ("1.00", lambda: _json("results/bench/allocator_adlm.json")["ratio_by_case"]["adlm"])],
+        {"3", "4", "1.05"}),
     "`tfdp-bench evaluate`": (
         "results/bench/evaluate.json",
         [("0.988", lambda: _json("results/bench/evaluate.json")["ratio"])], {"0.8"}),

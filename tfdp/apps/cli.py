@@ -17,6 +17,7 @@ import textwrap
 from typing import Callable, Iterable, Optional, Sequence
 from absl import flags
 
+from tfdp import allocator
 from tfdp import quiet_start as tf_start
 
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
@@ -96,9 +97,20 @@ def verbose_requested(argv: Sequence[str], level: int = 1) -> bool:
     return False
 
 
+def keep_freed_memory() -> None:
+    """Before TensorFlow allocates: freed tensors' memory stays in the process for reuse
+    (tfdp/allocator.py; TFDP_MALLOC=glibc keeps glibc's defaults). Exits 2 on a bad value."""
+    try:
+        allocator.keep_freed_memory()
+    except ValueError as err:
+        sys.stderr.write(f"error: {err}\n")
+        sys.exit(2)
+
+
 def import_tensorflow(verbose: bool = False):
     """Imports TensorFlow, holding back its start-up notices unless `verbose`.
 
+    First keeps freed memory in the process for reuse (`tfdp.allocator.keep_freed_memory`).
     Sets TF_CPP_MIN_LOG_LEVEL=2 (unless set or verbose), then imports with file descriptor 2
     redirected to a temporary file; afterwards every captured line that is not a known
     start-up notice is written to stderr (an import error's output is never lost).
@@ -106,6 +118,7 @@ def import_tensorflow(verbose: bool = False):
     Returns:
       The tensorflow module.
     """
+    keep_freed_memory()
     if verbose:
         tf_start.uninstall()  # the user asked for the start-up log: no filter at all
         # lazy: loads tensorflow; importing tfdp.apps.cli does not
@@ -121,7 +134,9 @@ def import_tensorflow(verbose: bool = False):
 
 
 def quiet_start(argv: Sequence[str], level: int = 1) -> None:
-    """Before the app imports TensorFlow: a quiet import unless argv asks for `--verbose`."""
+    """Before the app imports TensorFlow: keeps freed memory for reuse (`keep_freed_memory`),
+    then a quiet import unless argv asks for `--verbose`."""
+    keep_freed_memory()
     if not verbose_requested(argv, level):
         import_tensorflow(verbose=False)
 

@@ -13,6 +13,7 @@ BENCHMARKS = {
     "evaluate": "tfdp.bench.evaluate",
     "tf_options": "tfdp.bench.tf_options",
     "keras_fit": "tfdp.bench.keras_fit",
+    "allocator": "tfdp.bench.allocator",
 }
 BENCHMARKS.update({name: declared.target.partition(":")[0]
                    for name, declared in registry.extensions("benchmark").items()})

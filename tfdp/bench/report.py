@@ -12,6 +12,7 @@ import datetime
 import glob
 import json
 import os
+import statistics
 import tempfile
 from typing import Any, Optional
 
@@ -50,13 +51,16 @@ RUNS = (
      "tfdp-bench tf_options --output=results/bench/tf_options.json"),
     ("keras_fit", "keras_fit", {},
      "tfdp-bench keras_fit --output=results/bench/keras_fit.json"),
+    ("allocator", "allocator", {},
+     "tfdp-bench allocator --output=results/bench/allocator.json"),
 )
 PLOT = "dpsgd.png"
 # Whether a benchmark's ratio must stay below (time ratios) or above (throughput) its target.
 DIRECTION = {"layers": "<=", "layers_mnist": "<=", "layers_fused": "<=",
              "layers_mnist_fused": "<=", "gpm": "<=", "dpsgd": "<=",
              "certify": ">=", "certify_smoothing": ">=", "export": ">=", "stobatch": "<=", "evaluate": ">=",
-             "tf_options": "<=", "keras_fit": "<="}
+             "tf_options": "<=", "keras_fit": "<=", "allocator": "<=",
+             "allocator_adlm": "<="}
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -152,6 +156,18 @@ def _dpsgd_section(result: dict, results_dir: str) -> list[str]:
     return lines
 
 
+def _allocator_section(result: dict) -> list[str]:
+    """Per case: seconds per step under each setting (median over rounds) and the ratio."""
+    lines = ["", "| case | tfdp (s/step) | glibc default (s/step) | ratio | command |",
+             "|---|---|---|---|---|"]
+    for case, v in result.get("cases", {}).items():
+        t = v.get("seconds_per_step", {})
+        med = {k: statistics.median(x) if x else None for k, x in t.items()}
+        lines.append(f"| `{case}` | {_fmt(med.get('tfdp'))} | {_fmt(med.get('glibc'))} | "
+                     f"{_fmt(v.get('ratio'))} | `{v.get('command', '')}` |")
+    return lines
+
+
 def _keras_fit_section(result: dict) -> list[str]:
     """Per model and system: ms/step, ratio to the non-private fit step, a peer's (TF Privacy,
     Opacus) step over tfdp's, Opacus' over PyTorch's non-private step (medians over rounds,
@@ -231,6 +247,8 @@ def render(results_dir: str = "results/bench") -> str:
             lines += _dpsgd_section(r, results_dir)
         if stem == "keras_fit":
             lines += _keras_fit_section(r)
+        if r.get("benchmark") == "allocator":
+            lines += _allocator_section(r)
         lines.append("")
     return "\n".join(lines)
 
