@@ -2,11 +2,11 @@
 
 TensorFlow's CPU allocator takes every tensor from the C library's `malloc` and frees it when
 the step no longer needs it. glibc serves a request above its mmap threshold (at most 32 MiB)
-with a fresh `mmap` and unmaps it on `free`, so a step whose tensors are that large (a StoBatch
-lot of 2,500 MNIST images has 250 MB activations; AdLM's 1,800-image lots, per-example
-gradients) faults every page of them in again, zeroed by the kernel, at every step. On a
-2-core AMD EPYC virtual machine this was 40% of the CPU time in system calls and page faults,
-and StoBatch's training ran 2.4x slower than with the memory kept (docs/performance.md).
+with a fresh `mmap` and unmaps it on `free`, so a step whose tensors are that large (the first
+layer's output for a StoBatch lot of 2,499 MNIST images is 63 MB) faults every page of them in
+again, zeroed by the kernel, at every step. On a 2-core AMD EPYC virtual machine a StoBatch run
+spent 40% of its CPU time in the kernel, and `tfdp-bench allocator` measured StoBatch's and
+DP-SGD's steps 1.6 and 1.9 times faster with the memory kept (docs/performance.md).
 
 `keep_freed_memory` turns that off for the process: no request is served by `mmap`
 (M_MMAP_MAX = 0), and the heap is never trimmed back to the kernel below 2 GiB of free top
