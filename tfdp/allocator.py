@@ -55,8 +55,8 @@ def keep_freed_memory() -> bool:
     """Keeps freed memory in the process for reuse (see the module docstring); idempotent.
 
     Returns:
-      True if the settings are in force, False where they were not applied (``TFDP_MALLOC=glibc``,
-      or not glibc).
+      True if the settings are in force in this process, False where they were never applied
+      (``TFDP_MALLOC=glibc`` from the start, or a C library other than glibc).
 
     Raises:
       ValueError: if ``TFDP_MALLOC`` is set to anything but "glibc" or "keep".
@@ -65,10 +65,8 @@ def keep_freed_memory() -> bool:
     if choice not in ("keep", "glibc"):
         raise ValueError(f"{ENV}: expected 'keep' (the default) or 'glibc', got "
                          f"{os.environ[ENV]!r}")
-    if choice == "glibc":
-        return False
-    if _STATE["mode"] == "keep":
-        return True
+    if choice == "glibc" or _STATE["mode"] == "keep":
+        return _STATE["mode"] == "keep"  # (an earlier call's settings stay in force)
     libc = _libc()
     if libc is None:
         return False
