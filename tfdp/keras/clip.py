@@ -168,7 +168,7 @@ def _whole_model(model: Any, variables: Sequence[Any], x: tf.Tensor, y: tf.Tenso
             loss = _per_example_loss(loss_fn, yi[None], pred)[0]
         return tape.gradient(loss, variables, unconnected_gradients="zero"), loss, pred[0]
 
-    grads, losses, preds = tf.vectorized_map(one, (x, y))
+    grads, losses, preds = example_grads.map_examples(one, (x, y), model)
     return privatize.clip_and_sum(grads, l2_clip, mask), losses, preds
 
 

@@ -32,7 +32,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfdp.train import ghost
+from tfdp.train import example_grads, ghost
 
 # Per-example squared norms [B] and, when computed anyway, per-example gradients of the layer's
 # own trainable variables ([B, *shape] each, in `layer._trainable_variables` order).
@@ -170,7 +170,9 @@ _MATERIALISE_MAX = 1 << 14
 # on CPU with oneDNN, 264 examples, 3x3 kernels: 1.3-2.3x faster at 12x12 to 32x32 outputs of
 # 8 to 32 channels, 1.1-2x slower at 8x8 outputs of 64 channels).
 _GROUPED_MIN_POSITIONS = 128
-_GROUPED_OK: dict = {}
+# Whether grouped filter gradients are exact here (example_grads.grouped_filter_gradients_ok).
+_GROUPED_OK = example_grads.GROUPED_FILTER_GRADIENTS
+_grouped_filter_grad_ok = example_grads.grouped_filter_gradients_ok
 
 
 def _conv_fast_norms(layer: Any, a: tf.Tensor, g: tf.Tensor) -> Optional[tuple]:
@@ -291,30 +293,6 @@ def _kernel_major_sums(dw: tf.Tensor, b: Any, kshape: list, g: tf.Tensor,
         return out
 
     return sq, sums
-
-
-def _grouped_filter_grad_ok() -> bool:
-    """Whether this TensorFlow build's Conv2DBackpropFilter computes grouped filter gradients
-    (filter depth < input depth) exactly: checked once, eagerly, on a tiny case against the
-    definition (CPU builds without oneDNN refuse grouped convolutions)."""
-    if "ok" not in _GROUPED_OK:
-        with tf.init_scope():
-            rng = np.random.default_rng(0)
-            x = rng.normal(size=(1, 4, 4, 6)).astype(np.float32)      # 2 groups of 3 channels
-            dz = rng.normal(size=(1, 2, 2, 4)).astype(np.float32)     # 2 groups of 2 outputs
-            want = np.zeros((3, 3, 3, 4), np.float32)
-            for grp in range(2):
-                for i, j in np.ndindex(3, 3):
-                    want[i, j, :, 2 * grp:2 * grp + 2] = np.einsum(
-                        "pqc,pqo->co", x[0, i:i + 2, j:j + 2, 3 * grp:3 * grp + 3],
-                        dz[0, :, :, 2 * grp:2 * grp + 2])
-            try:
-                got = tf.compat.v1.nn.conv2d_backprop_filter(
-                    tf.constant(x), [3, 3, 3, 4], tf.constant(dz), [1, 1, 1, 1], "VALID").numpy()
-                _GROUPED_OK["ok"] = bool(np.allclose(got, want, rtol=1e-4, atol=1e-5))
-            except (tf.errors.OpError, ValueError):
-                _GROUPED_OK["ok"] = False
-    return _GROUPED_OK["ok"]
 
 
 def _conv2d_batched_kernels(layer: Any, a: tf.Tensor, g: tf.Tensor) -> tuple:

@@ -35,7 +35,8 @@ ExampleLoss = Callable[[tf.Tensor, tf.Tensor], tuple]
 
 def per_example_gradients(model, variables: Sequence[tf.Variable], x: tf.Tensor, y: tf.Tensor,
                           example_loss: Callable) -> tuple[list, tf.Tensor, tf.Tensor]:
-    """Per-example gradients of `example_loss` (tf.vectorized_map over the batch).
+    """Per-example gradients of `example_loss` (tf.vectorized_map over the batch, or a loop
+    where a grouped convolution cannot be vectorised: `example_grads.map_examples`).
 
     Args:
       model: the Keras model (called by `example_loss`).
@@ -49,8 +50,6 @@ def per_example_gradients(model, variables: Sequence[tf.Variable], x: tf.Tensor,
       (grads, losses, correct): list of [B, *param_shape] tensors, per-example losses [B],
       per-example 0/1 accuracy [B].
     """
-    del model
-
     def one_example(args):
         xi, yi, index = args
         # Fresh per-example noise layers key their draw by the example's position; without
@@ -61,7 +60,7 @@ def per_example_gradients(model, variables: Sequence[tf.Variable], x: tf.Tensor,
         return tape.gradient(loss, variables), loss, correct
 
     index = tf.range(tf.shape(y)[0], dtype=tf.int64)
-    return tf.vectorized_map(one_example, (x, y, index))
+    return example_grads.map_examples(one_example, (x, y, index), model)
 
 
 def clip_and_sum(per_example_grads: Sequence[tf.Tensor], l2_clip: float,
