@@ -9,11 +9,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest  # noqa: E402
 
-from tfdp import allocator  # noqa: E402
+from tfdp import allocator, onednn  # noqa: E402
 
 # As every tfdp command does before TensorFlow allocates (tfdp/allocator.py): freed tensors'
 # memory stays in the process for reuse instead of being faulted in again at every step.
 allocator.keep_freed_memory()
+# And as every tfdp command does before TensorFlow is imported (tfdp/onednn.py): oneDNN's CPU
+# kernels on every x86 CPU, not only where TensorFlow turns them on by default.
+onednn.use_onednn()
 
 import tensorflow as tf  # noqa: E402  # pylint: disable=wrong-import-position
 

@@ -200,7 +200,7 @@ def function_imports(known: dict[str, str] | None = None) -> list[tuple]:
 # room), or `layers` / `attacks`; a `__main__` module is run, never imported, so it stands
 # with the apps.
 FLOORS = (
-    ("base", ("tfdp", "allocator", "checks", "clopper_pearson", "quiet_start", "tf_options", "options",
+    ("base", ("tfdp", "allocator", "onednn", "checks", "clopper_pearson", "quiet_start", "tf_options", "options",
               "registry", "rundir",
               "kernels", "serving_inputs", "soundness", "tf_privacy_shim")),
     ("primitives", ("mechanisms", "data", "models", "attacks")),

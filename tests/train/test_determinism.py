@@ -83,10 +83,10 @@ def platform_key() -> str:
     """The machine, the widest vector instruction set and TensorFlow's CPU kernel library."""
     import platform  # pylint: disable=import-outside-toplevel
     from tfdp.train import integrity  # pylint: disable=import-outside-toplevel
-    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=import-outside-toplevel
-    features = set(integrity.platform_record()["cpu_features"])
+    record = integrity.platform_record()
+    features = set(record["cpu_features"])
     isa = "avx512" if "avx512f" in features else "avx2" if "avx2" in features else "other"
-    kernels = "onednn" if _pywrap_util_port.IsMklEnabled() else "eigen"
+    kernels = "onednn" if record["onednn"] == "on" else "eigen"
     return f"{platform.machine()}-{isa}-{kernels}"
 
 

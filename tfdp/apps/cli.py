@@ -17,7 +17,7 @@ import textwrap
 from typing import Callable, Iterable, Optional, Sequence
 from absl import flags
 
-from tfdp import allocator
+from tfdp import allocator, onednn
 from tfdp import quiet_start as tf_start
 
 HELP_FLAGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
@@ -99,7 +99,10 @@ def verbose_requested(argv: Sequence[str], level: int = 1) -> bool:
 
 def keep_freed_memory() -> None:
     """Before TensorFlow allocates: freed tensors' memory stays in the process for reuse
-    (tfdp/allocator.py; TFDP_MALLOC=glibc keeps glibc's defaults). Exits 2 on a bad value."""
+    (tfdp/allocator.py; TFDP_MALLOC=glibc keeps glibc's defaults). Exits 2 on a bad value.
+    Also asks for oneDNN's CPU kernels on x86 unless TF_ENABLE_ONEDNN_OPTS is set
+    (tfdp/onednn.py)."""
+    onednn.use_onednn()
     try:
         allocator.keep_freed_memory()
     except ValueError as err:

@@ -14,6 +14,7 @@ BENCHMARKS = {
     "tf_options": "tfdp.bench.tf_options",
     "keras_fit": "tfdp.bench.keras_fit",
     "allocator": "tfdp.bench.allocator",
+    "onednn": "tfdp.bench.onednn",
 }
 BENCHMARKS.update({name: declared.target.partition(":")[0]
                    for name, declared in registry.extensions("benchmark").items()})

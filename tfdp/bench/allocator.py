@@ -51,7 +51,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 # the time at which each epoch's training ended.
 _WORKER = """
 import atexit, json, sys, time
-from tfdp import allocator
+from tfdp import allocator, onednn
 from tfdp.apps import train
 from tfdp.train import report
 stamps = []
@@ -60,31 +60,43 @@ def end_epoch(self, *args, **kwargs):
     stamps.append(time.perf_counter())
     return _end(self, *args, **kwargs)
 report.Reporter.end_epoch = end_epoch
-atexit.register(lambda: print("allocator", allocator.state(), "epoch_stamps",
-                              json.dumps(stamps), flush=True))
+atexit.register(lambda: print("settings", json.dumps({"allocator": allocator.state(),
+                                                      "onednn": onednn.state()}),
+                              "epoch_stamps", json.dumps(stamps), flush=True))
 sys.argv = ["tfdp-train"] + sys.argv[1:]
 train.run()
 """
-_VARIANTS = {"tfdp": "keep", "glibc": "glibc"}
+# variant -> (environment it runs with, the settings its process must report at exit)
+_VARIANTS = {"tfdp": ({"TFDP_MALLOC": "keep"}, {"allocator": "keep"}),
+             "glibc": ({"TFDP_MALLOC": "glibc"}, {"allocator": "glibc"})}
 
 
-def _one(case: str, variant: str, epochs: int, work: str, i: int) -> float:
+def _one(case: str, variant: str, epochs: int, work: str, i: int,
+         variants: dict = None) -> float:
+    variants = variants or _VARIANTS
+    env_changes, expected = variants[variant]
     run_dir = os.path.join(work, f"{case}-{variant}-{i}")
     args = [*CASES[case], f"--epochs={epochs}", "--seed=1", "--verbose=0",
             f"--model_dir={run_dir}"]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TFDP_MALLOC=_VARIANTS[variant],
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
                PYTHONPATH=_ROOT + (os.pathsep + os.environ["PYTHONPATH"]
                                    if os.environ.get("PYTHONPATH") else ""))
+    env.update(env_changes)
     proc = subprocess.run([sys.executable, "-c", _WORKER, *args], cwd=_ROOT, env=env,
                           capture_output=True, text=True, timeout=3600, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{case} ({variant}) failed: {proc.stderr[-1500:]}")
-    marker = f"allocator {_VARIANTS[variant]} epoch_stamps "
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(marker)]
-    if not lines:  # the variant really ran
-        raise RuntimeError(f"{case} ({variant}): the worker did not run with the allocator "
-                           f"setting {_VARIANTS[variant]!r}: {proc.stdout[-500:]}")
-    stamps = json.loads(lines[-1][len(marker):])
+    lines = [line.split(" ", 1)[1] for line in proc.stdout.splitlines()
+             if line.startswith("settings ")]
+    if not lines:
+        raise RuntimeError(f"{case} ({variant}): the worker printed no settings: "
+                           f"{proc.stdout[-500:]}")
+    settings_text, _, stamps_text = lines[-1].partition(" epoch_stamps ")
+    settings = json.loads(settings_text)
+    if any(settings.get(k) != v for k, v in expected.items()):  # the variant really ran
+        raise RuntimeError(f"{case} ({variant}): the worker ran with {settings}, not "
+                           f"{expected}")
+    stamps = json.loads(stamps_text)
     with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as f:
         metrics = json.load(f)
     steps_per_epoch = int(metrics["steps"]) / max(1, int(metrics["epochs_completed"]))
@@ -96,45 +108,55 @@ def _one(case: str, variant: str, epochs: int, work: str, i: int) -> float:
     return statistics.median(intervals) / steps_per_epoch
 
 
-def run(**overrides: Any) -> dict:
-    """Per case: seconds per step with tfdp's allocator setting and with glibc's default."""
-    cases = [str(c) for c in OPTIONS.setting(overrides, "cases")]
-    rounds = int(OPTIONS.setting(overrides, "rounds"))
-    epochs = int(OPTIONS.setting(overrides, "epochs"))
+def compare(benchmark: str, variants: dict, cases: list, rounds: int, epochs: int,
+            prefix: str) -> dict:
+    """Per case: seconds per step of each variant (the first is tfdp's), alternating order
+    over rounds, and the ratio of the first variant's median to the second's."""
     unknown = [c for c in cases if c not in CASES]
     if unknown or not cases:
         raise ValueError(f"cases: expected names from {sorted(CASES)}, got {cases}")
     for name, value, least in (("rounds", rounds, 1), ("epochs", epochs, 2)):
         if value < least:
             raise ValueError(f"{name} must be >= {least}, got {value}")
+    names = list(variants)
     per_case = {}
-    with tempfile.TemporaryDirectory(prefix="tfdp-bench-allocator-") as work:
+    with tempfile.TemporaryDirectory(prefix=f"tfdp-bench-{benchmark}-") as work:
         for case in cases:
-            times: dict[str, list[float]] = {"tfdp": [], "glibc": []}
+            times: dict[str, list[float]] = {v: [] for v in names}
             for r in range(rounds):
-                order = ("tfdp", "glibc") if r % 2 == 0 else ("glibc", "tfdp")
-                for variant in order:
-                    seconds = _one(case, variant, epochs, work, r)
+                for variant in (names if r % 2 == 0 else names[::-1]):
+                    seconds = _one(case, variant, epochs, work, r, variants)
                     times[variant].append(seconds)
-                    print(f"allocator bench: {case} {variant} round {r + 1}/{rounds}: "
+                    print(f"{prefix}: {case} {variant} round {r + 1}/{rounds}: "
                           f"{seconds:.3f} s/step", flush=True)
-            ratio = statistics.median(times["tfdp"]) / statistics.median(times["glibc"])
+            ratio = statistics.median(times[names[0]]) / statistics.median(times[names[1]])
             per_case[case] = {"seconds_per_step": times, "ratio": ratio,
                               "command": "tfdp-train " + " ".join(CASES[case])
                                          + f" --epochs={epochs} --seed=1"}
-    worst = max(v["ratio"] for v in per_case.values())
     return {
-        "benchmark": "allocator",
+        "benchmark": benchmark,
         "measured_path": "train",
         "measured_path_description": "tfdp-train in fresh processes: seconds per training "
                                      "step after the first epoch (median interval between "
                                      "epochs' ends, over the epoch's steps)",
-        "reference": "glibc's default malloc settings (TFDP_MALLOC=glibc)",
-        "candidate": "tfdp's setting: freed memory kept for reuse (no mmap, no trimming)",
-        "ratio": worst,
+        "variants": names,
+        "ratio": max(v["ratio"] for v in per_case.values()),
         "ratio_by_case": {c: v["ratio"] for c, v in per_case.items()},
-        "target": TARGET_RATIO,
-        "passed": bool(worst <= TARGET_RATIO),
         "cases": per_case,
         "rounds": rounds, "epochs": epochs,
     }
+
+
+def run(**overrides: Any) -> dict:
+    """Per case: seconds per step with tfdp's allocator setting and with glibc's default."""
+    result = compare("allocator", _VARIANTS,
+                     [str(c) for c in OPTIONS.setting(overrides, "cases")],
+                     int(OPTIONS.setting(overrides, "rounds")),
+                     int(OPTIONS.setting(overrides, "epochs")), "allocator bench")
+    result.update({
+        "reference": "glibc's default malloc settings (TFDP_MALLOC=glibc)",
+        "candidate": "tfdp's setting: freed memory kept for reuse (no mmap, no trimming)",
+        "target": TARGET_RATIO,
+        "passed": bool(result["ratio"] <= TARGET_RATIO),
+    })
+    return result

@@ -53,6 +53,8 @@ RUNS = (
      "tfdp-bench keras_fit --output=results/bench/keras_fit.json"),
     ("allocator", "allocator", {},
      "tfdp-bench allocator --output=results/bench/allocator.json"),
+    ("onednn", "onednn", {},
+     "tfdp-bench onednn --output=results/bench/onednn.json"),
 )
 PLOT = "dpsgd.png"
 # Whether a benchmark's ratio must stay below (time ratios) or above (throughput) its target.
@@ -60,7 +62,7 @@ DIRECTION = {"layers": "<=", "layers_mnist": "<=", "layers_fused": "<=",
              "layers_mnist_fused": "<=", "gpm": "<=", "dpsgd": "<=",
              "certify": ">=", "certify_smoothing": ">=", "export": ">=", "stobatch": "<=", "evaluate": ">=",
              "tf_options": "<=", "keras_fit": "<=", "allocator": "<=",
-             "allocator_adlm": "<="}
+             "allocator_adlm": "<=", "onednn": "<="}
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -158,13 +160,15 @@ def _dpsgd_section(result: dict, results_dir: str) -> list[str]:
 
 def _allocator_section(result: dict) -> list[str]:
     """Per case: seconds per step under each setting (median over rounds) and the ratio."""
-    lines = ["", "| case | tfdp (s/step) | glibc default (s/step) | ratio | command |",
-             "|---|---|---|---|---|"]
+    variants = result.get("variants", ["tfdp", "glibc"])
+    heads = {"tfdp": "tfdp", "glibc": "glibc default", "eigen": "TensorFlow's own kernels"}
+    lines = ["", "| case | " + " | ".join(f"{heads.get(v, v)} (s/step)" for v in variants)
+             + " | ratio | command |", "|---|" + "---|" * len(variants) + "---|---|"]
     for case, v in result.get("cases", {}).items():
         t = v.get("seconds_per_step", {})
         med = {k: statistics.median(x) if x else None for k, x in t.items()}
-        lines.append(f"| `{case}` | {_fmt(med.get('tfdp'))} | {_fmt(med.get('glibc'))} | "
-                     f"{_fmt(v.get('ratio'))} | `{v.get('command', '')}` |")
+        lines.append(f"| `{case}` | " + " | ".join(_fmt(med.get(n)) for n in variants)
+                     + f" | {_fmt(v.get('ratio'))} | `{v.get('command', '')}` |")
     return lines
 
 
@@ -247,7 +251,7 @@ def render(results_dir: str = "results/bench") -> str:
             lines += _dpsgd_section(r, results_dir)
         if stem == "keras_fit":
             lines += _keras_fit_section(r)
-        if r.get("benchmark") == "allocator":
+        if r.get("benchmark") in ("allocator", "onednn"):
             lines += _allocator_section(r)
         lines.append("")
     return "\n".join(lines)

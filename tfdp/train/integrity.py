@@ -21,6 +21,8 @@ from typing import Any, Iterable, Mapping, Optional
 
 import tensorflow as tf
 
+from tfdp import onednn
+
 __all__ = ["CONFIG_STATE", "PLATFORM_KEY", "platform_record", "config_record",
            "read_config_record", "first_difference", "config_edit", "replay_differences",
            "readable_checkpoints", "remove_temp_files", "clean_error_text",
@@ -103,7 +105,7 @@ def platform_record() -> dict:
                             f"{details.get('compute_capability', '')}")
     return {"cpu": model, "cpu_features": features, "logical_cpus": int(cpus),
             "tensorflow": tf.__version__, "tensorflow_build": tf.version.GIT_VERSION,
-            "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
+            "onednn": onednn.state(),
             "intra_op_threads": int(tf.config.threading.get_intra_op_parallelism_threads()),
             "inter_op_threads": int(tf.config.threading.get_inter_op_parallelism_threads()),
             "accelerators": accelerators}
