@@ -214,6 +214,12 @@ ROWS = {
          ("0.99", lambda: _json("results/bench/tf_options.json")["ratio_by_method"]["adlm"]),
          ("0.99", lambda: _json("results/bench/tf_options.json")["ratio_by_method"]["stobatch"])],
         {"1.10"}),
+    "`tfdp-bench onednn`": (
+        "results/bench/onednn.json",
+        [("0.79", lambda: _json("results/bench/onednn.json")["ratio_by_case"]["stobatch"]),
+         ("0.62", lambda: _json("results/bench/onednn.json")["ratio_by_case"]["dpsgd"]),
+         ("0.44", lambda: _json("results/bench/onednn.json")["ratio_by_case"]["adlm"])],
+        {"1.05", "512"}),
     "`tfdp-bench allocator`": (
         "results/bench/allocator.json",
         [("0.61", lambda: _json("results/bench/allocator.json")["ratio_by_case"]["stobatch"]),

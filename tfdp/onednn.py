@@ -6,8 +6,8 @@ AVX-512 VNNI, AVX-512 BF16 or AMX (recent Intel Xeons) and runs its own kernels 
 (AMD EPYC, older Intel CPUs). So the same tfdp command ran different arithmetic on different
 x86 machines, and on the second kind:
 
-- its steps were slower: on a 2-core AMD EPYC, one epoch of StoBatch's and AdLM's MNIST
-  settings took 1.4 and 1.5 times as long (`tfdp-bench onednn`, docs/performance.md);
+- its steps were slower: on a 2-core AMD EPYC, StoBatch's, DP-SGD's and AdLM's MNIST steps
+  took 1.3, 1.6 and 2.3 times as long (`tfdp-bench onednn`, docs/performance.md);
 - a grouped convolution had no CPU gradient, so `tf.vectorized_map` over a model with one
   failed (tfdp.train.example_grads.map_examples now loops there instead);
 - results differed from those written on the first kind beyond float rounding (a 1-epoch
