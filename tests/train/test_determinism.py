@@ -29,7 +29,12 @@ import tempfile
 
 import numpy as np
 import pytest
-import tensorflow as tf
+
+if __name__ == "__main__":  # --write_fingerprint: the kernels the suite runs (tests/conftest.py)
+    from tfdp import onednn
+    onednn.use_onednn()
+
+import tensorflow as tf  # noqa: E402  # pylint: disable=wrong-import-position
 
 from tfdp import rundir
 
