@@ -39,11 +39,19 @@ CASES = {
     "sample": ["--flagfile=flags/methods/nonprivate.flags", "--dataset=sample",
                "--num_train=300", "--num_test=50"],
 }
-_CASES = OPTIONS.list("allocator_bench_cases", ["stobatch", "adlm", "dpsgd"],
-                      f"Trainer runs timed, from {sorted(CASES)}.")
-_ROUNDS = OPTIONS.integer("allocator_bench_rounds", 2, "Alternating rounds per case.")
-_EPOCHS = OPTIONS.integer("allocator_bench_epochs", 3,
-                          "Epochs per run (>= 2: the first, holding the trace, is not timed).")
+
+
+def declare_options(option_set: options.OptionSet) -> None:
+    """The cases / rounds / epochs options of a benchmark built on `compare`."""
+    prefix = option_set.prefix
+    option_set.list(f"{prefix}cases", ["stobatch", "adlm", "dpsgd"],
+                    f"Trainer runs timed, from {sorted(CASES)}.")
+    option_set.integer(f"{prefix}rounds", 2, "Alternating rounds per case.")
+    option_set.integer(f"{prefix}epochs", 3,
+                       "Epochs per run (>= 2: the first, holding the trace, is not timed).")
+
+
+declare_options(OPTIONS)
 
 TARGET_RATIO = 1.05  # tfdp's setting no slower than glibc's default, within noise
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -147,16 +155,22 @@ def compare(benchmark: str, variants: dict, cases: list, rounds: int, epochs: in
     }
 
 
+def run_benchmark(benchmark: str, option_set: options.OptionSet, variants: dict,
+                  overrides: dict, reference: str, candidate: str,
+                  target: float = TARGET_RATIO) -> dict:
+    """`compare` with the settings of `option_set` (see `declare_options`), and the verdict."""
+    result = compare(benchmark, variants,
+                     [str(c) for c in option_set.setting(overrides, "cases")],
+                     int(option_set.setting(overrides, "rounds")),
+                     int(option_set.setting(overrides, "epochs")), f"{benchmark} bench")
+    result.update({"reference": reference, "candidate": candidate, "target": target,
+                   "passed": bool(result["ratio"] <= target)})
+    return result
+
+
 def run(**overrides: Any) -> dict:
     """Per case: seconds per step with tfdp's allocator setting and with glibc's default."""
-    result = compare("allocator", _VARIANTS,
-                     [str(c) for c in OPTIONS.setting(overrides, "cases")],
-                     int(OPTIONS.setting(overrides, "rounds")),
-                     int(OPTIONS.setting(overrides, "epochs")), "allocator bench")
-    result.update({
-        "reference": "glibc's default malloc settings (TFDP_MALLOC=glibc)",
-        "candidate": "tfdp's setting: freed memory kept for reuse (no mmap, no trimming)",
-        "target": TARGET_RATIO,
-        "passed": bool(result["ratio"] <= TARGET_RATIO),
-    })
-    return result
+    return run_benchmark(
+        "allocator", OPTIONS, _VARIANTS, overrides,
+        reference="glibc's default malloc settings (TFDP_MALLOC=glibc)",
+        candidate="tfdp's setting: freed memory kept for reuse (no mmap, no trimming)")

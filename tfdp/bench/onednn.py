@@ -19,11 +19,7 @@ from tfdp.bench import allocator
 
 OPTIONS = options.OptionSet("onednn_bench_")
 
-_CASES = OPTIONS.list("onednn_bench_cases", ["stobatch", "adlm", "dpsgd"],
-                      f"Trainer runs timed, from {sorted(allocator.CASES)}.")
-_ROUNDS = OPTIONS.integer("onednn_bench_rounds", 2, "Alternating rounds per case.")
-_EPOCHS = OPTIONS.integer("onednn_bench_epochs", 3,
-                          "Epochs per run (>= 2: the first, holding the trace, is not timed).")
+allocator.declare_options(OPTIONS)
 
 TARGET_RATIO = 1.05  # oneDNN's kernels no slower than TensorFlow's own, within noise
 _VARIANTS = {"tfdp": ({"TF_ENABLE_ONEDNN_OPTS": "1"}, {"onednn": "on"}),
@@ -32,14 +28,7 @@ _VARIANTS = {"tfdp": ({"TF_ENABLE_ONEDNN_OPTS": "1"}, {"onednn": "on"}),
 
 def run(**overrides: Any) -> dict:
     """Per case: seconds per step with oneDNN's kernels and with TensorFlow's own."""
-    result = allocator.compare("onednn", _VARIANTS,
-                               [str(c) for c in OPTIONS.setting(overrides, "cases")],
-                               int(OPTIONS.setting(overrides, "rounds")),
-                               int(OPTIONS.setting(overrides, "epochs")), "onednn bench")
-    result.update({
-        "reference": "TensorFlow's own (Eigen) CPU kernels (TF_ENABLE_ONEDNN_OPTS=0)",
-        "candidate": "tfdp's setting: oneDNN's CPU kernels (TF_ENABLE_ONEDNN_OPTS=1)",
-        "target": TARGET_RATIO,
-        "passed": bool(result["ratio"] <= TARGET_RATIO),
-    })
-    return result
+    return allocator.run_benchmark(
+        "onednn", OPTIONS, _VARIANTS, overrides, target=TARGET_RATIO,
+        reference="TensorFlow's own (Eigen) CPU kernels (TF_ENABLE_ONEDNN_OPTS=0)",
+        candidate="tfdp's setting: oneDNN's CPU kernels (TF_ENABLE_ONEDNN_OPTS=1)")
