@@ -113,7 +113,8 @@ def test_stobatch_step_has_no_unordered_accumulation_even_with_no_free_memory(
 
 
 # Modules that call tf_options.configure_tensorflow() when imported.
-_CONFIGURING = {"tfdp.mechanisms", "tfdp.train.loop", "attacks.core", "attacks.graph", "tfdp.soundness"}
+_CONFIGURING = {"tfdp.mechanisms", "tfdp.train.loop", "attacks.core", "attacks.graph", "tfdp.soundness",
+                "tfdp.train.example_grads"}
 _PACKAGES = ("tfdp", "attacks", "layers")
 
 

@@ -7,6 +7,9 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tfdp import tf_options
+
+tf_options.configure_tensorflow()  # bit-reproducible tf.function graphs (tfdp/tf_options.py)
 
 # The result of `grouped_filter_gradients_ok`, under "ok" once checked.
 GROUPED_FILTER_GRADIENTS: dict = {}
