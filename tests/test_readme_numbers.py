@@ -220,6 +220,19 @@ ROWS = {
          ("0.62", lambda: _json("results/bench/onednn.json")["ratio_by_case"]["dpsgd"]),
          ("0.44", lambda: _json("results/bench/onednn.json")["ratio_by_case"]["adlm"])],
         {"1.05", "512"}),
+    "`tfdp-bench keras_fit`": (
+        "results/bench/keras_fit_mnist.json",
+        [("1.26", lambda: _json("results/bench/keras_fit_mnist.json")["ratio_by_model"]["mnist"]),
+         ("1.40", lambda: _json("results/bench/keras_fit.json")["ratio_by_model"]["cifar10"]),
+         ("3.93", lambda: _json("results/bench/keras_fit_mnist.json")
+          ["tfprivacy_speedup_by_model"]["mnist"]),
+         ("5.36", lambda: _json("results/bench/keras_fit.json")
+          ["tfprivacy_speedup_by_model"]["cifar10"]),
+         ("3.02", lambda: _json("results/bench/keras_fit_mnist.json")
+          ["opacus_speedup_by_model"]["mnist"]),
+         ("1.43", lambda: _json("results/bench/keras_fit.json")
+          ["opacus_speedup_by_model"]["cifar10"])],
+        {"1.5", "2", "10", "5", "3", "3840"}),
     "`tfdp-bench allocator`": (
         "results/bench/allocator.json",
         [("0.61", lambda: _json("results/bench/allocator.json")["ratio_by_case"]["stobatch"]),

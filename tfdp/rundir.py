@@ -120,6 +120,28 @@ def write_json_atomic(path: str, obj: Any) -> str:
     return path
 
 
+def check_output_file(path: str, flag: str) -> str:
+    """Absolute path of a file a command will write at its end, checked before any work.
+
+    Missing parent folders are fine (the writer creates them); an existing directory at
+    `path`, or a nearest existing ancestor that is not a writable directory, is refused.
+
+    Raises:
+      ValueError: naming `flag`.
+    """
+    full = os.path.abspath(os.path.expanduser(path))
+    if os.path.isdir(full):
+        raise ValueError(f"{flag}: {path} is a directory; give a file name (e.g. result.json)")
+    probe = os.path.dirname(full)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise ValueError(f"{flag}: {probe} is a file, so {path} cannot be created")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag}: {probe} is not writable")
+    return full
+
+
 def read_json(path: str) -> Any:
     """Reads a JSON result file.
 

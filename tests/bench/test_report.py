@@ -74,3 +74,17 @@ def test_report_without_result_files_names_the_flag_and_writes_nothing(tmp_path)
     with pytest.raises(ValueError, match="--results_dir: no benchmark result files"):
         report.write_report(str(tmp_path / "empty"), str(out))
     assert not out.exists()
+
+
+def test_every_keras_fit_file_gets_its_table_and_says_when_a_system_trained_on_noise(tmp_path):
+    with open(os.path.join(RESULTS, "keras_fit_mnist.json"), encoding="utf-8") as f:
+        result = json.load(f)
+    systems = result["models"]["mnist"]["systems"]
+    systems["tfprivacy-dpmodel"]["setup"]["data"] = "uniform noise"
+    (tmp_path / "keras_fit_other.json").write_text(json.dumps(result))
+    text = report.render(str(tmp_path))
+    section = text.split("### keras_fit_other", 1)[1]
+    tfdp = systems["tfdp-keras"]["ms_per_step"]["median"]
+    assert f"| mnist | tfdp-keras | {report._fmt(tfdp)} [" in section
+    assert "- mnist: tfprivacy-dpmodel trained on uniform noise, not mnist images" in section
+    assert "tfdp-keras trained on" not in section

@@ -14,6 +14,7 @@ import sys
 
 from absl import app, flags
 
+from tfdp import rundir
 from tfdp.apps import cli, option_flags
 from tfdp.bench import BENCHMARKS  # name -> module with `run(**overrides) -> dict`
 from tfdp.bench import report
@@ -73,14 +74,21 @@ def main(argv: list[str]) -> None:
                 sys.exit(f"tfdp-bench: {e}")
             print(f"wrote {_REPORT_FILE.value}")
         return
+    if _OUTPUT.value:
+        # Checked before the benchmark runs (it may take many minutes); missing folders are
+        # created when the result is written, atomically.
+        try:
+            rundir.check_output_file(_OUTPUT.value, "--output")
+        except ValueError as e:
+            raise app.UsageError(str(e)) from e
     before = list(os.getloadavg())
     result = importlib.import_module(BENCHMARKS[argv[1]]).run(**flag_overrides(argv[1]))
     report.add_context(result, " ".join(["tfdp-bench"] + sys.argv[1:]), before)
     text = json.dumps(result, indent=2, sort_keys=True, default=float)
     print(text)
     if _OUTPUT.value:
-        with open(_OUTPUT.value, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+        rundir.atomic_write_bytes(_OUTPUT.value, (text + "\n").encode("utf-8"))
+        print(f"wrote {_OUTPUT.value}")
 
 
 def _help(kind: str) -> list[str]:
